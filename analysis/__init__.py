@@ -1,0 +1,1 @@
+"""Analysis of a results folder: loading, curves, statistics and tables."""
