@@ -1,0 +1,190 @@
+"""``grpo-harness``: plan / run / report / bench.
+
+A small entry point: each subcommand hands off to one function. Bad input is reported before
+anything runs or is written, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness import layout
+
+
+def _grid_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("grid", type=Path, help="grid YAML, e.g. ablations/smoke.yaml")
+    p.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting (dotted key, YAML value), e.g. -o trainer.max_steps=50; repeatable",
+    )
+    p.add_argument("--profile", default=None, help="apply a named profile of the grid file (e.g. paper)")
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
+
+
+def _load_plan(args: argparse.Namespace):
+    """Load, expand and validate; print the problems and return None when there are any."""
+    from harness.grid import expand
+    from harness.spec import SpecError, load_grid
+    from harness.validate import validate_plan
+
+    try:
+        grid = load_grid(args.grid, args.override, profile=args.profile)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None, None
+    plan = expand(grid)
+    report = validate_plan(plan)
+    text = report.format(str(args.grid))
+    if text:
+        print(text, file=sys.stderr if not report.ok else sys.stdout)
+    if not report.ok:
+        return None, None
+    return plan, report
+
+
+def format_plan(plan, grid_dir: Path | None = None) -> str:
+    """The plan as a plain-text table: one line per run with its varying values (and state)."""
+    from harness.executors import run_state
+
+    keys = list(plan.varying_keys)
+    header = ["run_id", *(k.split(".")[-1] for k in keys)]
+    if grid_dir is not None:
+        header.append("state")
+    rows = []
+    for run in plan.runs:
+        row = [run.run_id, *(json.dumps(run.varying.get(k)) for k in keys)]
+        if grid_dir is not None:
+            row.append(run_state(layout.run_dir(grid_dir, run.run_id)))
+        rows.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]
+    ]
+    g = plan.grid
+    title = f"grid {g.name} ({g.source}): {len(plan.runs)} runs"
+    if plan.duplicates:
+        title += f", {len(plan.duplicates)} duplicate cell(s) dropped"
+    return "\n".join([title, *([g.description.strip()] if g.description else []), *lines])
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan, _ = _load_plan(args)
+    if plan is None:
+        return 2
+    grid_dir = args.results / plan.grid.name
+    print(format_plan(plan, grid_dir if grid_dir.exists() else None))
+    return 0
+
+
+def write_grid_file(plan, grid_dir: Path) -> None:
+    """``grid.json``: the plan as currently specified, so ``report`` covers exactly these runs."""
+    from harness.metrics import atomic_write_json
+
+    atomic_write_json(
+        grid_dir / layout.GRID_FILE,
+        {
+            "name": plan.grid.name,
+            "source": str(plan.grid.source),
+            "overrides": list(plan.grid.overrides),
+            "run_ids": [r.run_id for r in plan.runs],
+            "varying": list(plan.varying_keys),
+        },
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from harness.executors import execute_local, run_state
+
+    plan, _ = _load_plan(args)
+    if plan is None:
+        return 2
+    executor = plan.grid.executor
+    if args.executor:
+        executor = dataclasses.replace(executor, name=args.executor)
+    if executor.name == "slurm":
+        print("error: this grid's executor is slurm; use `grpo-harness submit`.", file=sys.stderr)
+        return 2
+    grid_dir = args.results / plan.grid.name
+    print(format_plan(plan, grid_dir if grid_dir.exists() else None))
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    write_grid_file(plan, grid_dir)
+    pending = [r for r in plan.runs if run_state(layout.run_dir(grid_dir, r.run_id)) != "done"]
+    skipped = len(plan.runs) - len(pending)
+    if skipped:
+        print(f"{skipped} run(s) already done, skipped.")
+    outcomes = execute_local(
+        pending,
+        grid_dir,
+        executor,
+        in_process=executor.name == "debug",
+        show_progress=sys.stderr.isatty(),
+    )
+    failed = [o for o in outcomes if o.state != "done"]
+    for o in failed:
+        print(
+            f"run {o.run_id} {o.state}: {o.error}" + (f"\n  log: {o.log}" if o.log else ""), file=sys.stderr
+        )
+    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
+    if not args.no_report:
+        from analysis.report import make_report
+
+        out = make_report(grid_dir)
+        print(f"report: {out}/index.md")
+    return 1 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis import report
+
+    return report.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo-harness", description="Run, record and report ablations of GRPO loss variants on TRL."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plan", help="show the runs of a grid (validated) without running or writing anything")
+    _grid_args(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("run", help="run a grid on this machine (submitit local executor by default)")
+    _grid_args(p)
+    p.add_argument("--executor", choices=["local", "debug"], default=None, help="override executor.name")
+    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.set_defaults(func=cmd_run)
+
+    try:  # TEMPORARY
+        from analysis import report
+
+        p = sub.add_parser("report", help="figures and tables of a results folder")
+        report.add_arguments(p)
+        p.set_defaults(func=cmd_report)
+
+        from harness import bench
+
+        p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")
+        bench.add_arguments(p)
+        p.set_defaults(func=bench.main)
+    except ImportError:
+        pass
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

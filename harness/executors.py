@@ -1,0 +1,164 @@
+"""Executing runs through submitit: "local" (a process per run), "debug" (in-process), "slurm".
+
+The layer is thin on purpose: a run is one picklable callable (:class:`RunJob`), and the executors
+differ only in how submitit is set up. Local execution never runs more jobs at once than
+``max_parallel`` (default: cores // threads_per_run), each with its torch threads set to match.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import submitit
+
+from harness import layout
+from harness.grid import RunSpec
+from harness.spec import ExecutorSettings
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """The callable every executor runs: ``harness.run.run(spec, run_dir)``.
+
+    Checkpointable: on preemption or time-out submitit calls :meth:`checkpoint`, which requeues the
+    same callable; ``run`` then resumes from the run's latest trainer checkpoint.
+    """
+
+    def __init__(self, spec: RunSpec, run_dir: str, threads: int = 1):
+        self.spec = spec
+        self.run_dir = run_dir
+        self.threads = threads
+
+    def __call__(self) -> dict:
+        from harness.run import run
+
+        os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
+        return run(self.spec, self.run_dir, threads=self.threads)
+
+
+@dataclass
+class Outcome:
+    """How one run ended: state is "done", "failed" or "diverged"; ``error`` is the last error line."""
+
+    run_id: str
+    state: str
+    log: str = ""
+    error: str = ""
+
+
+def run_state(run_dir: Path) -> str:
+    """State from the run's own files: "done", "diverged", "started" (metrics or config) or "pending"."""
+    if (run_dir / layout.DONE_FILE).exists():
+        return "done"
+    if (run_dir / layout.DIVERGED_FILE).exists():
+        return "diverged"
+    if (run_dir / layout.CONFIG_FILE).exists():
+        return "started"
+    return "pending"
+
+
+def default_parallel(executor: ExecutorSettings) -> int:
+    """Runs at once locally: ``max_parallel`` or cores // threads_per_run, at least 1."""
+    if executor.max_parallel:
+        return executor.max_parallel
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, executor.threads_per_run))
+
+
+def _last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln and not ln.startswith(("File ", "^", "~")) and ("Error" in ln or "Exception" in ln):
+            return ln
+    return lines[-1] if lines else ""
+
+
+def _latest_reward(run_dir: Path) -> float | None:
+    from harness.metrics import read_metrics
+
+    table = read_metrics(run_dir)
+    if table is None or "reward" not in table.column_names or not table.num_rows:
+        return None
+    return table.column("reward")[-1].as_py()
+
+
+def execute_local(
+    runs: Sequence[RunSpec],
+    grid_dir: Path,
+    executor: ExecutorSettings,
+    in_process: bool = False,
+    show_progress: bool = True,
+) -> list[Outcome]:
+    """Run ``runs`` on this machine, at most :func:`default_parallel` at a time.
+
+    ``in_process=True`` (executor "debug") calls the job directly, one after another, so a
+    debugger can stop inside the trainer. Each local job logs to ``runs/<id>/logs/``.
+    Returns one :class:`Outcome` per run, in order; never raises for a failed run.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    outcomes: dict[str, Outcome] = {}
+    threads = executor.threads_per_run
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        disable=not show_progress,
+    )
+    with progress:
+        bar = progress.add_task("runs", total=len(runs), status="")
+
+        def finish(outcome: Outcome) -> None:
+            outcomes[outcome.run_id] = outcome
+            progress.advance(bar)
+            r = _latest_reward(layout.run_dir(grid_dir, outcome.run_id))
+            latest = f" reward {r:.3f}" if r is not None else ""
+            progress.update(bar, status=f"last: {outcome.run_id} {outcome.state}{latest}")
+            if not show_progress:
+                print(f"[{len(outcomes)}/{len(runs)}] {outcome.run_id} {outcome.state}{latest}", flush=True)
+
+        if in_process:
+            for spec in runs:
+                rdir = layout.run_dir(grid_dir, spec.run_id)
+                try:
+                    RunJob(spec, str(rdir), threads)()
+                    finish(Outcome(spec.run_id, "done"))
+                except Exception as e:  # one failed run must not stop the grid
+                    state = "diverged" if run_state(rdir) == "diverged" else "failed"
+                    finish(Outcome(spec.run_id, state, error=f"{type(e).__name__}: {e}"))
+            return [outcomes[r.run_id] for r in runs]
+
+        parallel = default_parallel(executor)
+        queue = list(runs)
+        active: list[tuple[RunSpec, submitit.Job]] = []
+        while queue or active:
+            while queue and len(active) < parallel:
+                spec = queue.pop(0)
+                rdir = layout.run_dir(grid_dir, spec.run_id)
+                ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
+                ex.update_parameters(
+                    timeout_min=executor.timeout_min,
+                    setup=[f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}", *executor.setup],
+                )
+                active.append((spec, ex.submit(RunJob(spec, str(rdir), threads))))
+            time.sleep(0.5)
+            still = []
+            for spec, job in active:
+                if not job.done():
+                    still.append((spec, job))
+                    continue
+                rdir = layout.run_dir(grid_dir, spec.run_id)
+                log = str(job.paths.stderr)
+                try:
+                    job.result()
+                    finish(Outcome(spec.run_id, "done", log=log))
+                except Exception as e:  # submitit re-raises the job's exception with its traceback
+                    state = "diverged" if run_state(rdir) == "diverged" else "failed"
+                    finish(Outcome(spec.run_id, state, log=log, error=_last_error_line(str(e))))
+            active = still
+    return [outcomes[r.run_id] for r in runs]

@@ -1,0 +1,139 @@
+"""Pure grid expansion: a GridSpec becomes a list of runs, each with a stable run id.
+
+No I/O here. The run id is a short hash of the run's resolved settings (task, model, tiny, trainer,
+harness, seed): the same settings give the same id on any machine, and a changed override gives a
+new id, so old results stay apart from new ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.spec import Axis, GridSpec, SubGrid, deep_merge, get_dotted, set_dotted
+
+RUN_ID_LENGTH = 10
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a grid.
+
+    Attributes:
+        run_id: short hash of ``config`` (see :func:`run_id_of`).
+        grid: the grid's name.
+        config: the resolved nested settings: ``task``, ``model``, ``tiny``, ``trainer`` (GRPOConfig
+            keyword arguments), ``harness``, ``seed``; JSON-serialisable.
+        varying: the values of this run on the grid's varying keys (dotted key -> value).
+        subgrid: name of the sub-grid it came from ("" when the grid has none).
+    """
+
+    run_id: str
+    grid: str
+    config: Mapping[str, Any]
+    varying: Mapping[str, Any]
+    subgrid: str = ""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A dotted setting of this run, e.g. ``run.get("trainer.loss_type")``."""
+        return get_dotted(self.config, key, default)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The expanded grid: unique runs in order, plus the cells dropped as duplicates."""
+
+    grid: GridSpec
+    runs: tuple[RunSpec, ...]
+    duplicates: tuple[tuple[RunSpec, RunSpec], ...]  # (dropped cell, the run it duplicates)
+    varying_keys: tuple[str, ...]
+
+
+def canonical_json(obj: Any) -> str:
+    """Key-sorted compact JSON; floats written by ``repr`` so 1e-3 and 0.001 hash the same."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def run_id_of(config: Mapping[str, Any]) -> str:
+    """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``config``."""
+    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:RUN_ID_LENGTH]
+
+
+def _axes_cells(axes: tuple[Axis, ...], zips: tuple[tuple[Axis, ...], ...]) -> Iterator[dict[str, Any]]:
+    """Cartesian product of the product axes and the zipped groups (each group one factor)."""
+    factors: list[list[dict[str, Any]]] = [[{a.key: v} for v in a.values] for a in axes]
+    for group in zips:
+        n = len(group[0].values)
+        factors.append([{a.key: a.values[i] for a in group} for i in range(n)])
+    for combo in itertools.product(*factors):
+        cell: dict[str, Any] = {}
+        for part in combo:
+            cell.update(part)
+        yield cell
+
+
+def cells(grid: GridSpec) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every cell as ``(subgrid name, {dotted key: value})``, before deduplication.
+
+    Cells = union over sub-grids (a single empty one when the grid has none) of
+    sub-grid settings x sub-grid axes x top-level axes.
+    """
+    subgrids = grid.subgrids or (SubGrid(""),)
+    for sub in subgrids:
+        for top in _axes_cells(grid.axes, grid.zips):
+            for inner in _axes_cells(sub.axes, sub.zips):
+                yield sub.name, {**dict(sub.settings), **top, **inner}
+
+
+def resolve(base: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
+    """The base settings with a cell's dotted values set; ``seed`` also becomes ``trainer.seed``."""
+    config = deep_merge(base, {})
+    for key, value in cell.items():
+        set_dotted(config, key, value)
+    config.setdefault("seed", 0)
+    config.setdefault("model", "tiny")
+    for section in ("task", "tiny", "trainer", "harness"):
+        config.setdefault(section, {})
+    config["trainer"]["seed"] = config["seed"]
+    if config["model"] != "tiny":
+        config.pop("tiny")
+    return config
+
+
+def expand(grid: GridSpec) -> Plan:
+    """Expand a grid into unique runs (pure: no I/O).
+
+    Two cells that resolve to the same settings are one run; the later is reported in
+    ``Plan.duplicates``. ``varying_keys`` are the dotted keys whose value differs between runs.
+    """
+    runs: list[RunSpec] = []
+    dups: list[tuple[RunSpec, RunSpec]] = []
+    seen: dict[str, RunSpec] = {}
+    raw: list[tuple[str, dict, dict]] = []
+    for sub, cell in cells(grid):
+        raw.append((sub, cell, resolve(grid.base, cell)))
+    keys: list[str] = []
+    for _, cell, _ in raw:
+        for k in cell:
+            if k not in keys:
+                keys.append(k)
+    varying = tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for _, _, c in raw}) > 1)
+    for sub, _, config in raw:
+        rid = run_id_of(config)
+        run = RunSpec(
+            run_id=rid,
+            grid=grid.name,
+            config=config,
+            varying={k: get_dotted(config, k) for k in varying},
+            subgrid=sub,
+        )
+        if rid in seen:
+            dups.append((run, seen[rid]))
+            continue
+        seen[rid] = run
+        runs.append(run)
+    return Plan(grid=grid, runs=tuple(runs), duplicates=tuple(dups), varying_keys=varying)

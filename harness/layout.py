@@ -1,0 +1,64 @@
+"""Where a grid's outputs live on disk, and the names of the per-step metric columns.
+
+This module is the contract between the run path (``harness.run``, ``harness.metrics``) and
+``analysis``: both import these names and nothing else from each other.
+
+Layout of one grid's results folder::
+
+    results/<grid>/
+        grid.json                  the grid as last planned: name, source YAML, run ids, varying keys
+        runs/<run_id>/
+            config.json            {"run_id", "grid", "config": nested resolved config, "varying": {...}}
+            provenance.json        git commit/dirty, versions, host, device
+            metrics/part-*.parquet parts written during the run (atomic: temp name, then rename)
+            metrics/metrics.parquet the parts compacted when the run ends; when present, parts are ignored
+            samples.jsonl          a few sampled completions every N steps
+            DONE                   JSON marker: the run finished (steps, seconds)
+            DIVERGED               JSON marker: loss or reward became NaN/inf (step)
+            checkpoints/           trainer checkpoints (pruned)
+            logs/                  executor stdout/stderr
+        report/                    figures and tables written by ``grpo-harness report``
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GRID_FILE = "grid.json"
+RUNS_DIR = "runs"
+REPORT_DIR = "report"
+CONFIG_FILE = "config.json"
+PROVENANCE_FILE = "provenance.json"
+METRICS_DIR = "metrics"
+COMPACT_FILE = "metrics.parquet"
+PART_PREFIX = "part-"
+SAMPLES_FILE = "samples.jsonl"
+DONE_FILE = "DONE"
+DIVERGED_FILE = "DIVERGED"
+CHECKPOINTS_DIR = "checkpoints"
+LOGS_DIR = "logs"
+
+# Identity columns of every metrics row.
+RUN_ID = "run_id"
+STEP = "step"  # optimizer step, 1-based (TRL's state.global_step after the step)
+
+# Columns the harness adds to TRL's own logged metrics (TRL's keys are kept verbatim:
+# "reward", "reward_std", "rewards/<func>/mean", "loss", "kl", "entropy", "clip_ratio/region_mean",
+# "vespo/phi_seq_mean", "completions/mean_length", "step_time", ...).
+ELAPSED_S = "time/elapsed_s"  # wall-clock seconds since the run (this attempt's trainer) started
+STEP_WALL_S = "time/step_s"  # wall-clock seconds of this optimizer step, generation included
+TOKENS_GENERATED = "tokens/generated"  # completion tokens generated during this step (all ranks)
+TOKENS_TRAINED = "tokens/trained"  # completion tokens that entered the loss this step (all ranks)
+TOKENS_GENERATED_TOTAL = "tokens/generated_total"  # cumulative completion tokens generated
+PEAK_MEMORY_MB = "memory/peak_mb"  # peak resident memory (CPU: RSS of the process; CUDA: max allocated)
+EVAL_ACCURACY = "eval/accuracy"  # greedy accuracy on the held-out split, only on eval steps
+
+# w_seq statistics (harness.wseq): exp(sum_t mask_t (logp_theta - logp_old)) per completion.
+WSEQ_PREFIX = "w_seq/"
+LOG_WSEQ_PREFIX = "log_w_seq/"
+SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a different quantity
+
+
+def run_dir(grid_dir: str | Path, run_id: str) -> Path:
+    """Folder of one run inside a grid's results folder."""
+    return Path(grid_dir) / RUNS_DIR / run_id

@@ -1,0 +1,297 @@
+"""One run: build the task, the model and TRL's trainer, train (resuming from a checkpoint), record.
+
+``run(spec, run_dir)`` is what every executor calls, in a fresh process (submitit local or SLURM)
+or in-process (debug). It is idempotent: a run with a DONE marker returns at once; a run with
+checkpoints resumes from the latest and drops metric rows logged after it, so every step ends up
+in the parquet exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import layout
+from harness.grid import RunSpec
+from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
+from harness.spec import HarnessSettings
+
+MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
+
+
+class RunDiverged(RuntimeError):
+    """Loss or reward became NaN or infinite; the run stopped and left a DIVERGED marker."""
+
+
+def model_cache_dir(grid_dir: Path) -> Path:
+    """Where built models are cached: ``$GRPO_HARNESS_CACHE`` or ``<results root>/.cache/models``."""
+    env = os.environ.get(MODEL_CACHE_ENV)
+    return Path(env) if env else Path(grid_dir).resolve().parent / ".cache" / "models"
+
+
+def latest_checkpoint(checkpoints: Path) -> tuple[Path, int] | None:
+    """The newest complete ``checkpoint-<step>`` folder (one with trainer_state.json) and its step."""
+    best = None
+    for d in checkpoints.glob("checkpoint-*"):
+        m = re.fullmatch(r"checkpoint-(\d+)", d.name)
+        if m and (d / "trainer_state.json").exists():
+            step = int(m.group(1))
+            if best is None or step > best[1]:
+                best = (d, step)
+    return best
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _peak_memory_mb(device: str) -> float:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _make_callback(**kwargs):
+    """The TrainerCallback class is defined lazily so importing this module stays light."""
+    from transformers import TrainerCallback
+
+    from harness.wseq import wseq_stats
+
+    class RecordingCallback(TrainerCallback):
+        """Writes one parquet row per logged optimizer step: TRL's logs + w_seq stats + time/tokens/memory.
+
+        Also runs the greedy eval every ``eval_steps`` (time excluded from the step's wall time),
+        writes sampled completions, and stops training when loss or reward turns non-finite.
+        """
+
+        def __init__(
+            self,
+            trainer,
+            writer: MetricsWriter | None,
+            settings: HarnessSettings,
+            device: str,
+            eval_fn: Callable[[Any], float] | None,
+            samples_path: Path,
+            offsets: dict[str, float],
+            max_steps: int,
+        ):
+            self.trainer = trainer
+            self.writer = writer
+            self.settings = settings
+            self.device = device
+            self.eval_fn = eval_fn
+            self.samples_path = samples_path
+            self.elapsed_offset = offsets.get(layout.ELAPSED_S, 0.0)
+            self.generated_total = offsets.get(layout.TOKENS_GENERATED_TOTAL, 0.0)
+            self.max_steps = max_steps
+            self.diverged_step: int | None = None
+            self._pending: dict[str, float] = {}
+            self._interval_s = 0.0
+            self._interval_steps = 0
+
+        def on_train_begin(self, args, state, control, **kw):
+            self._t0 = self._last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            now = time.perf_counter()
+            self._interval_s += now - self._last
+            self._interval_steps += 1
+            step = state.global_step
+            s = self.settings
+            due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
+            if self.eval_fn is not None and due and state.is_world_process_zero:
+                self._pending[layout.EVAL_ACCURACY] = float(self.eval_fn(model))
+            if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
+                self._write_samples(step)
+            self._last = time.perf_counter()  # the eval's time is not the step's
+
+        def _write_samples(self, step: int) -> None:
+            logs = self.trainer._logs
+            n = min(self.settings.samples_n, len(logs["prompt"]))
+            rewards = {name: list(v)[-n:] for name, v in logs["rewards"].items()}
+            with open(self.samples_path, "a") as f:
+                for i in range(n):
+                    j = len(logs["prompt"]) - n + i
+                    f.write(
+                        json.dumps(
+                            {
+                                "step": step,
+                                "prompt": str(logs["prompt"][j]),
+                                "completion": str(logs["completion"][j]),
+                                "rewards": {k: v[i] for k, v in rewards.items()},
+                                "advantage": float(logs["advantages"][j]),
+                            }
+                        )
+                        + "\n"
+                    )
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            logs = dict(logs or {})
+            if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
+                return
+            records = self.trainer.pop_step_records()
+            if not state.is_world_process_zero:
+                self._pending = {}
+                return
+            steps = max(self._interval_steps, 1)
+            self.generated_total += records[layout.TOKENS_GENERATED]
+            row: dict[str, Any] = {
+                k: v for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+            row.update(self._pending)
+            row.update(
+                wseq_stats(records["log_w"], records["log_s"], records["advantages"], records["n_masked"])
+            )
+            row.update(
+                {
+                    layout.STEP: state.global_step,
+                    layout.STEP_WALL_S: self._interval_s / steps,
+                    layout.ELAPSED_S: self.elapsed_offset + time.perf_counter() - self._t0,
+                    layout.TOKENS_GENERATED: records[layout.TOKENS_GENERATED],
+                    layout.TOKENS_TRAINED: records[layout.TOKENS_TRAINED],
+                    layout.TOKENS_GENERATED_TOTAL: self.generated_total,
+                    layout.PEAK_MEMORY_MB: _peak_memory_mb(self.device),
+                }
+            )
+            self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
+            if self.writer is not None:
+                self.writer.append(row)
+            for key in ("loss", "reward"):
+                v = row.get(key)
+                if v is not None and not math.isfinite(v):
+                    self.diverged_step = state.global_step
+                    control.should_training_stop = True
+
+    return RecordingCallback(**kwargs)
+
+
+def run(spec: RunSpec, run_dir: str | Path, device: str | None = None, threads: int | None = None) -> dict:
+    """Train one run into ``run_dir`` and return its summary (also written as the DONE marker).
+
+    Args:
+        spec: the run.
+        run_dir: ``results/<grid>/runs/<run_id>``.
+        device: "cpu" or "cuda"; None resolves ``harness.device`` on this machine.
+        threads: torch threads; None = ``harness.threads`` or 1.
+
+    Raises:
+        RunDiverged: loss or reward became NaN/inf (a DIVERGED marker names the step).
+        Anything the trainer raises; the run's files stay readable.
+    """
+    import torch
+
+    from harness.spec import ExecutorSettings
+    from harness.validate import build_grpo_config, grpo_config_kwargs, resolve_device
+
+    run_dir = Path(run_dir)
+    done = run_dir / layout.DONE_FILE
+    if done.exists():
+        return json.loads(done.read_text())
+    (run_dir / layout.DIVERGED_FILE).unlink(missing_ok=True)
+    settings = HarnessSettings(**spec.config.get("harness", {}))
+    device = device or resolve_device(settings.device, ExecutorSettings())
+    torch.set_num_threads(threads or settings.threads or 1)
+    seed_everything(spec.config["seed"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        run_dir / layout.CONFIG_FILE,
+        {"run_id": spec.run_id, "grid": spec.grid, "config": spec.config, "varying": spec.varying},
+    )
+    prov = provenance(device)
+    import accelerate
+
+    state = accelerate.PartialState()
+    if state.is_main_process:
+        atomic_write_json(run_dir / layout.PROVENANCE_FILE, prov)
+
+    from transformers import AutoTokenizer
+
+    from harness.models import resolve_model
+    from harness.tasks import TaskSpec, build_task, greedy_accuracy
+    from harness.trainer import HarnessGRPOTrainer
+
+    task_spec = TaskSpec(**spec.config.get("task", {}))
+    from harness.models import TinyModelSpec
+
+    model_path = resolve_model(
+        spec.config.get("model", "tiny"),
+        task=task_spec,
+        cache_dir=model_cache_dir(run_dir.parent.parent),
+        tiny_spec=TinyModelSpec(**spec.config.get("tiny", {})),
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
+    task = build_task(task_spec, seed=spec.config["seed"], tokenizer=tokenizer)
+
+    ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
+    config = build_grpo_config(grpo_config_kwargs(spec, device, str(ckpt_dir)), device)
+    resume = latest_checkpoint(ckpt_dir)
+    writer = MetricsWriter(run_dir, spec.run_id, settings.flush_every) if state.is_main_process else None
+    offsets: dict[str, float] = {}
+    if writer is not None:
+        writer.truncate_after(resume[1] if resume else 0)
+        table = read_metrics(run_dir)
+        if table is not None and table.num_rows:
+            last = table.slice(table.num_rows - 1).to_pylist()[0]
+            offsets = {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
+
+    max_new = settings.eval_max_new_tokens or config.max_completion_length
+
+    def eval_fn(model) -> float:
+        return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
+
+    trainer = HarnessGRPOTrainer(
+        model=model_path,
+        reward_funcs=task.reward_funcs,
+        args=config,
+        train_dataset=task.train_dataset,
+        processing_class=tokenizer,
+    )
+    callback = _make_callback(
+        trainer=trainer,
+        writer=writer,
+        settings=settings,
+        device=device,
+        eval_fn=eval_fn if settings.eval_steps > 0 else None,
+        samples_path=run_dir / layout.SAMPLES_FILE,
+        offsets=offsets,
+        max_steps=config.max_steps,
+    )
+    trainer.add_callback(callback)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+    seconds = time.perf_counter() - t0
+    if writer is not None:
+        writer.flush()
+    summary = {
+        "run_id": spec.run_id,
+        "steps": trainer.state.global_step,
+        "seconds": seconds,
+        "resumed_from": resume[1] if resume else None,
+        "device": device,
+    }
+    if callback.diverged_step is not None:
+        if writer is not None:
+            writer.compact()
+            atomic_write_json(run_dir / layout.DIVERGED_FILE, {**summary, "step": callback.diverged_step})
+        raise RunDiverged(
+            f"run {spec.run_id} diverged at step {callback.diverged_step}: loss or reward is NaN/inf"
+        )
+    if writer is not None:
+        writer.compact()
+        atomic_write_json(done, summary)
+    return summary

@@ -1,0 +1,545 @@
+"""Grid YAML files: loading (safe), ``include:``, ``-o key=value`` overrides, key and type checks.
+
+A grid file has these top-level keys (all optional but ``name`` defaults to the file's stem)::
+
+    include: base.yaml        # another grid file (path relative to this one), deep-merged under this one
+    name: smoke               # results go to results/<name>/
+    description: "..."        # one paragraph, shown by `plan`
+    notes: "..."              # e.g. the settings to use at paper scale
+    seed: 0                   # drives the trainer, the task's data and sampling
+    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.tasks.TaskSpec
+    model: tiny               # "tiny", a local path, or a Hugging Face model id
+    tiny: {...}               # harness.models.TinyModelSpec fields
+    trainer: {...}            # any TRL GRPOConfig field
+    harness: {...}            # harness.spec.HarnessSettings fields
+    executor: {...}           # harness.spec.ExecutorSettings fields
+    grid: {key: [values]}     # product axes
+    zip: [{key: [values], key2: [values]}]         # axes that move together
+    subgrids: {name: {set: {...}, grid: {...}, zip: [...]}}   # union of named sub-grids
+    profiles: {name: {key: value}}                  # named override sets, e.g. "paper"
+
+Keys in ``grid``/``zip``/``set``/overrides are dotted paths (``trainer.loss_type``,
+``task.kwargs.max_digits``, ``tiny.sft_steps``, ``seed``); a bare ``GRPOConfig`` field name stands
+for ``trainer.<field>``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import enum
+import functools
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TOP_LEVEL_KEYS = (
+    "include",
+    "name",
+    "description",
+    "notes",
+    "seed",
+    "task",
+    "model",
+    "tiny",
+    "trainer",
+    "harness",
+    "executor",
+    "grid",
+    "zip",
+    "subgrids",
+    "profiles",
+)
+#: Sections that hold run settings (what a dotted key may point into).
+SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
+SCALAR_SETTINGS = ("seed", "model")
+EXECUTORS = ("local", "debug", "slurm")
+
+
+class SpecError(ValueError):
+    """One or more problems with a grid file; ``problems`` lists each as a full sentence."""
+
+    def __init__(self, problems: Sequence[str], source: str | Path | None = None):
+        self.problems = list(problems)
+        self.source = str(source) if source is not None else None
+        head = f"{self.source}: " if self.source else ""
+        n = len(self.problems)
+        super().__init__(
+            f"{head}{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """How the harness observes a run (none of this changes what TRL computes).
+
+    Attributes:
+        eval_steps: greedy eval accuracy on the held-out split every this many optimizer steps
+            (and at the last step); 0 turns it off.
+        eval_max_new_tokens: token budget of the greedy eval; None = the trainer's max_completion_length.
+        samples_steps: every this many steps, ``samples_n`` sampled completions go to samples.jsonl; 0 = off.
+        samples_n: completions written each time.
+        flush_every: metric rows buffered before a parquet part is written (a kill loses at most this many).
+        checkpoint_steps: trainer checkpoint every this many steps (0 = only on preemption); sets
+            GRPOConfig ``save_steps`` unless the trainer block sets it.
+        keep_checkpoints: checkpoints kept (older ones pruned); sets ``save_total_limit``.
+        device: "cpu", "cuda" or "auto" (cuda when the executing machine has it); decides
+            ``use_cpu`` and the ``bf16`` default used to validate and run.
+        threads: torch threads per process; None = the executor's ``threads_per_run``.
+    """
+
+    eval_steps: int = 25
+    eval_max_new_tokens: int | None = None
+    samples_steps: int = 25
+    samples_n: int = 4
+    flush_every: int = 5
+    checkpoint_steps: int = 0
+    keep_checkpoints: int = 2
+    device: str = "auto"
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """Where runs execute (submitit). Not part of a run's identity: moving a grid keeps its run ids.
+
+    Attributes:
+        name: "local" (submitit's local executor, one process per run), "debug" (in-process) or "slurm".
+        max_parallel: runs at once locally; None = cores // threads_per_run (at least 1).
+        threads_per_run: torch threads each run uses.
+        timeout_min: wall-clock limit per run, minutes.
+        partition, account, qos, constraint: SLURM placement.
+        nodes, tasks_per_node, gpus_per_node, cpus_per_task, mem_gb: SLURM resources per run.
+        array_parallelism: SLURM array throttle (runs of one array at once).
+        additional_parameters: extra sbatch parameters (submitit's ``slurm_additional_parameters``).
+        setup: shell lines run before each job (``module load ...``, activating an environment).
+    """
+
+    name: str = "local"
+    max_parallel: int | None = None
+    threads_per_run: int = 1
+    timeout_min: int = 60
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    array_parallelism: int = 256
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+
+
+def _task_spec_type():
+    from harness.tasks import TaskSpec
+
+    return TaskSpec
+
+
+def _tiny_spec_type():
+    from harness.models import TinyModelSpec
+
+    return TinyModelSpec
+
+
+@functools.cache
+def _grpo_config_type():
+    from trl import GRPOConfig
+
+    return GRPOConfig
+
+
+def section_type(section: str) -> type:
+    """The dataclass whose fields a section's keys must name."""
+    return {
+        "task": _task_spec_type,
+        "tiny": _tiny_spec_type,
+        "trainer": _grpo_config_type,
+        "harness": lambda: HarnessSettings,
+        "executor": lambda: ExecutorSettings,
+    }[section]()
+
+
+@functools.cache
+def section_fields(section: str) -> dict[str, Any]:
+    """``{field name: type hint}`` of a section's dataclass."""
+    cls = section_type(section)
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init}
+
+
+def type_ok(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the type hint ``hint`` (containers checked one level deep).
+
+    ``float`` accepts ints; ``int`` rejects bools; an enum accepts its values' strings.
+    """
+    if hint is Any or hint is object:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(type_ok(value, h) for h in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin in (list, tuple, Sequence, set):
+        return isinstance(value, list | tuple)
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return isinstance(value, str | hint)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _hint_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _suggest(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def normalize_key(key: str) -> str:
+    """Expand a bare GRPOConfig field name to ``trainer.<field>``; other keys are returned unchanged."""
+    if "." in key or key in TOP_LEVEL_KEYS or key in SCALAR_SETTINGS:
+        return key
+    if key in section_fields("trainer"):
+        return f"trainer.{key}"
+    return key
+
+
+def check_setting(key: str, value: Any, where: str) -> str | None:
+    """Problem with setting dotted ``key`` to ``value`` (unknown key, wrong type), or None.
+
+    ``where`` names the place in the file (e.g. "grid", "-o") for the message.
+    """
+    parts = key.split(".")
+    head = parts[0]
+    if head in SCALAR_SETTINGS:
+        if len(parts) > 1:
+            return f"{where}: '{key}': '{head}' takes a single value, not sub-keys."
+        if head == "seed" and not type_ok(value, int):
+            return f"{where}: seed = {value!r} is a {type(value).__name__}; it must be an integer."
+        if head == "model" and not isinstance(value, str):
+            return f"{where}: model = {value!r} must be a string: 'tiny', a local path or a model id."
+        return None
+    if head not in SETTING_SECTIONS:
+        valid = [*SCALAR_SETTINGS, *SETTING_SECTIONS]
+        return (
+            f"{where}: unknown key '{key}'.{_suggest(head, valid)} Keys start with one of "
+            f"{', '.join(valid)}, or are a GRPOConfig field name."
+        )
+    if len(parts) == 1:
+        return None if isinstance(value, Mapping) else f"{where}: '{key}' must be a mapping of settings."
+    fields = section_fields(head)
+    name = parts[1]
+    if name not in fields:
+        return (
+            f"{where}: unknown key '{key}': {section_type(head).__name__} has no field '{name}'."
+            f"{_suggest(name, list(fields))}" + ("" if head == "trainer" else f" Valid: {', '.join(fields)}.")
+        )
+    if len(parts) > 2:
+        hint = fields[name]
+        return (
+            None
+            if type_ok({}, hint)
+            else f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
+        )
+    if not type_ok(value, fields[name]):
+        return (
+            f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "
+            f"{_hint_name(fields[name])}. Fix the value (quote strings, write numbers bare)."
+        )
+    return None
+
+
+def set_dotted(config: dict, key: str, value: Any) -> None:
+    """Set ``config[a][b][c] = value`` for ``key`` "a.b.c", creating mappings on the way."""
+    parts = key.split(".")
+    node = config
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def get_dotted(config: Mapping, key: str, default: Any = None) -> Any:
+    node: Any = config
+    for p in key.split("."):
+        if not isinstance(node, Mapping) or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def deep_merge(base: Mapping, top: Mapping) -> dict:
+    """``top`` over ``base``, recursively for mappings; lists and scalars in ``top`` replace."""
+    out = copy.deepcopy(dict(base))
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"trainer.max_steps=50"`` -> ``("trainer.max_steps", 50)``; the value is parsed as YAML.
+
+    Raises:
+        SpecError: no ``=`` or an empty key.
+    """
+    if "=" not in text:
+        raise SpecError([f"-o {text!r}: an override is key=value, e.g. -o trainer.max_steps=50."])
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise SpecError([f"-o {text!r}: the key before '=' is empty."])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise SpecError([f"-o {text!r}: the value is not valid YAML ({e})."]) from e
+    return normalize_key(key), value
+
+
+def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a grid file and everything it ``include:``s, merged (this file over its includes).
+
+    Raises:
+        SpecError: missing file, YAML syntax error, a non-mapping document, or an include cycle.
+    """
+    path = Path(path)
+    if path.resolve() in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path.resolve()))
+        raise SpecError([f"include cycle: {chain}."], path)
+    if not path.is_file():
+        raise SpecError([f"no such grid file: {path}."], path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SpecError([f"not valid YAML: {e}"], path) from e
+    if not isinstance(data, Mapping):
+        raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
+    includes = data.get("include", [])
+    includes = [includes] if isinstance(includes, str) else list(includes)
+    merged: dict = {}
+    for inc in includes:
+        merged = deep_merge(merged, read_yaml(path.parent / inc, (*_seen, path.resolve())))
+    # Axes are not merged key by key with the included file's axes: a grid names its own axes.
+    return deep_merge(merged, {k: v for k, v in data.items() if k != "include"})
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid axis: a dotted key and the values it takes."""
+
+    key: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class SubGrid:
+    """A named part of the grid: fixed settings plus its own product and zipped axes."""
+
+    name: str
+    settings: tuple[tuple[str, Any], ...] = ()
+    axes: tuple[Axis, ...] = ()
+    zips: tuple[tuple[Axis, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A grid file, loaded, merged and checked; expanded into runs by :func:`harness.grid.expand`.
+
+    ``base`` holds the settings shared by every run (sections task/tiny/trainer/harness plus
+    ``seed`` and ``model``) as a nested mapping; it is copied, never mutated, by expansion.
+    """
+
+    name: str
+    source: Path
+    base: Mapping[str, Any]
+    axes: tuple[Axis, ...]
+    zips: tuple[tuple[Axis, ...], ...]
+    subgrids: tuple[SubGrid, ...]
+    executor: ExecutorSettings
+    description: str = ""
+    notes: str = ""
+    overrides: tuple[str, ...] = ()
+
+
+def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...]:
+    if section is None:
+        return ()
+    if not isinstance(section, Mapping):
+        problems.append(f"{where} must be a mapping of key: [values], got {type(section).__name__}.")
+        return ()
+    axes = []
+    for raw_key, values in section.items():
+        key = normalize_key(str(raw_key))
+        if not isinstance(values, list) or not values:
+            problems.append(
+                f"{where}.{raw_key}: an axis takes a non-empty list of values, got {values!r}. "
+                f"Write {raw_key}: [{values!r}] for a single value, or move it out of the axes."
+            )
+            continue
+        for v in values:
+            p = check_setting(key, v, f"{where}.{raw_key}")
+            if p:
+                problems.append(p)
+                break
+        axes.append(Axis(key, tuple(values)))
+    return tuple(axes)
+
+
+def _zip_list(section: Any, where: str, problems: list[str]) -> tuple[tuple[Axis, ...], ...]:
+    if section is None:
+        return ()
+    groups = section if isinstance(section, list) else [section]
+    out = []
+    for i, group in enumerate(groups):
+        axes = _axis_list(group, f"{where}[{i}]", problems)
+        lengths = {a.key: len(a.values) for a in axes}
+        if len(set(lengths.values())) > 1:
+            problems.append(
+                f"{where}[{i}]: zipped axes move together and need equal lengths, got "
+                + ", ".join(f"{k} ({n})" for k, n in lengths.items())
+                + "."
+            )
+            continue
+        if axes:
+            out.append(axes)
+    return tuple(out)
+
+
+def _check_section_keys(config: Mapping, problems: list[str]) -> None:
+    for key, value in config.items():
+        if key not in TOP_LEVEL_KEYS:
+            problems.append(
+                f"unknown top-level key '{key}'.{_suggest(key, TOP_LEVEL_KEYS)} "
+                f"Valid: {', '.join(TOP_LEVEL_KEYS)}."
+            )
+            continue
+        if key in SETTING_SECTIONS:
+            if not isinstance(value, Mapping):
+                problems.append(f"'{key}' must be a mapping of settings, got {value!r}.")
+                continue
+            for k, v in value.items():
+                p = check_setting(f"{key}.{k}", v, key)
+                if p:
+                    problems.append(p)
+        elif key in SCALAR_SETTINGS:
+            p = check_setting(key, value, key)
+            if p:
+                problems.append(p)
+
+
+def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | None = None) -> GridSpec:
+    """Load a grid file, apply a profile and ``-o`` overrides, and check every key and type.
+
+    An override of a key that is a grid axis replaces the axis by that single value.
+
+    Raises:
+        SpecError: listing every problem found (unknown keys with close matches, wrong types,
+        malformed axes, unknown profile), naming the file.
+    """
+    path = Path(path)
+    config = read_yaml(path)
+    problems: list[str] = []
+    profiles = config.get("profiles") or {}
+    pairs: list[tuple[str, Any]] = []
+    if profile is not None:
+        if profile not in profiles:
+            problems.append(
+                f"--profile {profile}: no such profile; this file has {', '.join(profiles) or 'none'}."
+            )
+        else:
+            pairs += [(normalize_key(k), v) for k, v in profiles[profile].items()]
+    for text in overrides:
+        try:
+            pairs.append(parse_override(text))
+        except SpecError as e:
+            problems += e.problems
+    axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
+    for key, value in pairs:
+        where = f"-o {key}"
+        if key in ("name", "description", "notes"):
+            config[key] = value
+            continue
+        if key.startswith("grid."):
+            # -o grid.seed=[0,1]: replace (or add) a product axis's values.
+            axis = normalize_key(key[len("grid.") :])
+            grid = {normalize_key(str(k)): v for k, v in (config.get("grid") or {}).items()}
+            grid[axis] = value
+            config["grid"] = grid
+            axis_keys.add(axis)
+            continue
+        p = check_setting(key, value, where)
+        if p:
+            problems.append(p)
+            continue
+        if key in axis_keys:
+            config["grid"] = {k: v for k, v in config["grid"].items() if normalize_key(str(k)) != key}
+        set_dotted(config, key, value)
+    _check_section_keys(config, problems)
+    axes = _axis_list(config.get("grid"), "grid", problems)
+    zips = _zip_list(config.get("zip"), "zip", problems)
+    subgrids = []
+    for name, sub in (config.get("subgrids") or {}).items():
+        where = f"subgrids.{name}"
+        if not isinstance(sub, Mapping):
+            problems.append(f"{where} must be a mapping with set/grid/zip.")
+            continue
+        for k in sub:
+            if k not in ("set", "grid", "zip"):
+                problems.append(f"{where}: unknown key '{k}'; a sub-grid has set, grid and zip.")
+        settings = []
+        for k, v in (sub.get("set") or {}).items():
+            key = normalize_key(str(k))
+            p = check_setting(key, v, f"{where}.set")
+            if p:
+                problems.append(p)
+            settings.append((key, v))
+        subgrids.append(
+            SubGrid(
+                str(name),
+                tuple(settings),
+                _axis_list(sub.get("grid"), f"{where}.grid", problems),
+                _zip_list(sub.get("zip"), f"{where}.zip", problems),
+            )
+        )
+    executor = ExecutorSettings()
+    try:
+        executor = ExecutorSettings(**(config.get("executor") or {}))
+    except TypeError:
+        pass  # unknown executor keys were reported by _check_section_keys
+    if problems:
+        raise SpecError(problems, path)
+    base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
+    base.pop("executor", None)
+    return GridSpec(
+        name=str(config.get("name") or path.stem),
+        source=path,
+        base=base,
+        axes=axes,
+        zips=zips,
+        subgrids=tuple(subgrids),
+        executor=executor,
+        description=str(config.get("description") or ""),
+        notes=str(config.get("notes") or ""),
+        overrides=tuple(overrides),
+    )

@@ -1,0 +1,124 @@
+"""TRL's GRPOTrainer, observed: w_seq statistics and token counts per optimizer step.
+
+The loss code stays TRL's. The subclass only wraps two methods:
+
+* ``_compute_loss``: while it runs, the log-probs that TRL's ``_get_per_token_logps_and_entropies``
+  returns are kept (detached) and turned into per-completion ``log w_seq`` together with
+  ``old_per_token_logps``, the mask and the advantages from the same inputs. No extra forward pass.
+* ``training_step``: at each optimizer-step boundary (every ``current_gradient_accumulation_steps``
+  micro-batches, TRL's own rule) the completions of the step are gathered from every rank, so the
+  statistics cover every completion of the step, not an average of per-micro-batch statistics.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl import GRPOTrainer
+
+from harness import layout
+from harness.wseq import sequence_log_ratios
+
+
+class HarnessGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` that records ``w_seq`` per completion and tokens generated / trained per step.
+
+    After each optimizer step, :meth:`pop_step_records` returns the pooled arrays since the last call:
+    ``log_w``, ``log_s``, ``advantages`` (each (N,) float64 over all ranks), ``n_masked`` and the token
+    counts. Everything else behaves exactly as TRL's trainer.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._capture_logps = False
+        self._captured_logps: torch.Tensor | None = None
+        self._local_rows: list[torch.Tensor] = []  # (n, 3) float64: log_w, log_s, advantage
+        self._local_masked = 0
+        self._local_trained_tokens = 0
+        self._local_generated_tokens = 0
+        self._pooled: list[torch.Tensor] = []
+        self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_logps:
+            self._captured_logps = out[0].detach()
+        return out
+
+    def _compute_loss(self, model, inputs):
+        if not self.model.training:
+            return super()._compute_loss(model, inputs)
+        self._capture_logps = True
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_logps = False
+        logps, self._captured_logps = self._captured_logps, None
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        log_w, log_s, valid = sequence_log_ratios(logps, inputs.get("old_per_token_logps"), mask)
+        adv = inputs["advantages"]
+        if adv.dim() > 1:  # subclasses may give (B, T) advantages; the sequence's sign is its first token's
+            adv = adv[:, 0]
+        rows = torch.stack([log_w, log_s, adv.detach().to(torch.float64)], dim=1)[valid]
+        self._local_rows.append(rows)
+        self._local_masked += int((~valid).sum())
+        self._local_trained_tokens += int(mask.sum())
+        return loss
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self._local_generated_tokens += int(out["completion_mask"].sum())
+        return out
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            self._gather_step()
+        return loss
+
+    def _gather_step(self) -> None:
+        device = self.accelerator.device
+        local = (
+            torch.cat(self._local_rows)
+            if self._local_rows
+            else torch.zeros((0, 3), dtype=torch.float64, device=device)
+        )
+        counts = torch.tensor(
+            [self._local_masked, self._local_trained_tokens, self._local_generated_tokens],
+            dtype=torch.float64,
+            device=device,
+        )
+        self._local_rows, self._local_masked = [], 0
+        self._local_trained_tokens = self._local_generated_tokens = 0
+        if self.accelerator.num_processes > 1:
+            # Rows differ in number across ranks: pad with a marker column, gather, drop padding.
+            marked = torch.cat([local, torch.ones((local.shape[0], 1), dtype=local.dtype, device=device)], 1)
+            marked = self.accelerator.pad_across_processes(marked, dim=0, pad_index=0)
+            gathered = self.accelerator.gather(marked)
+            local = gathered[gathered[:, 3] > 0][:, :3]
+            counts = self.accelerator.reduce(counts, reduction="sum")
+        self._pooled.append(local.cpu())
+        self._pooled_counts += counts.cpu()
+
+    def pop_step_records(self) -> dict:
+        """Pooled per-completion records since the last call (every rank holds the same).
+
+        Returns:
+            ``{"log_w": (N,), "log_s": (N,), "advantages": (N,), "n_masked": int,
+            "tokens_trained": int, "tokens_generated": int}`` with float64 numpy arrays; token counts
+            are completion tokens summed over ranks (trained counts each reuse of a generation batch).
+        """
+        rows = torch.cat(self._pooled).numpy() if self._pooled else torch.zeros((0, 3)).numpy()
+        masked, trained, generated = (int(x) for x in self._pooled_counts.tolist())
+        self._pooled = []
+        self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+        return {
+            "log_w": rows[:, 0],
+            "log_s": rows[:, 1],
+            "advantages": rows[:, 2],
+            "n_masked": masked,
+            layout.TOKENS_TRAINED: trained,
+            layout.TOKENS_GENERATED: generated,
+        }

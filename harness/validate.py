@@ -1,0 +1,441 @@
+"""Validation of every run of a plan before anything runs, is written or is submitted.
+
+Two layers, both applied to every cell and all problems listed at once:
+
+1. TRL's own ``GRPOConfig(**trainer)``, constructed for the device the run will execute on (a GPU
+   grid validates on a CPU-only login node: TRL's bf16 check is told a GPU is there).
+2. The harness's rule table :data:`RULES`, for what ``GRPOConfig`` accepts but the trainer rejects
+   later or silently ignores (``loss_type="nope"`` fails only at the first loss computation;
+   ``sync_ref_model`` with ``beta=0`` raises when the trainer starts; clip values do nothing on-policy).
+
+Each rule is a function ``(RunContext) -> list[Finding]``, tested one by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+from harness.grid import Plan, RunSpec
+from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings
+
+#: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+#: Loss types whose objective has the PPO clip ``[1 - epsilon, 1 + epsilon_high]`` (TRL ``_compute_loss``).
+CLIPPED_LOSSES = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
+CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
+REF_SYNC_KEYS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
+VESPO_KEYS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (``level="error"``) or caveat (``level="warning"``) of one run."""
+
+    level: str
+    message: str
+    run_id: str = ""
+    where: str = ""  # the run's varying values, "loss_type=nope, seed=0"
+
+
+@dataclass
+class Report:
+    """All findings of a plan. ``ok`` is False when any error was found."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def format(self, source: str = "") -> str:
+        """Human-readable listing, errors first, one line per finding (warnings deduplicated)."""
+        lines = []
+        head = f"{source}: " if source else ""
+        if self.errors:
+            n = len(self.errors)
+            lines.append(f"{head}{n} error{'s' if n != 1 else ''}; nothing was run or written:")
+            for f in self.errors:
+                lines.append(
+                    f"  - run {f.run_id} ({f.where}): {f.message}" if f.run_id else f"  - {f.message}"
+                )
+        seen = set()
+        for f in self.warnings:
+            if f.message in seen:
+                continue
+            seen.add(f.message)
+            n = sum(1 for g in self.warnings if g.message == f.message)
+            lines.append(f"warning ({n} run{'s' if n != 1 else ''}): {f.message}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a rule sees: the run, its trainer settings as written, TRL's resolved config (or None)."""
+
+    run: RunSpec
+    trainer: Mapping[str, Any]  # settings as written in the grid (explicit keys only)
+    config: Any  # GRPOConfig, or None when TRL rejected the settings
+    varying_keys: tuple[str, ...]
+
+    def value(self, name: str) -> Any:
+        """A trainer field: TRL's resolved value when available, else as written."""
+        if self.config is not None:
+            return getattr(self.config, name)
+        return self.trainer.get(name)
+
+
+def resolve_device(device: str, executor: ExecutorSettings) -> str:
+    """The device a run will execute on: "cpu" or "cuda".
+
+    "auto" means cuda for a SLURM executor with GPUs per node > 0, else cuda when this machine has it.
+    """
+    if device != "auto":
+        return device
+    if executor.name == "slurm":
+        return "cuda" if executor.gpus_per_node > 0 else "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, Any]:
+    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` on ``device`` ("cpu" or "cuda").
+
+    Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
+    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), checkpoints
+    from ``harness.checkpoint_steps``/``keep_checkpoints``, ``disable_tqdm=True``.
+    """
+    trainer = dict(run.config.get("trainer", {}))
+    h = HarnessSettings(**run.config.get("harness", {}))
+    kwargs: dict[str, Any] = {
+        "logging_steps": 1,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
+        "save_total_limit": h.keep_checkpoints,
+        "dataloader_num_workers": 0,
+    }
+    if h.checkpoint_steps > 0:
+        kwargs["save_steps"] = h.checkpoint_steps
+    if device == "cpu":
+        kwargs["use_cpu"] = True
+        kwargs["bf16"] = False
+    kwargs.update(trainer)
+    kwargs["output_dir"] = output_dir
+    kwargs["seed"] = run.config["seed"]
+    return kwargs
+
+
+@functools.cache
+def _grpo_config_cls():
+    from trl import GRPOConfig
+
+    return GRPOConfig
+
+
+def build_grpo_config(kwargs: Mapping[str, Any], device: str):
+    """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
+
+    On a machine without CUDA validating a CUDA run, TRL's "no bf16 on this GPU" check is told the
+    GPU is there, since the run will execute elsewhere.
+    """
+    cls = _grpo_config_cls()
+    patch: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
+    with patch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**kwargs)
+
+
+# --- the rule table -----------------------------------------------------------------------------
+
+Rule = Callable[[RunContext], list[Finding]]
+
+
+def _err(msg: str) -> list[Finding]:
+    return [Finding("error", msg)]
+
+
+def _warn(msg: str) -> list[Finding]:
+    return [Finding("warning", msg)]
+
+
+def rule_loss_type(ctx: RunContext) -> list[Finding]:
+    lt = ctx.value("loss_type")
+    if lt not in LOSS_TYPES:
+        return _err(
+            f"trainer.loss_type = {lt!r} is not a TRL loss type; use one of {', '.join(LOSS_TYPES)} "
+            "(GSPO is loss_type: grpo with importance_sampling_level: sequence)."
+        )
+    return []
+
+
+def rule_importance_sampling_level(ctx: RunContext) -> list[Finding]:
+    level = ctx.value("importance_sampling_level")
+    if level not in IMPORTANCE_SAMPLING_LEVELS:
+        return _err(
+            f"trainer.importance_sampling_level = {level!r}; use 'token' (per-token ratios) or "
+            "'sequence' (GSPO's length-normalised sequence ratio)."
+        )
+    return []
+
+
+def rule_ranges(ctx: RunContext) -> list[Finding]:
+    out: list[Finding] = []
+    checks = [
+        ("epsilon", lambda v: v is not None and v >= 0, "must be >= 0 (the lower clip is 1 - epsilon)"),
+        ("epsilon_high", lambda v: v is None or v >= 0, "must be >= 0 (or unset to equal epsilon)"),
+        ("num_iterations", lambda v: v is not None and v >= 1, "must be >= 1 (updates per generation batch)"),
+        ("beta", lambda v: v is not None and v >= 0, "must be >= 0 (KL coefficient; 0 = no reference model)"),
+        ("ref_model_mixup_alpha", lambda v: v is not None and 0 <= v <= 1, "must lie in [0, 1]"),
+        ("ref_model_sync_steps", lambda v: v is not None and v >= 1, "must be >= 1 optimizer step"),
+        ("num_generations", lambda v: v is None or v >= 2, "must be >= 2 (advantages compare a group)"),
+        ("temperature", lambda v: v is not None and v > 0, "must be > 0"),
+        ("learning_rate", lambda v: v is not None and v >= 0, "must be >= 0"),
+        ("delta", lambda v: v is None or v > 1, "must be > 1 (the upper clip of the ratio) or unset"),
+        ("max_completion_length", lambda v: v is None or v >= 1, "must be >= 1 token"),
+        ("steps_per_generation", lambda v: v is None or v >= 1, "must be >= 1"),
+    ]
+    for name, ok, why in checks:
+        v = ctx.value(name)
+        try:
+            good = ok(v)
+        except TypeError:
+            good = False
+        if not good:
+            out += _err(f"trainer.{name} = {v!r} {why}.")
+    for name in ("vespo_lambda_pos", "vespo_lambda_neg"):
+        v = ctx.value(name)
+        if v is not None and v <= 0:
+            out += _err(f"trainer.{name} = {v!r} must be > 0 (VESPO's gamma rate; TRL floors it at 1e-4).")
+    return out
+
+
+def rule_ref_sync(ctx: RunContext) -> list[Finding]:
+    out: list[Finding] = []
+    if ctx.value("sync_ref_model") and not ctx.value("beta"):
+        out += _err(
+            "trainer.sync_ref_model = true with beta = 0: with beta = 0 TRL loads no reference model, so "
+            "there is nothing to sync (the trainer raises). Set beta > 0 (e.g. 0.04) or sync_ref_model: false."
+        )
+    explicit = [k for k in REF_SYNC_KEYS if k in ctx.trainer]
+    if explicit and not ctx.value("sync_ref_model"):
+        out += _err(
+            f"trainer.{', trainer.'.join(explicit)} set without sync_ref_model: they have no effect. "
+            "Set sync_ref_model: true, or drop them."
+        )
+    return out
+
+
+def rule_vespo_params(ctx: RunContext) -> list[Finding]:
+    explicit = [k for k in VESPO_KEYS if k in ctx.trainer]
+    if explicit and ctx.value("loss_type") != "vespo":
+        return _err(
+            f"trainer.{', trainer.'.join(explicit)} set while loss_type = {ctx.value('loss_type')!r}: only "
+            "the vespo loss reads them. Put them in a sub-grid with loss_type: vespo."
+        )
+    return []
+
+
+def rule_cispo_cap(ctx: RunContext) -> list[Finding]:
+    if ctx.value("loss_type") != "cispo":
+        return []
+    cap = ctx.value("epsilon_high")
+    cap = ctx.value("epsilon") if cap is None else cap
+    if cap is not None and cap < 1:
+        return _err(
+            f"trainer.epsilon_high = {cap!r} with loss_type cispo: CISPO uses epsilon_high as an absolute cap "
+            "on the ratio (min(ratio, epsilon_high)), so a cap below 1 down-weights even on-policy tokens. "
+            "Set epsilon_high >= 1 (e.g. 5.0)."
+        )
+    return []
+
+
+def is_on_policy(ctx: RunContext) -> bool:
+    """TRL's condition for reusing the current log-probs as old ones (ratio exactly 1).
+
+    ``gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0`` and no vLLM
+    importance-sampling correction (TRL ``_generate_and_score_completions``).
+    """
+    ga = ctx.value("gradient_accumulation_steps") or 1
+    spg = ctx.value("steps_per_generation") or ga
+    mu = ctx.value("num_iterations") or 1
+    vllm_is = bool(ctx.value("use_vllm")) and bool(ctx.value("vllm_importance_sampling_correction"))
+    return ga % (spg * mu) == 0 and not vllm_is
+
+
+def rule_clip_effect(ctx: RunContext) -> list[Finding]:
+    varying = [k for k in CLIP_KEYS if k in ctx.varying_keys]
+    if not varying:
+        return []
+    names = ", ".join(k.split(".", 1)[1] for k in varying)
+    lt = ctx.value("loss_type")
+    if lt in ("sapo", "vespo"):
+        return _warn(
+            f"{names} varies, but loss_type {lt} has no hard clip and ignores it: these cells differ only in name."
+        )
+    if is_on_policy(ctx):
+        return _warn(
+            f"{names} varies in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
+            "num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
+            "exactly 1 and clipping never fires, so this axis has no effect there. Use num_iterations > 1 "
+            "or steps_per_generation > gradient_accumulation_steps."
+        )
+    return []
+
+
+def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
+    lt, level = ctx.value("loss_type"), ctx.value("importance_sampling_level")
+    if lt == "luspo" and level != "sequence":
+        return _warn("loss_type luspo with importance_sampling_level token: LUSPO's paper uses 'sequence'.")
+    if lt == "vespo" and level != "token":
+        return _warn("loss_type vespo with importance_sampling_level sequence: VESPO expects 'token'.")
+    if level == "sequence" and lt in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        return _warn(
+            f"importance_sampling_level sequence with loss_type {lt}: the loss sums per-token terms, weighting "
+            "each sequence by its length; GSPO is loss_type grpo."
+        )
+    return []
+
+
+def rule_harness(ctx: RunContext) -> list[Finding]:
+    h = ctx.run.config.get("harness", {})
+    out: list[Finding] = []
+    if h.get("device", "auto") not in DEVICES:
+        out += _err(f"harness.device = {h.get('device')!r}; use one of {', '.join(DEVICES)}.")
+    for name in ("eval_steps", "samples_steps", "samples_n", "checkpoint_steps"):
+        if name in h and h[name] < 0:
+            out += _err(f"harness.{name} = {h[name]!r} must be >= 0.")
+    for name in ("flush_every", "keep_checkpoints"):
+        if name in h and h[name] < 1:
+            out += _err(f"harness.{name} = {h[name]!r} must be >= 1.")
+    if h.get("threads") is not None and h["threads"] < 1:
+        out += _err(f"harness.threads = {h['threads']!r} must be >= 1.")
+    return out
+
+
+def rule_task_and_model(ctx: RunContext) -> list[Finding]:
+    from harness.models import check_model
+    from harness.tasks import TaskSpec
+
+    out: list[Finding] = []
+    try:
+        spec = TaskSpec(**{**ctx.run.config.get("task", {})})
+    except TypeError as e:
+        return _err(f"task: {e}.")
+    for p in _cached_check_task(spec):
+        out += _err(f"task: {p}")
+    for p in check_model(ctx.run.config.get("model", "tiny")):
+        out += _err(f"model: {p}")
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _check_task_cached(key: str) -> tuple[str, ...]:
+    import json
+
+    from harness.tasks import TaskSpec, check_task
+
+    d = json.loads(key)
+    return tuple(check_task(TaskSpec(**d)))
+
+
+def _cached_check_task(spec) -> tuple[str, ...]:
+    import dataclasses
+    import json
+
+    return _check_task_cached(json.dumps(dataclasses.asdict(spec), sort_keys=True, default=list))
+
+
+RULES: tuple[Rule, ...] = (
+    rule_loss_type,
+    rule_importance_sampling_level,
+    rule_ranges,
+    rule_ref_sync,
+    rule_vespo_params,
+    rule_cispo_cap,
+    rule_clip_effect,
+    rule_trl_warnings,
+    rule_harness,
+    rule_task_and_model,
+)
+
+
+def check_executor(executor: ExecutorSettings) -> list[Finding]:
+    """Executor settings that cannot work (unknown name, limits <= 0)."""
+    out: list[Finding] = []
+    if executor.name not in EXECUTORS:
+        out += _err(f"executor.name = {executor.name!r}; use one of {', '.join(EXECUTORS)}.")
+    if executor.timeout_min <= 0:
+        out += _err(f"executor.timeout_min = {executor.timeout_min!r} must be > 0 minutes.")
+    if executor.max_parallel is not None and executor.max_parallel < 1:
+        out += _err(f"executor.max_parallel = {executor.max_parallel!r} must be >= 1.")
+    for name in ("threads_per_run", "nodes", "tasks_per_node", "array_parallelism"):
+        if getattr(executor, name) < 1:
+            out += _err(f"executor.{name} = {getattr(executor, name)!r} must be >= 1.")
+    if executor.gpus_per_node < 0:
+        out += _err(f"executor.gpus_per_node = {executor.gpus_per_node!r} must be >= 0.")
+    return out
+
+
+def _where(run: RunSpec, keys: Sequence[str]) -> str:
+    parts = [f"{k.split('.')[-1]}={run.varying.get(k)!r}" for k in keys if k in run.varying]
+    return ", ".join(parts) or "the only run"
+
+
+def validate_run(run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[str, ...]) -> list[Finding]:
+    """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
+    device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
+    findings: list[Finding] = []
+    config = None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            config = build_grpo_config(grpo_config_kwargs(run, device, tmp), device)
+        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {msg}")
+    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys)
+    for rule in RULES:
+        try:
+            findings += rule(ctx)
+        except Exception as e:  # a rule must never hide the others
+            findings += _err(f"{rule.__name__} could not check this run: {type(e).__name__}: {e}")
+    where = _where(run, varying_keys)
+    return [Finding(f.level, f.message, run.run_id, where) for f in findings]
+
+
+def validate_plan(plan: Plan) -> Report:
+    """Validate every run of ``plan`` and its executor; never raises for a bad cell."""
+    report = Report(check_executor(plan.grid.executor))
+    for run in plan.runs:
+        report.findings += validate_run(run, plan.grid.executor, plan.varying_keys)
+    for dropped, kept in plan.duplicates:
+        report.findings.append(
+            Finding(
+                "warning",
+                f"cell ({_where(dropped, plan.varying_keys)}) is the same run as "
+                f"({_where(kept, plan.varying_keys)}), run {kept.run_id}; it runs once.",
+            )
+        )
+    return report

@@ -1,0 +1,142 @@
+"""Sequence-level importance ratios of completions, and their per-step statistics.
+
+For completion i with per-token log-probs ``logp_theta`` (current policy, inside the loss) and
+``logp_old`` (the policy that generated it, TRL's ``old_per_token_logps``) and mask ``m``:
+
+* ``log w_seq_i = sum_t m_it (logp_theta_it - logp_old_it)``: the log of the product of token ratios,
+  the sequence weight VESPO's gamma function takes (VESPO, Eq. for w(y); TRL ``get_gamma_weights``).
+* ``log s_seq_i = log w_seq_i / sum_t m_it``: the length-normalised (geometric-mean) ratio that GSPO
+  clips (GSPO, Zheng et al. 2025, Eq. 7; TRL ``importance_sampling_level="sequence"``).
+
+TRL computes ``old_per_token_logps`` only when
+``gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0`` (or with vLLM's
+importance-sampling correction); otherwise it uses the detached current log-probs, and both ratios
+are exactly 1. Everything here is float64 and unclamped: a ratio beyond float range is ``inf`` and
+is counted, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from harness.layout import LOG_WSEQ_PREFIX, SSEQ_PREFIX, WSEQ_PREFIX
+
+#: Columns produced by :func:`wseq_stats`, in order.
+WSEQ_COLUMNS: tuple[str, ...] = (
+    *(
+        WSEQ_PREFIX + k
+        for k in (
+            "mean",
+            "std",
+            "min",
+            "max",
+            "p05",
+            "p50",
+            "p95",
+            "mean_adv_pos",
+            "mean_adv_neg",
+            "n_adv_pos",
+            "n_adv_neg",
+            "n",
+            "n_inf",
+            "n_masked",
+        )
+    ),
+    LOG_WSEQ_PREFIX + "mean",
+    LOG_WSEQ_PREFIX + "min",
+    LOG_WSEQ_PREFIX + "max",
+    SSEQ_PREFIX + "mean",
+    SSEQ_PREFIX + "min",
+    SSEQ_PREFIX + "max",
+)
+
+
+@torch.no_grad()
+def sequence_log_ratios(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-completion ``log w_seq`` and ``log s_seq`` in float64.
+
+    Args:
+        per_token_logps: (B, T) log-probs of the completion tokens under the current policy.
+        old_per_token_logps: (B, T) log-probs under the generating policy, or None when TRL did not
+            compute them (the on-policy case: the ratio is then exactly 1).
+        mask: (B, T) 1 for completion tokens in the loss, 0 for padding (and tool tokens).
+
+    Returns:
+        ``(log_w, log_s, valid)``, each (B,): ``log_w`` = masked sum of token log-ratios,
+        ``log_s`` = ``log_w`` / number of masked tokens, ``valid`` = the row has at least one token.
+        Rows without tokens get 0 in both and ``valid`` False.
+    """
+    m = mask.to(torch.float64)
+    n_tokens = m.sum(-1)
+    valid = n_tokens > 0
+    if old_per_token_logps is None:
+        zeros = torch.zeros(mask.shape[0], dtype=torch.float64, device=mask.device)
+        return zeros, zeros.clone(), valid
+    diff = per_token_logps.detach().to(torch.float64) - old_per_token_logps.detach().to(torch.float64)
+    # Padding positions can hold anything (even inf - inf); zero them rather than multiply.
+    log_w = torch.where(m > 0, diff, torch.zeros_like(diff)).sum(-1)
+    log_s = log_w / n_tokens.clamp(min=1.0)
+    return log_w, log_s, valid
+
+
+def wseq_stats(log_w: np.ndarray, log_s: np.ndarray, advantages: np.ndarray, n_masked: int = 0) -> dict:
+    """Statistics of ``w_seq`` over all completions of one optimizer step.
+
+    Args:
+        log_w: (N,) ``log w_seq`` of every unmasked completion of the step (all micro-batches, all ranks).
+        log_s: (N,) ``log s_seq`` (length-normalised) of the same completions.
+        advantages: (N,) their advantages; ``>= 0`` counts as positive (VESPO's split).
+        n_masked: completions excluded because they had no token in the loss.
+
+    Returns:
+        A dict keyed by :data:`WSEQ_COLUMNS`. ``w_seq = exp(log_w)`` in float64 without clamping;
+        ``w_seq/n_inf`` counts overflow to ``inf``. Mean and std (population, ddof=0) are over
+        ``w_seq``; quantiles are linear-interpolated quantiles of ``log w_seq`` exponentiated (they
+        equal ``w_seq`` at data points and stay defined when some ratios are ``inf``). Means over an
+        empty set are NaN, counts 0.
+    """
+    log_w = np.asarray(log_w, dtype=np.float64)
+    log_s = np.asarray(log_s, dtype=np.float64)
+    adv = np.asarray(advantages, dtype=np.float64)
+    n = int(log_w.size)
+    out = dict.fromkeys(WSEQ_COLUMNS, math.nan)
+    out[WSEQ_PREFIX + "n"] = float(n)
+    out[WSEQ_PREFIX + "n_masked"] = float(n_masked)
+    pos = adv >= 0
+    out[WSEQ_PREFIX + "n_adv_pos"] = float(pos.sum())
+    out[WSEQ_PREFIX + "n_adv_neg"] = float((~pos).sum())
+    if n == 0:
+        out[WSEQ_PREFIX + "n_inf"] = 0.0
+        return out
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.exp(log_w)
+        s = np.exp(log_s)
+        q05, q50, q95 = np.exp(np.quantile(log_w, [0.05, 0.5, 0.95]))
+        out.update(
+            {
+                WSEQ_PREFIX + "mean": float(w.mean()),
+                WSEQ_PREFIX + "std": float(w.std()),
+                WSEQ_PREFIX + "min": float(w.min()),
+                WSEQ_PREFIX + "max": float(w.max()),
+                WSEQ_PREFIX + "p05": float(q05),
+                WSEQ_PREFIX + "p50": float(q50),
+                WSEQ_PREFIX + "p95": float(q95),
+                WSEQ_PREFIX + "n_inf": float(np.isinf(w).sum()),
+                WSEQ_PREFIX + "mean_adv_pos": float(w[pos].mean()) if pos.any() else math.nan,
+                WSEQ_PREFIX + "mean_adv_neg": float(w[~pos].mean()) if (~pos).any() else math.nan,
+                LOG_WSEQ_PREFIX + "mean": float(log_w.mean()),
+                LOG_WSEQ_PREFIX + "min": float(log_w.min()),
+                LOG_WSEQ_PREFIX + "max": float(log_w.max()),
+                SSEQ_PREFIX + "mean": float(s.mean()),
+                SSEQ_PREFIX + "min": float(s.min()),
+                SSEQ_PREFIX + "max": float(s.max()),
+            }
+        )
+    return out
