@@ -80,13 +80,14 @@ def cells(grid: GridSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every cell as ``(subgrid name, {dotted key: value})``, before deduplication.
 
     Cells = union over sub-grids (a single empty one when the grid has none) of
-    sub-grid settings x sub-grid axes x top-level axes.
+    top-level axes x sub-grid axes, where a sub-grid's fixed settings and axes take precedence over
+    the top-level axes on a shared key (the sub-grid is the more specific statement).
     """
     subgrids = grid.subgrids or (SubGrid(""),)
     for sub in subgrids:
         for top in _axes_cells(grid.axes, grid.zips):
             for inner in _axes_cells(sub.axes, sub.zips):
-                yield sub.name, {**dict(sub.settings), **top, **inner}
+                yield sub.name, {**top, **dict(sub.settings), **inner}
 
 
 def resolve(base: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:

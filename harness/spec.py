@@ -522,13 +522,9 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
                 _zip_list(sub.get("zip"), f"{where}.zip", problems),
             )
         )
-    executor = ExecutorSettings()
-    try:
-        executor = ExecutorSettings(**(config.get("executor") or {}))
-    except TypeError:
-        pass  # unknown executor keys were reported by _check_section_keys
     if problems:
         raise SpecError(problems, path)
+    executor = ExecutorSettings(**(config.get("executor") or {}))
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
     base.pop("executor", None)
     return GridSpec(

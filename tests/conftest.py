@@ -1,0 +1,62 @@
+"""Shared fixtures: a tiny model built once per session, and fast settings for end-to-end runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Fast settings for end-to-end runs: a barely warm-started tiny model and a few short steps.
+FAST_TINY = {"sft_steps": 30, "sft_examples": 512}
+FAST_OVERRIDES = [f"-o tiny.{k}={v}" for k, v in FAST_TINY.items()]
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> Path:
+    """One model cache for the whole session; CLI subprocesses find it through the environment."""
+    path = tmp_path_factory.mktemp("model-cache")
+    os.environ["GRPO_HARNESS_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def chain_sum_task():
+    from harness.tasks import TaskSpec
+
+    return TaskSpec(
+        name="chain_sum",
+        kwargs={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        train_size=256,
+        eval_size=200,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(model_cache, chain_sum_task) -> str:
+    """Path of a tiny model with a short warm start (built once, cached for the session)."""
+    from harness.models import TinyModelSpec, tiny_model_path
+
+    return str(tiny_model_path(TinyModelSpec(**FAST_TINY), chain_sum_task, model_cache))
+
+
+def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 900):
+    """Run ``python -m harness ARGS`` in a subprocess; returns the CompletedProcess."""
+    import subprocess
+
+    env = dict(os.environ)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+        )
+    return proc

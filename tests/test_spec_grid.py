@@ -1,0 +1,164 @@
+"""Grid files: keys, types, overrides, include, the grid language, run ids."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.grid import expand, run_id_of
+from harness.spec import SpecError, load_grid
+
+BASE = {
+    "name": "g",
+    "task": {"name": "chain_sum", "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1}},
+    "trainer": {"max_steps": 3, "per_device_train_batch_size": 8, "num_generations": 4},
+}
+
+
+def write(tmp_path: Path, data: dict, name: str = "g.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def problems(path, *overrides) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        load_grid(path, list(overrides))
+    assert str(path) in str(e.value)
+    return e.value.problems
+
+
+def test_misspelt_trainer_key_names_key_and_suggests(tmp_path):
+    p = write(tmp_path, {**BASE, "trainer": {**BASE["trainer"], "learning_rat": 1e-3}})
+    (msg,) = problems(p)
+    assert "trainer.learning_rat" in msg and "'learning_rate'" in msg
+
+
+def test_unknown_top_level_key_lists_valid(tmp_path):
+    (msg,) = problems(write(tmp_path, {**BASE, "trainr": {}}))
+    assert "'trainr'" in msg and "'trainer'" in msg and "Valid:" in msg
+
+
+def test_all_problems_listed_at_once(tmp_path):
+    data = {**BASE, "tiny": {"sft_stepz": 3}, "harness": {"eval_step": 1}, "grid": {"seed": 3}}
+    msgs = problems(write(tmp_path, data))
+    assert len(msgs) == 3
+    assert any("tiny.sft_stepz" in m for m in msgs)
+    assert any("harness.eval_step" in m and "eval_steps" in m for m in msgs)
+    assert any("grid.seed" in m and "non-empty list" in m for m in msgs)
+
+
+def test_wrong_type(tmp_path):
+    (msg,) = problems(write(tmp_path, {**BASE, "trainer": {"num_iterations": "two"}}))
+    assert "trainer.num_iterations = 'two'" in msg and "int" in msg
+
+
+def test_override_type_checked_and_unknown(tmp_path):
+    p = write(tmp_path, BASE)
+    (msg,) = problems(p, "trainer.max_steps=lots")
+    assert "trainer.max_steps = 'lots'" in msg
+    (msg,) = problems(p, "trainer.max_stepz=3")
+    assert "max_steps" in msg
+    (msg,) = problems(p, "max_steps")
+    assert "key=value" in msg
+
+
+def test_override_applies_and_bare_field_name(tmp_path):
+    g = load_grid(write(tmp_path, BASE), ["trainer.max_steps=50", "loss_type=vespo", "model=/some/path"])
+    assert g.base["trainer"]["max_steps"] == 50
+    assert g.base["trainer"]["loss_type"] == "vespo"
+    assert g.base["model"] == "/some/path"
+
+
+def test_override_of_axis_replaces_it(tmp_path):
+    p = write(tmp_path, {**BASE, "grid": {"seed": [0, 1, 2], "loss_type": ["grpo", "dapo"]}})
+    assert len(expand(load_grid(p)).runs) == 6
+    plan = expand(load_grid(p, ["seed=7"]))
+    assert len(plan.runs) == 2 and {r.config["seed"] for r in plan.runs} == {7}
+    plan = expand(load_grid(p, ["grid.seed=[4, 5]"]))
+    assert len(plan.runs) == 4 and {r.config["seed"] for r in plan.runs} == {4, 5}
+
+
+def test_include_merges_base(tmp_path):
+    write(tmp_path, BASE, "base.yaml")
+    p = write(tmp_path, {"include": "base.yaml", "name": "child", "trainer": {"max_steps": 9}})
+    g = load_grid(p)
+    assert g.name == "child"
+    assert g.base["trainer"] == {**BASE["trainer"], "max_steps": 9}
+    assert g.base["task"]["name"] == "chain_sum"
+
+
+def test_include_cycle(tmp_path):
+    write(tmp_path, {"include": "b.yaml"}, "a.yaml")
+    write(tmp_path, {"include": "a.yaml"}, "b.yaml")
+    (msg,) = problems(tmp_path / "a.yaml")
+    assert "include cycle" in msg
+
+
+def test_product_zip_subgrids(tmp_path):
+    data = {
+        **BASE,
+        "grid": {"seed": [0, 1]},
+        "zip": [{"loss_type": ["grpo", "dapo"], "epsilon_high": [0.2, 0.28]}],
+        "subgrids": {
+            "clipped": {},
+            "vespo": {"set": {"loss_type": "vespo"}, "grid": {"vespo_k_pos": [1.0, 2.0]}},
+        },
+    }
+    plan = expand(load_grid(write(tmp_path, data)))
+    # clipped: 2 seeds x 2 zipped pairs; vespo: 2 seeds x 2 epsilon_high x 2 k (its set wins on loss_type)
+    assert len(plan.runs) == 4 + 8 and not plan.duplicates
+    clipped = {
+        (r.get("trainer.loss_type"), r.get("trainer.epsilon_high"))
+        for r in plan.runs
+        if r.subgrid == "clipped"
+    }
+    assert clipped == {("grpo", 0.2), ("dapo", 0.28)}
+    vespo = [r for r in plan.runs if r.subgrid == "vespo"]
+    assert {r.get("trainer.loss_type") for r in vespo} == {"vespo"}
+    assert {r.get("trainer.vespo_k_pos") for r in vespo} == {1.0, 2.0}
+
+
+def test_subgrid_settings_and_dedup(tmp_path):
+    data = {
+        **BASE,
+        "grid": {"seed": [0, 1]},
+        "subgrids": {
+            "a": {"set": {"loss_type": "grpo"}},
+            "b": {"grid": {"loss_type": ["grpo", "vespo"]}},
+        },
+    }
+    plan = expand(load_grid(write(tmp_path, data)))
+    # a gives grpo x 2 seeds; b gives grpo/vespo x 2 seeds; the grpo cells of b duplicate a's.
+    assert len(plan.runs) == 4
+    assert len(plan.duplicates) == 2
+    assert {r.get("trainer.loss_type") for r in plan.runs} == {"grpo", "vespo"}
+    assert set(plan.varying_keys) == {"seed", "trainer.loss_type"}
+
+
+def test_zip_lengths_must_match(tmp_path):
+    data = {**BASE, "zip": [{"loss_type": ["grpo", "dapo"], "epsilon_high": [0.2]}]}
+    (msg,) = problems(write(tmp_path, data))
+    assert "equal lengths" in msg
+
+
+def test_run_id_stable_and_sensitive(tmp_path):
+    p = write(tmp_path, {**BASE, "grid": {"seed": [0, 1]}})
+    ids1 = [r.run_id for r in expand(load_grid(p)).runs]
+    # key order in the file does not matter
+    data = {**BASE, "grid": {"seed": [0, 1]}}
+    data["trainer"] = dict(reversed(list(data["trainer"].items())))
+    ids2 = [r.run_id for r in expand(load_grid(write(tmp_path, data, "h.yaml"))).runs]
+    assert ids1 == ids2 and len(set(ids1)) == 2
+    ids3 = [r.run_id for r in expand(load_grid(p, ["trainer.max_steps=4"])).runs]
+    assert not set(ids1) & set(ids3)
+    # pinned: a change to the hashing would silently orphan every existing result folder
+    assert run_id_of({"seed": 0, "trainer": {"loss_type": "grpo"}}) == run_id_of(
+        {"trainer": {"loss_type": "grpo"}, "seed": 0}
+    )
+    assert run_id_of({"a": 1}) == "015abd7f5c"
+
+
+def test_seed_drives_trainer_seed(tmp_path):
+    plan = expand(load_grid(write(tmp_path, {**BASE, "grid": {"seed": [3]}})))
+    assert plan.runs[0].config["trainer"]["seed"] == 3

@@ -1,0 +1,129 @@
+"""Whole-grid validation: each rule with its message; a bad grid writes nothing."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.grid import expand
+from harness.spec import load_grid
+from harness.validate import validate_plan
+
+from conftest import cli
+
+BASE = {
+    "name": "bad",
+    "task": {"name": "chain_sum", "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1}},
+    "harness": {"device": "cpu"},
+    "trainer": {"max_steps": 3, "per_device_train_batch_size": 8, "num_generations": 4, "loss_type": "grpo"},
+}
+
+
+def report_for(tmp_path: Path, trainer=None, **top):
+    data = {**BASE, **top, "trainer": {**BASE["trainer"], **(trainer or {})}}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return validate_plan(expand(load_grid(path)))
+
+
+CATALOGUE = [
+    ({"loss_type": "nope"}, "trainer.loss_type = 'nope' is not a TRL loss type"),
+    ({"importance_sampling_level": "tokens"}, "importance_sampling_level = 'tokens'"),
+    ({"epsilon": -1.0}, "trainer.epsilon = -1.0 must be >= 0"),
+    ({"num_iterations": 0}, "trainer.num_iterations = 0 must be >= 1"),
+    (
+        {"beta": 0.1, "sync_ref_model": True, "ref_model_mixup_alpha": 5.0},
+        "ref_model_mixup_alpha = 5.0 must lie in [0, 1]",
+    ),
+    ({"sync_ref_model": True}, "sync_ref_model = true with beta = 0"),
+    ({"beta": 0.1, "ref_model_sync_steps": 10}, "set without sync_ref_model"),
+    ({"vespo_k_pos": 3.0}, "only the vespo loss reads them"),
+    ({"loss_type": "cispo", "epsilon_high": 0.28}, "absolute cap"),
+    ({"num_generations": 3}, "must be divisible by num_generations"),
+    ({"num_generations": 1, "per_device_train_batch_size": 1}, "num_generations"),
+    ({"temperature": 0.0}, "trainer.temperature = 0.0 must be > 0"),
+]
+
+
+@pytest.mark.parametrize(("trainer", "expected"), CATALOGUE, ids=[c[1][:40] for c in CATALOGUE])
+def test_rule_catalogue(tmp_path, trainer, expected):
+    report = report_for(tmp_path, trainer)
+    assert not report.ok
+    text = report.format("g.yaml")
+    assert expected in text, text
+
+
+def test_trl_rejection_carries_trls_message(tmp_path):
+    report = report_for(tmp_path, {"num_generations": 3})
+    (err,) = [e for e in report.errors if "GRPOConfig" in e.message]
+    assert "TRL's GRPOConfig rejects" in err.message and "divisible" in err.message
+
+
+def test_unknown_task_and_bad_task_kwargs(tmp_path):
+    report = report_for(tmp_path, task={"name": "chain_summ"})
+    assert "chain_sum" in report.format()
+    report = report_for(tmp_path, task={"name": "chain_sum", "kwargs": {"max_digitz": 2}})
+    assert not report.ok and "max_digitz" in report.format()
+
+
+def test_missing_local_model(tmp_path):
+    report = report_for(tmp_path, model="./no/such/model")
+    assert not report.ok and "does not exist" in report.format()
+
+
+def test_executor_settings(tmp_path):
+    report = report_for(tmp_path, executor={"name": "cloud", "timeout_min": 0})
+    text = report.format()
+    assert "executor.name = 'cloud'" in text and "executor.timeout_min = 0" in text
+
+
+def test_every_bad_cell_reported_with_its_values(tmp_path):
+    report = report_for(tmp_path, grid={"loss_type": ["grpo", "nope", "nada"], "seed": [0, 1]})
+    bad = [e for e in report.errors if "not a TRL loss type" in e.message]
+    assert len(bad) == 4
+    assert {e.where for e in bad} == {
+        f"loss_type={lt!r}, seed={s}" for lt in ("nope", "nada") for s in (0, 1)
+    }
+
+
+def test_clip_axis_without_effect_is_a_warning(tmp_path):
+    report = report_for(tmp_path, grid={"epsilon": [0.1, 0.2]})
+    assert report.ok
+    assert any("no effect" in w.message for w in report.warnings)
+    # GA=4, spg=2, mu=2: every generation batch is used up within one optimizer step -> still on-policy
+    trainer = {
+        "gradient_accumulation_steps": 4,
+        "steps_per_generation": 2,
+        "num_iterations": 2,
+        "per_device_train_batch_size": 4,
+    }
+    report = report_for(tmp_path, trainer, grid={"epsilon": [0.1, 0.2]})
+    assert any("no effect" in w.message for w in report.warnings)
+    report = report_for(tmp_path, {"num_iterations": 2}, grid={"epsilon": [0.1, 0.2]})
+    assert report.ok and not any("no effect" in w.message for w in report.warnings)
+
+
+def test_gpu_grid_validates_on_cpu_host(tmp_path):
+    report = report_for(tmp_path, {"bf16": True}, harness={"device": "cuda"})
+    assert report.ok, report.format()
+    # the same settings for a CPU run keep bf16 (TRL accepts it with use_cpu) but the harness defaults it off
+    report = report_for(tmp_path, harness={"device": "cpu"})
+    assert report.ok
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.learning_rat=0.1", "learning_rate"),
+        ("loss_type=nope", "not a TRL loss type"),
+        ("trainer.num_generations=3", "divisible"),
+        ("task.name=no_such_task", "no_such_task"),
+    ],
+)
+def test_cli_bad_input_writes_nothing(tmp_path, override, expected):
+    results = tmp_path / "results"
+    proc = cli("run", "ablations/smoke.yaml", "--results", str(results), "-o", override, check=False)
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not results.exists()
