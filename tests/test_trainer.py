@@ -1,0 +1,150 @@
+"""The w_seq-recording trainer on a real tiny model: on/off-policy ratios, pooling, no extra forwards."""
+
+import math
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness import layout
+from harness.grid import RunSpec, run_id_of
+from harness.run import run
+
+
+def make_spec(tiny_model, chain_sum_task, **trainer):
+    config = {
+        "seed": 0,
+        "model": tiny_model,
+        "task": {"name": chain_sum_task.name, "kwargs": dict(chain_sum_task.kwargs), "train_size": 256},
+        "harness": {"device": "cpu", "eval_steps": 0, "samples_steps": 0},
+        "trainer": {
+            "max_steps": 4,
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 6,
+            "learning_rate": 1e-3,
+            "loss_type": "grpo",
+            **trainer,
+        },
+    }
+    config["trainer"]["seed"] = 0
+    return RunSpec(run_id=run_id_of(config), grid="t", config=config, varying={})
+
+
+def metrics_of(tmp_path, spec):
+    rdir = tmp_path / spec.run_id
+    run(spec, rdir)
+    return pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+
+
+@pytest.mark.parametrize(
+    "trainer",
+    [
+        {},  # num_iterations = 1, GA = 1
+        {"gradient_accumulation_steps": 4, "steps_per_generation": 2, "num_iterations": 2},
+    ],
+    ids=["mu1", "ga4-spg2-mu2"],
+)
+def test_on_policy_ratio_exactly_one(tmp_path, tiny_model, chain_sum_task, trainer):
+    df = metrics_of(tmp_path, make_spec(tiny_model, chain_sum_task, **trainer))
+    assert list(df["step"]) == [1, 2, 3, 4]
+    for col in ("w_seq/min", "w_seq/max", "w_seq/mean", "w_seq/p05", "w_seq/p95", "s_seq/min", "s_seq/max"):
+        assert (df[col] == 1.0).all(), col
+    assert (df["log_w_seq/max"] == 0.0).all()
+    for col in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+        assert (df[col] == 0.0).all(), col
+    ga = trainer.get("gradient_accumulation_steps", 1)
+    # pooled over every micro-batch of the step, not averaged per micro-batch
+    assert (df["w_seq/n"] + df["w_seq/n_masked"] == 8 * ga).all()
+
+
+def test_off_policy_ratio_moves_and_clips(tmp_path, tiny_model, chain_sum_task):
+    df = metrics_of(tmp_path, make_spec(tiny_model, chain_sum_task, num_iterations=2, epsilon=0.05))
+    first_pass, second_pass = df[df["step"] % 2 == 1], df[df["step"] % 2 == 0]
+    # the first pass over a generation batch is on-policy; the second uses the updated policy
+    assert (first_pass["w_seq/max"] == 1.0).all() and (first_pass["w_seq/min"] == 1.0).all()
+    assert (second_pass["w_seq/max"] > 1.0).any() or (second_pass["w_seq/min"] < 1.0).any()
+    assert (second_pass["clip_ratio/region_mean"] > 0).any()
+    assert (df["tokens/generated"][second_pass.index] == 0).all()
+    assert (df["tokens/trained"] > 0).all()
+
+
+def test_same_run_same_metrics(tmp_path, tiny_model, chain_sum_task):
+    spec = make_spec(tiny_model, chain_sum_task, num_iterations=2, max_steps=3)
+    a = metrics_of(tmp_path / "a", spec)
+    b = metrics_of(tmp_path / "b", spec)
+    for col in ("loss", "reward", "w_seq/mean", "log_w_seq/mean", "entropy", "grad_norm"):
+        assert a[col].equals(b[col]), col
+
+
+def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
+    """Model forwards per step are the same for TRL's trainer and the harness's."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from harness.tasks import TaskSpec, build_task
+    from harness.trainer import HarnessGRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    task = build_task(TaskSpec(**{**chain_sum_task.__dict__, "train_size": 64}), seed=0, tokenizer=tok)
+    counts = {}
+    for cls in (GRPOTrainer, HarnessGRPOTrainer):
+        args = GRPOConfig(
+            output_dir=str(tmp_path / cls.__name__),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            max_steps=2,
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=6,
+            num_iterations=2,
+            gradient_accumulation_steps=2,
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=0,
+        )
+        trainer = cls(
+            model=tiny_model,
+            reward_funcs=task.reward_funcs,
+            args=args,
+            train_dataset=task.train_dataset,
+            processing_class=tok,
+        )
+        n = {"calls": 0}
+        trainer.model.register_forward_hook(lambda *a, n=n: n.__setitem__("calls", n["calls"] + 1))
+        trainer.train()
+        counts[cls.__name__] = n["calls"]
+    assert counts["GRPOTrainer"] > 0
+    assert counts["HarnessGRPOTrainer"] == counts["GRPOTrainer"]
+
+
+def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkeypatch):
+    """A non-finite loss stops the run with a DIVERGED marker naming the step, and no DONE."""
+    from harness import run as run_mod
+
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=6)
+    orig = run_mod._make_callback
+
+    def poisoned(**kw):
+        cb = orig(**kw)
+        real = cb.on_log
+
+        def on_log(args, state, control, logs=None, **k):
+            if logs and "loss" in logs and state.global_step == 3:
+                logs = {**logs, "loss": math.nan}
+            return real(args, state, control, logs=logs, **k)
+
+        cb.on_log = on_log
+        return cb
+
+    monkeypatch.setattr(run_mod, "_make_callback", poisoned)
+    rdir = tmp_path / spec.run_id
+    with pytest.raises(run_mod.RunDiverged, match="step 3"):
+        run(spec, rdir)
+    assert not (rdir / layout.DONE_FILE).exists()
+    import json
+
+    assert json.loads((rdir / layout.DIVERGED_FILE).read_text())["step"] == 3
+    df = pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert df["step"].max() == 3
