@@ -64,21 +64,22 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
     Missing values become nulls; non-finite floats are kept (NaN, inf), since a diverging run's
     last row is evidence.
     """
-    names: list[str] = []
+    names: dict[str, None] = {}
     for row in rows:
-        for k in row:
-            if k not in names:
-                names.append(k)
-    columns = {}
+        names.update(dict.fromkeys(row))
+    fields = []
     for name in names:
-        values = [row.get(name) for row in rows]
         if name == layout.RUN_ID:
-            columns[name] = pa.array([None if v is None else str(v) for v in values], pa.string())
+            fields.append(pa.field(name, pa.string()))
         elif name == layout.STEP:
-            columns[name] = pa.array([None if v is None else int(v) for v in values], pa.int64())
+            fields.append(pa.field(name, pa.int64()))
         else:
-            columns[name] = pa.array([None if v is None else float(v) for v in values], pa.float64())
-    return pa.table(columns)
+            fields.append(pa.field(name, pa.float64()))
+    clean = [
+        {k: (float(v) if k not in (layout.RUN_ID, layout.STEP) and v is not None else v) for k, v in row.items()}
+        for row in rows
+    ]
+    return pa.Table.from_pylist(clean, schema=pa.schema(fields))
 
 
 def read_metrics(run_dir: str | Path) -> pa.Table | None:

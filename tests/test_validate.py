@@ -4,12 +4,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import cli
 
 from harness.grid import expand
 from harness.spec import load_grid
 from harness.validate import validate_plan
-
-from conftest import cli
 
 BASE = {
     "name": "bad",
