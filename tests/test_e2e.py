@@ -1,0 +1,81 @@
+"""End to end through the CLI: a 2-run grid with the local executor, and the smoke grid itself."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import FAST_TINY, cli
+
+from harness import layout
+from harness.wseq import WSEQ_COLUMNS
+
+FAST = [f"-otiny.{k}={v}" for k, v in FAST_TINY.items()] + ["-otask.train_size=256"]
+
+
+def run_dirs(grid_dir):
+    return sorted((grid_dir / layout.RUNS_DIR).iterdir())
+
+
+@pytest.mark.slow
+def test_two_run_grid_through_cli(tmp_path, model_cache):
+    results = tmp_path / "results"
+    args = [
+        "ablations/smoke.yaml",
+        "--results",
+        str(results),
+        *FAST,
+        "-ogrid.seed=[0]",
+        "-ogrid.loss_type=[grpo, vespo]",
+        "-otrainer.max_steps=4",
+        "-oharness.eval_steps=2",
+        "-oharness.samples_steps=2",
+    ]
+    proc = cli("run", *args)
+    grid_dir = results / "smoke"
+    assert f"results in {grid_dir}" in proc.stdout
+    dirs = run_dirs(grid_dir)
+    assert len(dirs) == 2
+    grid = json.loads((grid_dir / layout.GRID_FILE).read_text())
+    assert sorted(grid["run_ids"]) == [d.name for d in dirs]
+    for d in dirs:
+        assert (d / layout.DONE_FILE).exists()
+        assert list((d / layout.METRICS_DIR).iterdir()) == [d / layout.METRICS_DIR / layout.COMPACT_FILE]
+        df = pq.read_table(d / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+        assert list(df["step"]) == [1, 2, 3, 4]
+        assert set(WSEQ_COLUMNS) <= set(df.columns)
+        assert df["eval/accuracy"].notna().sum() == 2  # steps 2 and 4
+        assert df["w_seq/max"].max() != 1.0 or df["w_seq/min"].min() != 1.0  # num_iterations = 2
+        config = json.loads((d / layout.CONFIG_FILE).read_text())
+        assert config["run_id"] == d.name and config["config"]["trainer"]["num_iterations"] == 2
+        prov = json.loads((d / layout.PROVENANCE_FILE).read_text())
+        assert prov["trl"] and prov["torch"] and prov["device"] == "cpu"
+        samples = [json.loads(x) for x in (d / layout.SAMPLES_FILE).read_text().splitlines()]
+        assert {s["step"] for s in samples} == {2, 4} and "completion" in samples[0]
+        assert list((d / layout.LOGS_DIR).rglob("*.err"))  # submitit's per-job log
+    report = grid_dir / layout.REPORT_DIR
+    assert (report / "index.md").exists()
+    assert list(report.glob("*.png")) and list(report.glob("*.pdf"))
+    assert list(report.glob("*timing*.md")) and list(report.glob("*timing*.csv"))
+
+    # re-running skips finished runs
+    proc = cli("run", *args, "--no-report")
+    assert "2 run(s) already done, skipped" in proc.stdout
+    assert "0/0 run(s) finished" in proc.stdout
+
+
+@pytest.mark.slow
+def test_smoke_grid_at_reduced_steps(tmp_path, model_cache):
+    """The README's main command, with fewer steps and a shorter warm start."""
+    results = tmp_path / "results"
+    proc = cli("run", "ablations/smoke.yaml", "--results", str(results), *FAST, "-otrainer.max_steps=4")
+    dirs = run_dirs(results / "smoke")
+    assert len(dirs) == 9
+    loss_types = set()
+    for d in dirs:
+        assert (d / layout.DONE_FILE).exists(), d
+        df = pq.read_table(d / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+        assert list(df["step"]) == [1, 2, 3, 4]
+        loss_types.add(json.loads((d / layout.CONFIG_FILE).read_text())["config"]["trainer"]["loss_type"])
+    assert loss_types == {"grpo", "dapo", "vespo"}
+    assert "9/9 run(s) finished" in proc.stdout
+    assert (results / "smoke" / layout.REPORT_DIR / "index.md").exists()
