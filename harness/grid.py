@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.spec import Axis, GridSpec, SubGrid, deep_merge, get_dotted, set_dotted
+from harness.spec import EPOCH, Axis, GridSpec, SubGrid, deep_merge, get_dotted, set_dotted
 
 RUN_ID_LENGTH = 10
 
@@ -90,8 +90,32 @@ def cells(grid: GridSpec) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield sub.name, {**top, **dict(sub.settings), **inner}
 
 
-def resolve(base: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
-    """The base settings with a cell's dotted values set; ``seed`` also becomes ``trainer.seed``."""
+def steps_per_epoch(trainer: Mapping[str, Any], train_size: int, num_processes: int = 1) -> int:
+    """Optimizer steps in one pass over the training prompts, under TRL's batching and repeats.
+
+    One optimizer step trains on ``per_device_train_batch_size * num_processes *
+    gradient_accumulation_steps`` completions, i.e. that many / ``num_generations`` prompts, and TRL's
+    ``RepeatSampler`` shows every generation batch ``num_iterations`` times (``steps_per_generation``
+    changes when prompts are generated, not how many steps a pass takes). So::
+
+        steps = train_size * num_generations * num_iterations
+                / (per_device_train_batch_size * num_processes * gradient_accumulation_steps)
+
+    rounded to the nearest step, at least 1. Defaults are TRL's (8, 1, 1, 8).
+    """
+    g = trainer.get("num_generations") or 8
+    mu = trainer.get("num_iterations") or 1
+    bs = trainer.get("per_device_train_batch_size") or 8
+    ga = trainer.get("gradient_accumulation_steps") or 1
+    return max(1, round(train_size * g * mu / (bs * num_processes * ga)))
+
+
+def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int = 1) -> dict[str, Any]:
+    """The base settings with a cell's dotted values set; ``seed`` also becomes ``trainer.seed``.
+
+    ``trainer.ref_model_sync_steps: epoch`` is resolved to :func:`steps_per_epoch` and the choice is
+    recorded as ``harness.ref_model_sync_every = "epoch"``.
+    """
     config = deep_merge(base, {})
     for key, value in cell.items():
         set_dotted(config, key, value)
@@ -100,6 +124,14 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
     for section in ("task", "tiny", "trainer", "harness"):
         config.setdefault(section, {})
     config["trainer"]["seed"] = config["seed"]
+    if config["trainer"].get("ref_model_sync_steps") == EPOCH:
+        from harness.tasks import TaskSpec
+
+        train_size = config["task"].get("train_size", TaskSpec.__dataclass_fields__["train_size"].default)
+        config["trainer"]["ref_model_sync_steps"] = steps_per_epoch(
+            config["trainer"], train_size, num_processes
+        )
+        config["harness"]["ref_model_sync_every"] = EPOCH
     if config["model"] != "tiny":
         config.pop("tiny")
     return config
@@ -115,8 +147,9 @@ def expand(grid: GridSpec) -> Plan:
     dups: list[tuple[RunSpec, RunSpec]] = []
     seen: dict[str, RunSpec] = {}
     raw: list[tuple[str, dict, dict]] = []
+    nproc = grid.executor.nodes * grid.executor.tasks_per_node
     for sub, cell in cells(grid):
-        raw.append((sub, cell, resolve(grid.base, cell)))
+        raw.append((sub, cell, resolve(grid.base, cell, nproc)))
     keys: list[str] = []
     for _, cell, _ in raw:
         for k in cell:

@@ -60,6 +60,9 @@ TOP_LEVEL_KEYS = (
 SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
 SCALAR_SETTINGS = ("seed", "model")
 EXECUTORS = ("local", "debug", "slurm")
+#: ``trainer.ref_model_sync_steps: epoch`` syncs the reference model once per pass over the training
+#: prompts; :func:`harness.grid.steps_per_epoch` turns it into optimizer steps.
+EPOCH = "epoch"
 
 
 class SpecError(ValueError):
@@ -92,6 +95,8 @@ class HarnessSettings:
         device: "cpu", "cuda" or "auto" (cuda when the executing machine has it); decides
             ``use_cpu`` and the ``bf16`` default used to validate and run.
         threads: torch threads per process; None = the executor's ``threads_per_run``.
+        ref_model_sync_every: set by the harness to "epoch" when ``trainer.ref_model_sync_steps: epoch``
+            was resolved to a step count (recorded in the run config; not for writing by hand).
     """
 
     eval_steps: int = 25
@@ -103,6 +108,7 @@ class HarnessSettings:
     keep_checkpoints: int = 2
     device: str = "auto"
     threads: int | None = None
+    ref_model_sync_every: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +267,8 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
             if type_ok({}, hint)
             else f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
         )
+    if key == "trainer.ref_model_sync_steps" and value == EPOCH:
+        return None
     if not type_ok(value, fields[name]):
         return (
             f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "

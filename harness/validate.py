@@ -93,6 +93,7 @@ class RunContext:
     trainer: Mapping[str, Any]  # settings as written in the grid (explicit keys only)
     config: Any  # GRPOConfig, or None when TRL rejected the settings
     varying_keys: tuple[str, ...]
+    clip_siblings: int = 1  # runs of the plan identical to this one but for the clip values
 
     def value(self, name: str) -> Any:
         """A trainer field: TRL's resolved value when available, else as written."""
@@ -286,10 +287,11 @@ def is_on_policy(ctx: RunContext) -> bool:
 
 
 def rule_clip_effect(ctx: RunContext) -> list[Finding]:
-    varying = [k for k in CLIP_KEYS if k in ctx.varying_keys]
-    if not varying:
+    """A clip axis that cannot change anything: this run has siblings differing only in clip values,
+    and either its loss has no hard clip or its updates are on-policy (ratio exactly 1)."""
+    if ctx.clip_siblings < 2:
         return []
-    names = ", ".join(k.split(".", 1)[1] for k in varying)
+    names = ", ".join(k.split(".", 1)[1] for k in CLIP_KEYS if k in ctx.varying_keys)
     lt = ctx.value("loss_type")
     if lt in ("sapo", "vespo"):
         return _warn(
@@ -303,6 +305,21 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
             "or steps_per_generation > gradient_accumulation_steps."
         )
     return []
+
+
+def clip_sibling_counts(runs: Sequence[RunSpec]) -> dict[str, int]:
+    """For each run id, how many runs of ``runs`` share all its settings but the clip values."""
+    from harness.grid import canonical_json
+
+    def key(run: RunSpec) -> str:
+        trainer = {k: v for k, v in run.config.get("trainer", {}).items() if f"trainer.{k}" not in CLIP_KEYS}
+        return canonical_json({**run.config, "trainer": trainer})
+
+    keys = {r.run_id: key(r) for r in runs}
+    counts: dict[str, int] = {}
+    for k in keys.values():
+        counts[k] = counts.get(k, 0) + 1
+    return {rid: counts[k] for rid, k in keys.items()}
 
 
 def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
@@ -404,7 +421,9 @@ def _where(run: RunSpec, keys: Sequence[str]) -> str:
     return ", ".join(parts) or "the only run"
 
 
-def validate_run(run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[str, ...]) -> list[Finding]:
+def validate_run(
+    run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[str, ...], clip_siblings: int = 1
+) -> list[Finding]:
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
     findings: list[Finding] = []
@@ -415,7 +434,7 @@ def validate_run(run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[s
         except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {msg}")
-    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys)
+    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys, clip_siblings)
     for rule in RULES:
         try:
             findings += rule(ctx)
@@ -428,8 +447,9 @@ def validate_run(run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[s
 def validate_plan(plan: Plan) -> Report:
     """Validate every run of ``plan`` and its executor; never raises for a bad cell."""
     report = Report(check_executor(plan.grid.executor))
+    siblings = clip_sibling_counts(plan.runs)
     for run in plan.runs:
-        report.findings += validate_run(run, plan.grid.executor, plan.varying_keys)
+        report.findings += validate_run(run, plan.grid.executor, plan.varying_keys, siblings[run.run_id])
     for dropped, kept in plan.duplicates:
         report.findings.append(
             Finding(

@@ -1,0 +1,81 @@
+"""Every ready grid in ablations/ plans with its expected count and validates, in every profile."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.grid import expand, steps_per_epoch
+from harness.spec import load_grid, read_yaml
+from harness.validate import validate_plan
+
+ABLATIONS = sorted((Path(__file__).resolve().parent.parent / "ablations").glob("*.yaml"))
+EXPECTED_RUNS = {
+    "base.yaml": 1,
+    "smoke.yaml": 9,  # 3 loss types x 3 seeds
+    "loss_type.yaml": 27,  # 8 TRL loss types + GSPO, x 3 seeds
+    "clip_range.yaml": 36,  # 3 clip pairs x (3 num_iterations + the GA4/spg2/mu2 control) x 3 seeds
+    "vespo.yaml": 24,  # 4 (k, lambda) settings x 3 staleness levels x 2 seeds
+    "ref_sync.yaml": 21,  # (no sync + 2 periods x 2 alphas + per epoch x 2 alphas) x 3 seeds
+}
+
+
+def profiles(path):
+    return [None, *(read_yaml(path).get("profiles") or {})]
+
+
+@pytest.mark.parametrize("path", ABLATIONS, ids=[p.name for p in ABLATIONS])
+def test_grid_plans_and_validates(path):
+    assert path.name in EXPECTED_RUNS, f"add the expected run count of {path.name} to this test"
+    for profile in profiles(path):
+        plan = expand(load_grid(path, profile=profile))
+        report = validate_plan(plan)
+        assert report.ok, report.format(str(path))
+        if profile in (None, "paper"):
+            assert len(plan.runs) == EXPECTED_RUNS[path.name], profile
+        assert not plan.duplicates
+
+
+def test_clip_family_warns_exactly_on_policy_cells():
+    plan = expand(load_grid(ABLATIONS[0].parent / "clip_range.yaml"))
+    report = validate_plan(plan)
+    warned = {w.run_id for w in report.warnings if "no effect" in w.message}
+    on_policy = {
+        r.run_id
+        for r in plan.runs
+        if r.get("trainer.num_iterations") == 1 or r.get("trainer.gradient_accumulation_steps") == 4
+    }
+    assert warned == on_policy and len(warned) == 18
+
+
+def test_loss_type_family_covers_every_loss_and_gspo():
+    plan = expand(load_grid(ABLATIONS[0].parent / "loss_type.yaml"))
+    variants = {
+        (r.get("trainer.loss_type"), r.get("trainer.importance_sampling_level", "token")) for r in plan.runs
+    }
+    losses = {lt for lt, _ in variants}
+    assert losses == {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"}
+    assert ("grpo", "sequence") in variants  # GSPO
+    assert all(r.get("trainer.num_iterations") > 1 for r in plan.runs)
+
+
+def test_ref_sync_per_epoch_resolved_to_steps():
+    plan = expand(load_grid(ABLATIONS[0].parent / "ref_sync.yaml"))
+    per_epoch = [r for r in plan.runs if r.subgrid == "per_epoch"]
+    assert len(per_epoch) == 6
+    for r in per_epoch:
+        # 200 prompts x 8 generations x 2 iterations / (64 completions per step)
+        assert r.get("trainer.ref_model_sync_steps") == 50
+        assert r.get("harness.ref_model_sync_every") == "epoch"
+    assert all(r.get("trainer.beta") > 0 for r in plan.runs)
+
+
+def test_steps_per_epoch_by_hand():
+    t = {
+        "num_generations": 8,
+        "num_iterations": 1,
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 4,
+    }
+    assert steps_per_epoch(t, 1000) == round(1000 * 8 / 64)
+    assert steps_per_epoch(t, 1000, num_processes=2) == round(1000 * 8 / 128)
+    assert steps_per_epoch({**t, "num_iterations": 3}, 1000) == 375
