@@ -148,3 +148,24 @@ def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkey
     assert json.loads((rdir / layout.DIVERGED_FILE).read_text())["step"] == 3
     df = pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert df["step"].max() == 3
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["hard-sync", "no-sync"])
+def test_hard_ref_sync_zeroes_kl_on_next_generation(tmp_path, tiny_model, chain_sum_task, sync):
+    """TRL syncs after an optimizer step and takes reference log-probs at generation time, so with
+    alpha = 1 the first step that generates after a sync has KL ~ 0; without sync no later step does."""
+    trainer = {"beta": 0.1, "max_steps": 6, "sync_ref_model": sync}
+    if sync:
+        trainer.update(ref_model_sync_steps=2, ref_model_mixup_alpha=1.0)
+    df = metrics_of(tmp_path, make_spec(tiny_model, chain_sum_task, **trainer)).set_index("step")
+    assert df.loc[1, "kl"] <= 1e-6  # the reference starts as the policy
+    if sync:
+        assert (df.loc[[3, 5], "kl"] <= 1e-6).all()
+        assert (df.loc[[2, 4, 6], "kl"] > 1e-6).all()
+    else:
+        assert (df.loc[2:, "kl"] > 1e-6).all()
+
+
+def test_beta_zero_has_no_kl_column(tmp_path, tiny_model, chain_sum_task):
+    df = metrics_of(tmp_path, make_spec(tiny_model, chain_sum_task, max_steps=2))
+    assert "kl" not in df.columns
