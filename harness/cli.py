@@ -142,6 +142,87 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_submit(args: argparse.Namespace) -> int:
+    from harness import slurm
+
+    plan, _ = _load_plan(args)
+    if plan is None:
+        return 2
+    reason = slurm.slurm_available() if not args.dry_run else None
+    if reason:
+        print(f"error: no SLURM cluster reachable from here ({reason}).", file=sys.stderr)
+        return 2
+    grid_dir = args.results / plan.grid.name
+    print(format_plan(plan, grid_dir if grid_dir.exists() else None))
+    if not args.dry_run:
+        grid_dir.mkdir(parents=True, exist_ok=True)
+        write_grid_file(plan, grid_dir)
+    try:
+        result = slurm.submit(
+            plan.runs,
+            grid_dir,
+            plan.grid.executor,
+            retry_failed=args.retry_failed,
+            hold=args.hold,
+            dry_run=args.dry_run,
+        )
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if result.arrays:
+        print(f"status: grpo-harness status {grid_dir}    cancel: grpo-harness cancel {grid_dir}")
+    return 0
+
+
+def format_status(rows) -> str:
+    """The status table: one line per run, then counts per state."""
+    from collections import Counter
+
+    keys: list[str] = []
+    for r in rows:
+        for k in r.varying or {}:
+            if k not in keys:
+                keys.append(k)
+    header = ["run_id", *(k.split(".")[-1] for k in keys), "state", "job", "step", "reward"]
+    table = []
+    for r in rows:
+        reward = "" if r.last_reward is None else f"{r.last_reward:.3f}"
+        step = "" if r.last_step is None else str(r.last_step)
+        vals = [json.dumps((r.varying or {}).get(k)) for k in keys]
+        table.append([r.run_id, *vals, r.state, r.job_id, step, reward])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
+    lines = [
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip()
+        for row in [header, *table]
+    ]
+    for r in rows:
+        if r.state in ("failed", "diverged", "stopped") and (r.error or r.log):
+            lines.append(f"{r.run_id} {r.state}: {r.error}" + (f"\n  log: {r.log}" if r.log else ""))
+    counts = Counter(r.state for r in rows)
+    lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from harness import slurm
+
+    grid_dir = args.grid_dir
+    if not (grid_dir / layout.RUNS_DIR).exists():
+        print(f"error: {grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)
+        return 2
+    rows = slurm.grid_status(grid_dir, all_runs=args.all)
+    print(format_status(rows))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from harness import slurm
+
+    cancelled = slurm.cancel(args.grid_dir)
+    print(f"cancelled {len(cancelled)} job(s)" + (f": {' '.join(cancelled)}" if cancelled else ""))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis import report
 
@@ -163,6 +244,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "debug"], default=None, help="override executor.name")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("submit", help="submit a grid to SLURM as job arrays (skips done and queued runs)")
+    _grid_args(p)
+    p.add_argument("--retry-failed", action="store_true", help="also resubmit failed and diverged runs")
+    p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
+    p.add_argument("--hold", action="store_true", help="submit held jobs (release with scontrol release)")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="state of every run of a results folder (files first, SLURM as a hint)")
+    p.add_argument("grid_dir", type=Path, help="results/<grid>")
+    p.add_argument("--all", action="store_true", help="every run folder, not only the grid as last planned")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("cancel", help="cancel the queued and running SLURM jobs of a results folder")
+    p.add_argument("grid_dir", type=Path, help="results/<grid>")
+    p.set_defaults(func=cmd_cancel)
 
     try:  # TEMPORARY
         from analysis import report

@@ -23,8 +23,16 @@ from harness.spec import ExecutorSettings
 class RunJob(submitit.helpers.Checkpointable):
     """The callable every executor runs: ``harness.run.run(spec, run_dir)``.
 
-    Checkpointable: on preemption or time-out submitit calls :meth:`checkpoint`, which requeues the
-    same callable; ``run`` then resumes from the run's latest trainer checkpoint.
+    Preemption and time limits: submitit sends USR2 shortly before SLURM stops the job. The handler
+    installed here only sets a flag; the run saves a trainer checkpoint at the next optimizer-step
+    boundary and stops, and then submitit's own handler is called, which calls :meth:`checkpoint`
+    (requeue the same callable), requeues the job and exits. The requeued job resumes from that
+    checkpoint. A job killed without warning resumes from the latest periodic checkpoint.
+
+    With several tasks per node the job runs one process per task; ``torch.distributed`` is set up
+    from submitit's job environment (env:// variables) and only rank 0 writes files.
+
+    A run that raises leaves a FAILED marker (error line, log path) before re-raising.
     """
 
     def __init__(self, spec: RunSpec, run_dir: str, threads: int = 1):
@@ -33,10 +41,62 @@ class RunJob(submitit.helpers.Checkpointable):
         self.threads = threads
 
     def __call__(self) -> dict:
+        import signal
+        import traceback
+
+        from harness.metrics import atomic_write_json
         from harness.run import run
 
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
-        return run(self.spec, self.run_dir, threads=self.threads)
+        job_env = _job_environment()
+        log = ""
+        if job_env is not None:
+            log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
+            if job_env.num_tasks > 1:
+                submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        requested = {"stop": False}
+        previous = signal.getsignal(signal.SIGUSR2)
+
+        def on_usr2(signum, frame):  # runs between two bytecodes of training: only set a flag
+            requested["stop"] = True
+            print("USR2 received: checkpointing at the next optimizer step, then requeueing", flush=True)
+
+        signal.signal(signal.SIGUSR2, on_usr2)
+        rdir = Path(self.run_dir)
+        try:
+            summary = run(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
+        except Exception as e:
+            if job_env is None or job_env.global_rank == 0:
+                from harness.run import RunDiverged
+
+                if not isinstance(e, RunDiverged):
+                    tb = traceback.format_exc()
+                    atomic_write_json(
+                        rdir / "FAILED",
+                        {
+                            "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                            "log": log,
+                            "traceback": tb[-4000:],
+                        },
+                    )
+            raise
+        finally:
+            signal.signal(signal.SIGUSR2, previous)
+        if summary.get("preempted"):
+            if callable(previous) and job_env is not None:
+                previous(signal.SIGUSR2, None)  # submitit: checkpoint(), scontrol requeue, exit
+            raise RuntimeError(
+                f"run stopped at step {summary['steps']} on request; resume by running it again"
+            )
+        return summary
+
+
+def _job_environment():
+    """submitit's JobEnvironment when running inside a submitit job, else None."""
+    try:
+        return submitit.JobEnvironment()
+    except RuntimeError:
+        return None
 
 
 @dataclass
@@ -68,7 +128,8 @@ def default_parallel(executor: ExecutorSettings) -> int:
     return max(1, cores // max(1, executor.threads_per_run))
 
 
-def _last_error_line(text: str) -> str:
+def last_error_line(text: str) -> str:
+    """The last line of a log or traceback that names an error (or the last line)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ln and not ln.startswith(("File ", "^", "~")) and ("Error" in ln or "Exception" in ln):
@@ -159,6 +220,6 @@ def execute_local(
                     finish(Outcome(spec.run_id, "done", log=log))
                 except Exception as e:  # submitit re-raises the job's exception with its traceback
                     state = "diverged" if run_state(rdir) == "diverged" else "failed"
-                    finish(Outcome(spec.run_id, state, log=log, error=_last_error_line(str(e))))
+                    finish(Outcome(spec.run_id, state, log=log, error=last_error_line(str(e))))
             active = still
     return [outcomes[r.run_id] for r in runs]

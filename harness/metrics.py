@@ -76,7 +76,10 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
         else:
             fields.append(pa.field(name, pa.float64()))
     clean = [
-        {k: (float(v) if k not in (layout.RUN_ID, layout.STEP) and v is not None else v) for k, v in row.items()}
+        {
+            k: (float(v) if k not in (layout.RUN_ID, layout.STEP) and v is not None else v)
+            for k, v in row.items()
+        }
         for row in rows
     ]
     return pa.Table.from_pylist(clean, schema=pa.schema(fields))

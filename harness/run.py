@@ -89,6 +89,7 @@ def _make_callback(**kwargs):
             samples_path: Path,
             offsets: dict[str, float],
             max_steps: int,
+            stop_requested: Callable[[], bool] | None = None,
         ):
             self.trainer = trainer
             self.writer = writer
@@ -99,6 +100,8 @@ def _make_callback(**kwargs):
             self.elapsed_offset = offsets.get(layout.ELAPSED_S, 0.0)
             self.generated_total = offsets.get(layout.TOKENS_GENERATED_TOTAL, 0.0)
             self.max_steps = max_steps
+            self.stop_requested = stop_requested
+            self.stopped_step: int | None = None
             self.diverged_step: int | None = None
             self._pending: dict[str, float] = {}
             self._interval_s = 0.0
@@ -118,7 +121,24 @@ def _make_callback(**kwargs):
                 self._pending[layout.EVAL_ACCURACY] = float(self.eval_fn(model))
             if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
                 self._write_samples(step)
+            if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
+                # save (model, optimizer, scheduler, RNG) at this step boundary, then leave train()
+                control.should_save = True
+                control.should_training_stop = True
+                self.stopped_step = step
             self._last = time.perf_counter()  # the eval's time is not the step's
+
+        def _agreed_stop(self, args) -> bool:
+            """Every rank must stop at the same step: a stop request on any rank stops all."""
+            import torch
+            import torch.distributed as dist
+
+            stop = bool(self.stop_requested())
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                flag = torch.tensor([float(stop)], device=args.device if args.device.type != "mps" else "cpu")
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                stop = bool(flag.item())
+            return stop
 
         def _write_samples(self, step: int) -> None:
             logs = self.trainer._logs
@@ -180,7 +200,13 @@ def _make_callback(**kwargs):
     return RecordingCallback(**kwargs)
 
 
-def run(spec: RunSpec, run_dir: str | Path, device: str | None = None, threads: int | None = None) -> dict:
+def run(
+    spec: RunSpec,
+    run_dir: str | Path,
+    device: str | None = None,
+    threads: int | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> dict:
     """Train one run into ``run_dir`` and return its summary (also written as the DONE marker).
 
     Args:
@@ -188,6 +214,8 @@ def run(spec: RunSpec, run_dir: str | Path, device: str | None = None, threads: 
         run_dir: ``results/<grid>/runs/<run_id>``.
         device: "cpu" or "cuda"; None resolves ``harness.device`` on this machine.
         threads: torch threads; None = ``harness.threads`` or 1.
+        stop_requested: polled after every optimizer step; when it returns True the run saves a
+            checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
 
     Raises:
         RunDiverged: loss or reward became NaN/inf (a DIVERGED marker names the step).
@@ -270,6 +298,7 @@ def run(spec: RunSpec, run_dir: str | Path, device: str | None = None, threads: 
         samples_path=run_dir / layout.SAMPLES_FILE,
         offsets=offsets,
         max_steps=config.max_steps,
+        stop_requested=stop_requested,
     )
     trainer.add_callback(callback)
     t0 = time.perf_counter()
@@ -284,6 +313,8 @@ def run(spec: RunSpec, run_dir: str | Path, device: str | None = None, threads: 
         "resumed_from": resume[1] if resume else None,
         "device": device,
     }
+    if callback.stopped_step is not None and callback.diverged_step is None:
+        return {**summary, "preempted": True}
     if callback.diverged_step is not None:
         if writer is not None:
             writer.compact()

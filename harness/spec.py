@@ -104,7 +104,7 @@ class HarnessSettings:
     samples_steps: int = 25
     samples_n: int = 4
     flush_every: int = 5
-    checkpoint_steps: int = 0
+    checkpoint_steps: int = 50
     keep_checkpoints: int = 2
     device: str = "auto"
     threads: int | None = None

@@ -1,0 +1,419 @@
+"""SLURM through submitit: submit a grid as job arrays, tell run states, cancel.
+
+The run's own files are the truth (DONE, DIVERGED, FAILED markers, metrics); SLURM's queue is a hint
+used only to tell queued and running jobs apart from finished ones, so ``status`` stays right when
+``sacct`` is missing or accounting is off. Every submit of a grid holds a file lock on the grid's
+folder while it decides what to submit and records the job ids, so two submits at the same moment
+never submit a run twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from harness import layout
+from harness.grid import RunSpec
+from harness.metrics import atomic_write_json
+from harness.spec import ExecutorSettings
+
+JOB_FILE = "job.json"
+FAILED_FILE = "FAILED"
+SUBMIT_LOCK = ".submit.lock"
+SNAPSHOTS_DIR = ".snapshots"
+SLURM_LOGS_DIR = "slurm_logs"
+#: SLURM queue states in which a job will still run (squeue's %T).
+ACTIVE_STATES = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "PREEMPTED",
+}
+
+
+def _run(cmd: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def slurm_available() -> str | None:
+    """None when a SLURM controller answers here, else the reason it does not."""
+    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+        return "sbatch/squeue not on PATH"
+    out = _run(["sinfo", "-h", "-o", "%T"], timeout=15)
+    if out is None or out.returncode != 0:
+        return f"sinfo failed: {(out.stderr.strip() if out else 'no answer')[:200]}"
+    if not out.stdout.strip():
+        return "sinfo lists no nodes"
+    return None
+
+
+def max_array_size() -> int:
+    """The cluster's ``MaxArraySize`` (scontrol show config); 1001, SLURM's default, when unknown."""
+    out = _run(["scontrol", "show", "config"])
+    if out is not None and out.returncode == 0:
+        for line in out.stdout.splitlines():
+            if line.strip().startswith("MaxArraySize"):
+                try:
+                    return int(line.split("=", 1)[1].strip())
+                except ValueError:
+                    break
+    return 1001
+
+
+def queue_states(job_ids: Iterable[str]) -> dict[str, str]:
+    """``{job id: state}`` for the given jobs still known to the queue (squeue); array tasks as "123_4".
+
+    Jobs that finished are absent. Returns {} when squeue is unavailable.
+    """
+    ids = sorted({j.split("_")[0] for j in job_ids if j})
+    if not ids:
+        return {}
+    out = _run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(ids)])
+    states: dict[str, str] = {}
+    if out is None or out.returncode != 0:
+        return states
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return states
+
+
+def accounting_states(job_ids: Iterable[str]) -> dict[str, str]:
+    """``{job id: state}`` from ``sacct`` when it works (a hint only); {} when it does not."""
+    ids = sorted({j.split("_")[0] for j in job_ids if j})
+    if not ids or shutil.which("sacct") is None:
+        return {}
+    out = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(ids)])
+    if out is None or out.returncode != 0:
+        return {}
+    states = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 2:
+            states[parts[0]] = parts[1].split()[0] if parts[1] else ""
+    return states
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One run as ``status`` shows it."""
+
+    run_id: str
+    state: str  # pending | queued | running | requeued | done | diverged | failed | stopped
+    job_id: str = ""
+    last_step: int | None = None
+    last_reward: float | None = None
+    log: str = ""
+    error: str = ""
+    varying: dict | None = None
+
+
+def read_job(run_dir: Path) -> dict | None:
+    """The run's submission record (job id, snapshot, log folder), or None if never submitted."""
+    path = run_dir / JOB_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _last_metrics(run_dir: Path) -> tuple[int | None, float | None]:
+    from harness.metrics import read_metrics
+
+    table = read_metrics(run_dir)
+    if table is None or not table.num_rows:
+        return None, None
+    steps = table.column(layout.STEP).to_pylist()
+    reward = None
+    if "reward" in table.column_names:
+        values = [v for v in table.column("reward").to_pylist() if v is not None]
+        reward = values[-1] if values else None
+    return steps[-1], reward
+
+
+def run_status(run_dir: Path, queue: dict[str, str], accounting: dict[str, str] | None = None) -> RunStatus:
+    """State of one run from its files, with SLURM's queue state as a hint for unfinished runs.
+
+    Order of truth: DONE > DIVERGED > FAILED marker > queue (queued/running/requeued) > the job left
+    the queue without a marker ("failed" with SLURM's final state when sacct knows it, else "stopped")
+    > never submitted ("pending").
+    """
+    run_id = run_dir.name
+    job = read_job(run_dir) or {}
+    job_id = job.get("job_id", "")
+    step, reward = _last_metrics(run_dir)
+    log = job.get("stderr", "")
+    config = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        config = json.loads((run_dir / layout.CONFIG_FILE).read_text()).get("varying", {})
+    base = {"run_id": run_id, "job_id": job_id, "last_step": step, "last_reward": reward, "varying": config}
+    if (run_dir / layout.DONE_FILE).exists():
+        return RunStatus(state="done", **base)
+    if (run_dir / layout.DIVERGED_FILE).exists():
+        return RunStatus(state="diverged", log=log, **base)
+    failed = run_dir / FAILED_FILE
+    if failed.exists() and job_id not in queue:
+        info = {}
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            info = json.loads(failed.read_text())
+        return RunStatus(state="failed", log=info.get("log", log), error=info.get("error", ""), **base)
+    if job_id and job_id in queue:
+        q = queue[job_id]
+        if q == "RUNNING":
+            state = "running"
+        elif q.startswith("REQUEUE") or job.get("requeued"):
+            state = "requeued"
+        else:
+            state = "queued"
+        return RunStatus(state=state, **base)
+    if job_id:
+        final = (accounting or {}).get(job_id, "")
+        from harness.executors import last_error_line
+
+        error = ""
+        with contextlib.suppress(OSError):
+            error = last_error_line(Path(log).read_text()) if log else ""
+        if final and final not in ("COMPLETED",):
+            return RunStatus(state="failed", log=log, error=error or f"slurm: {final}", **base)
+        return RunStatus(state="stopped", log=log, error=error, **base)
+    return RunStatus(state="pending", **base)
+
+
+def grid_run_dirs(grid_dir: Path, all_runs: bool = False) -> list[Path]:
+    """Run folders of the grid as last planned (grid.json), or every run folder with ``all_runs``."""
+    runs = grid_dir / layout.RUNS_DIR
+    grid_file = grid_dir / layout.GRID_FILE
+    if not all_runs and grid_file.exists():
+        ids = json.loads(grid_file.read_text())["run_ids"]
+        return [runs / i for i in ids]
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+
+
+def grid_status(grid_dir: Path, all_runs: bool = False) -> list[RunStatus]:
+    """Status of every run of a grid folder (see :func:`run_status`)."""
+    dirs = grid_run_dirs(grid_dir, all_runs)
+    jobs = [(read_job(d) or {}).get("job_id", "") for d in dirs]
+    queue = queue_states(jobs)
+    pending_ids = [j for d, j in zip(dirs, jobs, strict=True) if j and not (d / layout.DONE_FILE).exists()]
+    accounting = accounting_states(j for j in pending_ids if j not in queue)
+    return [run_status(d, queue, accounting) for d in dirs]
+
+
+@contextlib.contextmanager
+def code_snapshot(grid_dir: Path) -> Iterator[tuple[Path, str | None]]:
+    """Copy the harness's code to ``<grid>/.snapshots/<time>/`` and work from there while submitting.
+
+    Jobs start in the snapshot (sbatch keeps the submitting directory) and import ``harness`` and
+    ``analysis`` from it ahead of the installed checkout, so editing the checkout while jobs wait in
+    the queue does not change what they run. Yields the snapshot folder and the git commit (with a
+    "-dirty" suffix when the checkout had uncommitted changes), or None outside git.
+    """
+    import harness
+
+    root = Path(harness.__file__).resolve().parent.parent
+    from harness.metrics import _git
+
+    commit = _git("rev-parse", "HEAD")
+    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    snap = grid_dir.resolve() / SNAPSHOTS_DIR / time.strftime("%Y%m%d-%H%M%S")
+    n = 0
+    while snap.exists():
+        n += 1
+        snap = snap.with_name(f"{snap.name.split('.')[0]}.{n}")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for pkg in ("harness", "analysis"):
+        shutil.copytree(root / pkg, snap / pkg, ignore=ignore)
+    if commit:
+        (snap / "COMMIT").write_text(commit + "\n")
+    cwd = os.getcwd()
+    os.chdir(snap)
+    try:
+        yield snap, commit
+    finally:
+        os.chdir(cwd)
+
+
+def resources_of(executor: ExecutorSettings) -> dict[str, Any]:
+    """submitit ``update_parameters`` keywords for SLURM from the executor settings."""
+    params: dict[str, Any] = {
+        "timeout_min": executor.timeout_min,
+        "nodes": executor.nodes,
+        "tasks_per_node": executor.tasks_per_node,
+        "slurm_array_parallelism": executor.array_parallelism,
+        "slurm_signal_delay_s": 60,
+    }
+    if executor.gpus_per_node:
+        params["gpus_per_node"] = executor.gpus_per_node
+    params["cpus_per_task"] = executor.cpus_per_task or executor.threads_per_run
+    if executor.mem_gb is not None:
+        params["mem_gb"] = executor.mem_gb
+    for name in ("partition", "account", "qos", "constraint"):
+        value = getattr(executor, name)
+        if value:
+            params[f"slurm_{name}"] = value
+    if executor.additional_parameters:
+        params["slurm_additional_parameters"] = dict(executor.additional_parameters)
+    return params
+
+
+def gpu_hours(n_runs: int, executor: ExecutorSettings) -> float:
+    """GPU-hours requested: runs x nodes x GPUs per node x time limit (hours)."""
+    return n_runs * executor.nodes * executor.gpus_per_node * executor.timeout_min / 60
+
+
+@dataclass
+class SubmitResult:
+    """What a submit did: job ids per array, runs submitted, and runs skipped by reason."""
+
+    arrays: list[tuple[str, int]]  # (array job id, tasks)
+    submitted: list[str]
+    skipped: dict[str, list[str]]  # reason -> run ids
+    snapshot: Path | None = None
+
+
+def pending_runs(runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False) -> tuple[list, dict]:
+    """Runs to submit, and the others by reason (done, queued/running, failed without --retry-failed).
+
+    Runs whose job left the queue without any marker (killed, or DONE deleted by hand) are submitted
+    again; runs with a FAILED or DIVERGED marker only with ``retry_failed``.
+    """
+    dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
+    jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
+    queue = queue_states(jobs.values())
+    todo, skipped = [], {"done": [], "queued or running": [], "failed (use --retry-failed)": []}
+    for run in runs:
+        d = dirs[run.run_id]
+        if (d / layout.DONE_FILE).exists():
+            skipped["done"].append(run.run_id)
+        elif jobs[run.run_id] and jobs[run.run_id] in queue:
+            skipped["queued or running"].append(run.run_id)
+        elif ((d / FAILED_FILE).exists() or (d / layout.DIVERGED_FILE).exists()) and not retry_failed:
+            skipped["failed (use --retry-failed)"].append(run.run_id)
+        else:
+            todo.append(run)
+    return todo, {k: v for k, v in skipped.items() if v}
+
+
+def submit(
+    runs: Sequence[RunSpec],
+    grid_dir: Path,
+    executor: ExecutorSettings,
+    retry_failed: bool = False,
+    hold: bool = False,
+    dry_run: bool = False,
+    printer=print,
+) -> SubmitResult:
+    """Submit every pending run of ``runs`` as SLURM job arrays (one ``sbatch`` per array).
+
+    Arrays hold at most the cluster's ``MaxArraySize`` tasks; runs are grouped by resources (all runs
+    of a grid share the executor block today, so one group). ``hold=True`` submits held jobs (for
+    benchmarks). Runs are recorded in ``runs/<id>/job.json`` before the lock is released.
+
+    Raises:
+        RuntimeError: sbatch failed (its message included); nothing is recorded for that array.
+    """
+    import submitit
+
+    from harness.executors import RunJob
+
+    grid_dir = Path(grid_dir).resolve()
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(grid_dir / SUBMIT_LOCK)):
+        todo, skipped = pending_runs(runs, grid_dir, retry_failed)
+        for reason, ids in skipped.items():
+            printer(f"skipped {len(ids)} run(s): {reason}")
+        result = SubmitResult(arrays=[], submitted=[], skipped=skipped)
+        if not todo:
+            printer("nothing to submit")
+            return result
+        limit = max_array_size() if not dry_run else 1001
+        chunks = [todo[i : i + limit - 1] for i in range(0, len(todo), limit - 1)]
+        params = resources_of(executor)
+        printer(
+            f"submitting {len(todo)} run(s) as {len(chunks)} array(s) of at most {limit - 1}; "
+            f"per run: {executor.nodes} node(s) x {executor.tasks_per_node} task(s), "
+            f"{params['cpus_per_task']} CPU(s)/task, {executor.gpus_per_node} GPU(s)/node, "
+            f"{executor.mem_gb if executor.mem_gb is not None else 'default'} GB, "
+            f"{executor.timeout_min} min; {gpu_hours(len(todo), executor):.1f} GPU-hours requested"
+        )
+        if dry_run:
+            return result
+        for rid in (r.run_id for r in todo):
+            for marker in (FAILED_FILE, layout.DIVERGED_FILE):
+                (layout.run_dir(grid_dir, rid) / marker).unlink(missing_ok=True)
+        with code_snapshot(grid_dir) as (snap, commit):
+            result.snapshot = snap
+            setup = [
+                f"export OMP_NUM_THREADS={executor.threads_per_run}",
+                f"export HARNESS_SNAPSHOT_COMMIT={commit or 'unknown'}",
+                f"export PYTHONPATH={snap}${{PYTHONPATH:+:$PYTHONPATH}}",
+                *executor.setup,
+            ]
+            ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%A_%a", cluster="slurm")
+            extra = dict(params.pop("slurm_additional_parameters", {}))
+            if hold:
+                extra["hold"] = True
+            ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
+            for chunk in chunks:
+                jobs_ = [
+                    RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), executor.threads_per_run)
+                    for r in chunk
+                ]
+                try:
+                    submitted = ex.submit_array(jobs_)
+                except Exception as e:  # submitit raises its own error type carrying sbatch's stderr
+                    raise RuntimeError(f"sbatch failed: {e}") from e
+                array_id = submitted[0].job_id.split("_")[0]
+                result.arrays.append((array_id, len(submitted)))
+                for run, job in zip(chunk, submitted, strict=True):
+                    rdir = layout.run_dir(grid_dir, run.run_id)
+                    rdir.mkdir(parents=True, exist_ok=True)
+                    atomic_write_json(
+                        rdir / JOB_FILE,
+                        {
+                            "job_id": job.job_id,
+                            "array_job_id": array_id,
+                            "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "snapshot": str(snap),
+                            "commit": commit,
+                            "stdout": str(job.paths.stdout),
+                            "stderr": str(job.paths.stderr),
+                        },
+                    )
+                    result.submitted.append(run.run_id)
+                printer(f"submitted array job {array_id} ({len(submitted)} task(s))")
+    return result
+
+
+def cancel(grid_dir: Path) -> list[str]:
+    """``scancel`` every queued or running job of the grid's runs; returns the job ids cancelled."""
+    dirs = grid_run_dirs(Path(grid_dir), all_runs=True)
+    jobs = [(read_job(d) or {}).get("job_id", "") for d in dirs]
+    queue = queue_states(jobs)
+    active = [j for j in jobs if j in queue]
+    if active:
+        subprocess.run(["scancel", *active], check=False, capture_output=True, text=True, timeout=60)
+    return active

@@ -1,0 +1,122 @@
+"""Preemption, requeue and resume: every step exactly once, resumed from a checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pyarrow.parquet as pq
+import submitit
+from conftest import FAST_TINY, cli
+from test_trainer import make_spec
+
+from harness import layout
+from harness.executors import RunJob
+from harness.metrics import MetricsWriter, read_metrics
+
+
+def test_writer_resume_keeps_each_step_once(tmp_path):
+    """Preempted at step 37 of 100 with checkpoints every 10 steps: restart from 30, no doubles."""
+    w = MetricsWriter(tmp_path, "r", flush_every=4)
+    for s in range(1, 38):
+        w.append({"step": s, "reward": float(s)})
+    w.flush()  # what a kill leaves on disk (the writer flushes every few steps)
+    w2 = MetricsWriter(tmp_path, "r", flush_every=4)
+    w2.truncate_after(30)
+    assert read_metrics(tmp_path).column("step").to_pylist() == list(range(1, 31))
+    for s in range(31, 101):
+        w2.append({"step": s, "reward": -float(s)})
+    w2.compact()
+    table = pq.read_table(tmp_path / layout.METRICS_DIR / layout.COMPACT_FILE)
+    assert table.column("step").to_pylist() == list(range(1, 101))
+    rewards = table.column("reward").to_pylist()
+    assert rewards[29] == 30.0 and rewards[30] == -31.0  # rows 31..37 of the first attempt are gone
+    assert sorted(p.name for p in (tmp_path / layout.METRICS_DIR).iterdir()) == [layout.COMPACT_FILE]
+
+
+def _wait_for_step(run_dir, step, proc_alive, timeout=600):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        table = read_metrics(run_dir)
+        if table is not None and table.num_rows and max(table.column("step").to_pylist()) >= step:
+            return
+        assert proc_alive(), "the job ended before reaching the step"
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+def _task_pids(controller_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(controller_pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_usr2_checkpoints_requeues_and_resumes(tmp_path, tiny_model, chain_sum_task):
+    """submitit's preemption signal (USR2): checkpoint at the next step, requeue, resume from it."""
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=16, num_iterations=2)
+    spec.config["harness"].update(checkpoint_steps=100, flush_every=1)  # no periodic checkpoint before
+    run_dir = tmp_path / spec.run_id
+    ex = submitit.LocalExecutor(folder=tmp_path / "logs")
+    ex.update_parameters(timeout_min=20)
+    job = ex.submit(RunJob(spec, str(run_dir), 1))
+    _wait_for_step(run_dir, 5, lambda: not job.done())
+    pids = _task_pids(int(job.job_id))
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR2)
+    summary = job.result()
+    assert summary["steps"] == 16
+    resumed = summary["resumed_from"]
+    assert resumed is not None and 5 <= resumed < 16
+    df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(df["step"]) == list(range(1, 17))
+    assert (run_dir / layout.DONE_FILE).exists()
+    log = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.out"))
+    assert "USR2 received" in log
+
+
+def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_cache):
+    """SIGKILL mid-run (as after an `scontrol requeue` grace period): re-running resumes from the
+    latest periodic checkpoint and the metrics still hold each step once."""
+    results = tmp_path / "results"
+    args = [
+        "ablations/smoke.yaml",
+        "--results",
+        str(results),
+        *[f"-otiny.{k}={v}" for k, v in FAST_TINY.items()],
+        "-otask.train_size=256",
+        "-ogrid.seed=[0]",
+        "-ogrid.loss_type=[grpo]",
+        "-otrainer.max_steps=14",
+        "-otrainer.per_device_train_batch_size=16",
+        "-oharness.checkpoint_steps=4",
+        "-oharness.flush_every=1",
+        "-oharness.eval_steps=0",
+        "--executor",
+        "debug",
+        "--no-report",
+    ]
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    grid_dir = results / "smoke"
+    while not (grid_dir / layout.RUNS_DIR).exists():
+        assert proc.poll() is None
+        time.sleep(0.2)
+    run_dir = next((grid_dir / layout.RUNS_DIR).iterdir())
+    _wait_for_step(run_dir, 9, lambda: proc.poll() is None)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / layout.DONE_FILE).exists()
+    before = read_metrics(run_dir).column("step").to_pylist()
+    assert max(before) >= 9
+    cli("run", *args)
+    done = json.loads((run_dir / layout.DONE_FILE).read_text())
+    # the latest complete checkpoint at or before the kill (one being written when killed is skipped)
+    last = 4 * (max(before) // 4)
+    assert done["resumed_from"] in (last, last - 4) and done["resumed_from"] >= 8
+    df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(df["step"]) == list(range(1, 15))
+    assert done["steps"] == 14
