@@ -229,7 +229,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report.main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI parser. ``command`` (the first argument) lets other commands skip importing the
+    report and bench modules (matplotlib, scipy, torch), which keeps ``plan``/``submit`` quick."""
     parser = argparse.ArgumentParser(
         prog="grpo-harness", description="Run, record and report ablations of GRPO loss variants on TRL."
     )
@@ -261,25 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("grid_dir", type=Path, help="results/<grid>")
     p.set_defaults(func=cmd_cancel)
 
-    try:  # TEMPORARY
+    p = sub.add_parser("report", help="figures and tables of a results folder")
+    if command in (None, "report"):
         from analysis import report
 
-        p = sub.add_parser("report", help="figures and tables of a results folder")
         report.add_arguments(p)
-        p.set_defaults(func=cmd_report)
+    p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")
+    if command in (None, "bench"):
         from harness import bench
 
-        p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")
         bench.add_arguments(p)
         p.set_defaults(func=bench.main)
-    except ImportError:
-        pass
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    known = {"plan", "run", "submit", "status", "cancel", "report", "bench"}
+    args = build_parser(command if command in known else None).parse_args(argv)
     return int(args.func(args) or 0)
 
 

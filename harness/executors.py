@@ -53,6 +53,9 @@ class RunJob(submitit.helpers.Checkpointable):
         if job_env is not None:
             log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
             if job_env.num_tasks > 1:
+                from harness.run import prepare_model
+
+                prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
                 submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         requested = {"stop": False}
         previous = signal.getsignal(signal.SIGUSR2)
@@ -72,7 +75,7 @@ class RunJob(submitit.helpers.Checkpointable):
                 if not isinstance(e, RunDiverged):
                     tb = traceback.format_exc()
                     atomic_write_json(
-                        rdir / "FAILED",
+                        rdir / layout.FAILED_FILE,
                         {
                             "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
                             "log": log,
@@ -204,6 +207,7 @@ def execute_local(
                 ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
                 ex.update_parameters(
                     timeout_min=executor.timeout_min,
+                    tasks_per_node=executor.tasks_per_node,
                     setup=[f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}", *executor.setup],
                 )
                 active.append((spec, ex.submit(RunJob(spec, str(rdir), threads))))
@@ -216,7 +220,7 @@ def execute_local(
                 rdir = layout.run_dir(grid_dir, spec.run_id)
                 log = str(job.paths.stderr)
                 try:
-                    job.result()
+                    job.results()  # every task's; raises the first task error
                     finish(Outcome(spec.run_id, "done", log=log))
                 except Exception as e:  # submitit re-raises the job's exception with its traceback
                     state = "diverged" if run_state(rdir) == "diverged" else "failed"

@@ -15,6 +15,8 @@ Layout of one grid's results folder::
             samples.jsonl          a few sampled completions every N steps
             DONE                   JSON marker: the run finished (steps, seconds)
             DIVERGED               JSON marker: loss or reward became NaN/inf (step)
+            FAILED                 JSON marker: the run raised (error, log path)
+            job.json               SLURM submission record
             checkpoints/           trainer checkpoints (pruned)
             logs/                  executor stdout/stderr
         report/                    figures and tables written by ``grpo-harness report``
@@ -35,6 +37,8 @@ PART_PREFIX = "part-"
 SAMPLES_FILE = "samples.jsonl"
 DONE_FILE = "DONE"
 DIVERGED_FILE = "DIVERGED"
+FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
+JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 

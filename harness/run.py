@@ -49,6 +49,23 @@ def latest_checkpoint(checkpoints: Path) -> tuple[Path, int] | None:
     return best
 
 
+def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
+    """The run's model as a local path or hub id, building the tiny model into the cache if needed.
+
+    Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
+    start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
+    """
+    from harness.models import TinyModelSpec, resolve_model
+    from harness.tasks import TaskSpec
+
+    return resolve_model(
+        spec.config.get("model", "tiny"),
+        task=TaskSpec(**spec.config.get("task", {})),
+        cache_dir=model_cache_dir(Path(run_dir).parent.parent),
+        tiny_spec=TinyModelSpec(**spec.config.get("tiny", {})),
+    )
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch
@@ -230,7 +247,8 @@ def run(
     done = run_dir / layout.DONE_FILE
     if done.exists():
         return json.loads(done.read_text())
-    (run_dir / layout.DIVERGED_FILE).unlink(missing_ok=True)
+    for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
+        (run_dir / stale).unlink(missing_ok=True)
     settings = HarnessSettings(**spec.config.get("harness", {}))
     device = device or resolve_device(settings.device, ExecutorSettings())
     torch.set_num_threads(threads or settings.threads or 1)
@@ -249,19 +267,11 @@ def run(
 
     from transformers import AutoTokenizer
 
-    from harness.models import resolve_model
     from harness.tasks import TaskSpec, build_task, greedy_accuracy
     from harness.trainer import HarnessGRPOTrainer
 
     task_spec = TaskSpec(**spec.config.get("task", {}))
-    from harness.models import TinyModelSpec
-
-    model_path = resolve_model(
-        spec.config.get("model", "tiny"),
-        task=task_spec,
-        cache_dir=model_cache_dir(run_dir.parent.parent),
-        tiny_spec=TinyModelSpec(**spec.config.get("tiny", {})),
-    )
+    model_path = prepare_model(spec, run_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
     task = build_task(task_spec, seed=spec.config["seed"], tokenizer=tokenizer)
 

@@ -27,8 +27,8 @@ from harness.grid import RunSpec
 from harness.metrics import atomic_write_json
 from harness.spec import ExecutorSettings
 
-JOB_FILE = "job.json"
-FAILED_FILE = "FAILED"
+JOB_FILE = layout.JOB_FILE
+FAILED_FILE = layout.FAILED_FILE
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
 SLURM_LOGS_DIR = "slurm_logs"

@@ -1,0 +1,495 @@
+"""Load a grid's per-step metrics into one pandas frame, with each run's configuration joined.
+
+The folder layout and column names are defined in :mod:`harness.layout`. Files are read with
+pyarrow, one footer parse per file, and combined over one all-nullable schema built from every
+file's schema: a metric that only some runs log (``kl`` when ``beta > 0``, ``vespo/phi_seq_mean``
+for VESPO) is null in the others, whichever file is read first. Unreadable files are reported
+and skipped, never fatal, because a results folder is often read while runs are still writing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import layout
+
+_Reader = pq.ParquetReader
+_MAX_READERS = 4
+_FLOAT64 = pa.float64()
+_INT64 = pa.int64()
+
+__all__ = [
+    "SkippedFileWarning",
+    "flatten_config",
+    "list_runs",
+    "load",
+    "metric_files",
+    "read_grid",
+    "seed_column",
+]
+
+#: Rendering of a missing config value wherever a label is needed (legends, table rows).
+NONE_LABEL = "(none)"
+
+
+class SkippedFileWarning(UserWarning):
+    """A metrics or config file could not be read and was left out of the frame."""
+
+
+def read_grid(grid_dir: str | Path) -> dict[str, Any] | None:
+    """The grid's ``grid.json`` (name, source, run_ids, varying), or None when absent.
+
+    Raises:
+        ValueError: if the file exists but is not valid JSON.
+    """
+    path = Path(grid_dir) / layout.GRID_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def list_runs(grid_dir: str | Path) -> list[str]:
+    """Run ids present under ``<grid_dir>/runs/``, sorted.
+
+    Raises:
+        FileNotFoundError: if ``<grid_dir>/runs`` does not exist.
+    """
+    runs_dir = Path(grid_dir) / layout.RUNS_DIR
+    if not runs_dir.is_dir():
+        raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir}")
+    return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def metric_files(run_dir: str | Path) -> list[Path]:
+    """The parquet files holding a run's metrics, in reading order.
+
+    ``metrics/metrics.parquet`` alone when the run was compacted, otherwise its ``part-*.parquet``
+    files in name order (a later part wins on a repeated step). Names starting with "." are a
+    writer's temporaries and are never returned.
+    """
+    return [Path(p) for p in _metric_paths(os.fspath(run_dir))]
+
+
+def _metric_paths(run_dir: str) -> list[str]:
+    # Plain strings and one stat per compacted run: this runs once per run on every load.
+    mdir = os.path.join(run_dir, layout.METRICS_DIR)
+    compact = os.path.join(mdir, layout.COMPACT_FILE)
+    if os.path.isfile(compact):
+        return [compact]
+    return _part_paths(mdir)
+
+
+def _part_paths(mdir: str) -> list[str]:
+    try:
+        names = os.listdir(mdir)
+    except OSError:
+        return []
+    return [
+        os.path.join(mdir, n)
+        for n in sorted(names)
+        if n.startswith(layout.PART_PREFIX) and n.endswith(".parquet")
+    ]
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config to dotted keys: ``{"trainer": {"beta": 0.0}}`` → ``{"trainer.beta": 0.0}``.
+
+    Lists and tuples become their JSON text (``[]`` → ``"[]"``) so that every value is a hashable
+    scalar that can be compared across runs; empty mappings are dropped.
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if type(value) is dict or isinstance(value, Mapping):
+            out.update(flatten_config(value, prefix=f"{name}."))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps(value, sort_keys=True, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def seed_column(df: pd.DataFrame) -> str | None:
+    """Name of the column holding the seed (``seed``, else ``*.seed``), or None."""
+    if "seed" in df.columns:
+        return "seed"
+    candidates = sorted(c for c in df.columns if isinstance(c, str) and c.endswith(".seed"))
+    return candidates[0] if candidates else None
+
+
+def _is_missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _is_constant(values: list[Any]) -> bool:
+    """Same value (and type: 1, 1.0 and True differ) in every run, none missing."""
+    if not values:
+        return True
+    v0 = values[0]
+    if _is_missing(v0):
+        return False
+    t0 = type(v0)
+    return all(type(v) is t0 and v == v0 for v in values)
+
+
+def _config_column(values: list[Any], codes: np.ndarray) -> Any:
+    """One config key over runs (``values[i]`` for run i) broadcast to rows by run ``codes``.
+
+    Each column gets one dtype: bool, int64 (no gaps), float64 (numbers with gaps), or a
+    categorical of strings (everything else, mixed types rendered with ``str``). Categoricals keep
+    the broadcast to a million rows an index gather rather than a million string copies.
+    """
+    present = [v for v in values if not _is_missing(v)]
+    gaps = len(present) < len(values)
+    if present and all(isinstance(v, (bool, np.bool_)) for v in present):
+        if not gaps:
+            return np.asarray(values, dtype=bool)[codes]
+        return pd.array([None if _is_missing(v) else bool(v) for v in values], dtype="boolean").take(codes)
+    numeric = all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in present
+    )
+    if numeric:
+        if not gaps and all(isinstance(v, (int, np.integer)) for v in present):
+            return np.asarray(values, dtype=np.int64)[codes]
+        return np.asarray([np.nan if _is_missing(v) else float(v) for v in values], dtype=np.float64)[codes]
+    labels = [None if _is_missing(v) else (v if isinstance(v, str) else str(v)) for v in values]
+    categories = sorted({v for v in labels if v is not None})
+    index = {c: i for i, c in enumerate(categories)}
+    run_codes = np.asarray([-1 if v is None else index[v] for v in labels], dtype=np.int32)
+    return pd.Categorical.from_codes(run_codes[codes], categories=pd.Index(categories, dtype=object))
+
+
+def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    cfg = data.get("config") or {}
+    varying = data.get("varying") or {}
+    flat = flatten_config(cfg) if isinstance(cfg, Mapping) else {}
+    varying_flat = {}
+    for k, v in varying.items():
+        varying_flat[k] = (
+            json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, tuple, dict)) else v
+        )
+    return flat, varying_flat, data.get("grid")
+
+
+def _read_table(path: str, want: Sequence[str] | None) -> pa.Table:
+    # The footer parse dominates for small files, so it happens once per file, through the bare
+    # reader: ParquetFile's nested-path index and pre-buffering cost more than they save here.
+    reader = _Reader()
+    with pa.OSFile(path) as source:
+        reader.open(source, pre_buffer=False)
+        names = reader.schema_arrow.names
+        if layout.STEP not in names:
+            raise ValueError(f"no '{layout.STEP}' column")
+        wanted = names if want is None else want
+        index = {n: i for i, n in enumerate(names)}
+        cols = [layout.STEP, *(c for c in wanted if c in index and c not in (layout.RUN_ID, layout.STEP))]
+        return reader.read_all(column_indices=[index[c] for c in dict.fromkeys(cols)], use_threads=False)
+
+
+def _normalise(table: pa.Table, path: str, skipped: list[tuple[str, str]]) -> pa.Table:
+    """Cast to the frame's schema: ``step`` int64, every metric float64; drop rows without a step."""
+    types = table.schema.types
+    names = table.column_names
+    if (
+        all(t == _FLOAT64 for n, t in zip(names, types, strict=True) if n != layout.STEP)
+        and table.schema.field(layout.STEP).type == _INT64
+        and not table.column(layout.STEP).null_count
+    ):
+        return table
+    fields = []
+    arrays = []
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        t = col.type
+        if name == layout.STEP:
+            target = pa.int64()
+        elif any(
+            check(t)
+            for check in (
+                pa.types.is_floating,
+                pa.types.is_integer,
+                pa.types.is_boolean,
+                pa.types.is_null,
+                pa.types.is_decimal,
+            )
+        ):
+            target = pa.float64()
+        else:
+            skipped.append((path, f"column {name!r} has non-numeric type {t}; column dropped"))
+            continue
+        arrays.append(col if t == target else col.cast(target))
+        fields.append(pa.field(name, target, nullable=True))
+    out = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    if out.column(layout.STEP).null_count:
+        out = out.filter(out.column(layout.STEP).is_valid())
+    return out
+
+
+def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table], list[tuple[str, str]]]:
+    skipped: list[tuple[str, str]] = []
+    tables = []
+    for i, path in enumerate(_metric_paths(run_dir)):
+        try:
+            tables.append(_normalise(_read_table(path, want), path, skipped))
+        except (pa.ArrowException, OSError, ValueError) as e:
+            skipped.append((path, f"{type(e).__name__}: {e}"))
+            # A damaged compacted file may still have its parts beside it (compaction removes them
+            # only after the rename); reading them beats losing the run.
+            if i == 0 and os.path.basename(path) == layout.COMPACT_FILE:
+                for part in _part_paths(os.path.dirname(path)):
+                    try:
+                        tables.append(_normalise(_read_table(part, want), part, skipped))
+                    except (pa.ArrowException, OSError, ValueError) as e2:
+                        skipped.append((part, f"{type(e2).__name__}: {e2}"))
+    return tables, skipped
+
+
+def _read_runs(
+    grid_dir: Path, ids: Sequence[str], want: Sequence[str] | None
+) -> list[tuple[list[pa.Table], list[tuple[str, str]]]]:
+    runs_dir = os.path.join(grid_dir, layout.RUNS_DIR)
+    dirs = [os.path.join(runs_dir, rid) for rid in ids]
+    workers = min(_MAX_READERS, os.cpu_count() or 1, max(1, len(dirs) // 32))
+    if workers <= 1:
+        return [_read_run(d, want) for d in dirs]
+    # The parquet footer parse and column decode release the GIL, so threads scale with cores.
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda d: _read_run(d, want), dirs, chunksize=8))
+
+
+def _order_rows(codes: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
+    """Row order that sorts by (run, step) keeping the last of repeated steps; None if already so."""
+    if codes.size < 2:
+        return None
+    dc = np.diff(codes)
+    ds = np.diff(steps)
+    if np.all((dc > 0) | ((dc == 0) & (ds > 0))):
+        return None
+    position = np.arange(codes.size)
+    order = np.lexsort((position, steps, codes))
+    c, s = codes[order], steps[order]
+    # Within a repeated (run, step) the stable sort keeps file order, so the last one is the newest.
+    last = np.ones(order.size, dtype=bool)
+    last[:-1] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    return order[last]
+
+
+def load(
+    results_dir: str | Path,
+    run_ids: Iterable[str] | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    config: bool = True,
+) -> pd.DataFrame:
+    """All runs' per-step metrics as one frame, one row per (run, optimizer step).
+
+    Args:
+        results_dir: a grid's results folder (``results/<grid>``, holding ``runs/``).
+        run_ids: runs to load; default every run folder present. Unknown ids are warned about and
+            listed in ``df.attrs["missing_runs"]``.
+        columns: columns to read besides ``run_id`` and ``step``; default all. Metric names are
+            read from the parquet files (much faster than reading every column); a requested
+            metric that no file has comes back as an all-NaN column, so downstream code can rely
+            on its presence. With ``columns`` given, only the config keys that differ between the
+            loaded runs, the grid's varying keys and config keys named in ``columns`` are joined;
+            the values of the constant ones are in ``df.attrs["constant_config"]``.
+        config: join each run's configuration as columns.
+
+    Returns:
+        Frame sorted by (run, step) with columns
+
+        * ``run_id``: categorical of strings (the run folder's name);
+        * ``step``: int64, optimizer step (1-based);
+        * metrics: float64, NaN where a run did not log that metric at that step;
+        * config (when ``config``): the resolved config flattened to dotted keys
+          (``trainer.loss_type``, ``task.name``, ...), each ``varying`` key of ``config.json`` (e.g.
+          ``seed``), ``grid``, and a short alias for each dotted varying key whose last component
+          is unambiguous (``loss_type`` for ``trainer.loss_type``). One dtype per column: bool,
+          int64, float64, or a categorical of strings; missing values are NaN.
+
+        ``df.attrs`` holds ``skipped`` (list of ``(path, reason)`` for files not loaded),
+        ``missing_runs``, ``metric_columns``, ``config_columns``, ``constant_config``, ``varying``
+        (dotted keys) and ``aliases`` (``{alias: dotted key}``). Repeated steps within a run (a
+        resumed run that re-logged them) keep the last row written.
+
+    Raises:
+        FileNotFoundError: if ``results_dir`` has no ``runs/`` folder.
+
+    Warns:
+        SkippedFileWarning: once per unreadable file (truncated parquet, bad JSON, no ``step``
+            column), naming the file and the reason.
+    """
+    grid_dir = Path(results_dir)
+    available = list_runs(grid_dir)
+    if run_ids is None:
+        ids = available
+        missing: list[str] = []
+    else:
+        requested = list(dict.fromkeys(str(r) for r in run_ids))
+        present = set(available)
+        ids = [r for r in requested if r in present]
+        missing = [r for r in requested if r not in present]
+        if missing:
+            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            warnings.warn(f"{len(missing)} requested run(s) not found in {grid_dir}: {shown}", stacklevel=2)
+
+    skipped: list[tuple[str, str]] = []
+    cfg = _collect_config(grid_dir, ids, skipped) if config else None
+    requested_cols = (
+        None
+        if columns is None
+        else [c for c in dict.fromkeys(columns) if c not in (layout.RUN_ID, layout.STEP)]
+    )
+    want = requested_cols
+    if requested_cols is not None and cfg is not None:
+        config_names = set(cfg.keys) | set(_alias_candidates(cfg.varying, cfg.keys))
+        want = [c for c in requested_cols if c not in config_names]
+
+    tables: list[pa.Table] = []
+    owners: list[int] = []
+    for i, (run_tables, run_skipped) in enumerate(_read_runs(grid_dir, ids, want)):
+        skipped.extend(run_skipped)
+        tables.extend(run_tables)
+        owners.extend([i] * len(run_tables))
+
+    if tables:
+        combined = pa.concat_tables(tables, promote_options="default")
+        lengths = np.fromiter((t.num_rows for t in tables), dtype=np.int64, count=len(tables))
+        codes = np.repeat(np.asarray(owners, dtype=np.int32), lengths)
+        steps = combined.column(layout.STEP).to_numpy()
+    else:
+        combined = None
+        codes = np.zeros(0, dtype=np.int32)
+        steps = np.zeros(0, dtype=np.int64)
+    found = [] if combined is None else [c for c in combined.column_names if c != layout.STEP]
+    metric_names = sorted(found) if want is None else list(want)
+
+    order = _order_rows(codes, steps)
+    if order is not None:
+        codes, steps = codes[order], steps[order]
+
+    data: dict[str, Any] = {
+        layout.RUN_ID: pd.Categorical.from_codes(codes, categories=pd.Index(ids, dtype=object)),
+        layout.STEP: steps.astype(np.int64, copy=False),
+    }
+    for name in metric_names:
+        if combined is not None and name in combined.column_names:
+            values = combined.column(name).to_numpy()
+            data[name] = values if order is None else values[order]
+        else:
+            data[name] = np.full(codes.size, np.nan)
+
+    config_cols: list[str] = []
+    aliases: dict[str, str] = {}
+    constant: dict[str, Any] = {}
+    if cfg is not None:
+        config_cols, aliases, constant = _join_config(cfg, codes, data, requested_cols)
+
+    for path, reason in skipped:
+        warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
+
+    df = pd.DataFrame(data, copy=False)
+    df.attrs.update(
+        skipped=skipped,
+        missing_runs=missing,
+        metric_columns=metric_names,
+        config_columns=config_cols,
+        constant_config=constant,
+        varying=[] if cfg is None else list(cfg.varying),
+        aliases=aliases,
+    )
+    return df
+
+
+class _Configs:
+    """Per-run flattened configs: ``rows[i]`` for run i, the union of ``keys``, the ``varying`` keys."""
+
+    def __init__(self, rows: list[dict[str, Any]], keys: list[str], varying: list[str]):
+        self.rows = rows
+        self.keys = keys
+        self.varying = varying
+
+
+def _collect_config(grid_dir: Path, ids: list[str], skipped: list[tuple[str, str]]) -> _Configs:
+    rows: list[dict[str, Any]] = []
+    varying: dict[str, None] = {}
+    try:
+        grid_info = read_grid(grid_dir)
+    except ValueError as e:
+        grid_info = None
+        skipped.append((str(grid_dir / layout.GRID_FILE), str(e)))
+    if grid_info:
+        varying.update(dict.fromkeys(str(k) for k in grid_info.get("varying") or []))
+    runs_dir = os.path.join(grid_dir, layout.RUNS_DIR)
+    for rid in ids:
+        path = os.path.join(runs_dir, rid, layout.CONFIG_FILE)
+        try:
+            flat, run_varying, grid = _read_config(path)
+        except (OSError, ValueError, AttributeError, TypeError) as e:
+            skipped.append((str(path), f"{type(e).__name__}: {e}"))
+            rows.append({})
+            continue
+        row = dict(flat)
+        for k, v in run_varying.items():
+            varying.setdefault(k, None)
+            # A varying key that is not a config path (e.g. a top-level "seed") still becomes a column.
+            row.setdefault(k, v)
+        if grid is not None:
+            row.setdefault("grid", grid)
+        rows.append(row)
+    keys: dict[str, None] = {}
+    for row in rows:
+        keys.update(dict.fromkeys(row))
+    return _Configs(rows, list(keys), list(varying))
+
+
+def _alias_candidates(varying: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
+    present = set(keys)
+    dotted = [k for k in varying if "." in k and k in present]
+    last = [k.rsplit(".", 1)[1] for k in dotted]
+    return {short: key for key, short in zip(dotted, last, strict=True) if last.count(short) == 1}
+
+
+def _join_config(
+    cfg: _Configs,
+    codes: np.ndarray,
+    data: dict[str, Any],
+    requested: Sequence[str] | None,
+) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    candidates = _alias_candidates(cfg.varying, cfg.keys)
+    named = set() if requested is None else {candidates.get(c, c) for c in requested}
+    taken = set(data)
+    names: list[str] = []
+    constant: dict[str, Any] = {}
+    for key in cfg.keys:
+        values = [row.get(key) for row in cfg.rows]
+        if requested is not None and key not in named and key not in cfg.varying and _is_constant(values):
+            constant[key] = values[0] if values else None
+            continue
+        name = key if key not in taken else f"config.{key}"
+        data[name] = _config_column(values, codes)
+        taken.add(name)
+        names.append(name)
+    aliases: dict[str, str] = {}
+    for short, key in candidates.items():
+        if key in data and short not in taken and short not in (layout.RUN_ID, layout.STEP):
+            data[short] = data[key]
+            taken.add(short)
+            aliases[short] = key
+    return names, aliases, constant

@@ -1,0 +1,171 @@
+"""One figure style for every plot of the package, and the helper that saves figures.
+
+Sizes target a single column of a two-column paper (3.25 in wide) read at 100%: 8 pt text, 7 pt
+ticks and legends. PDF and PS embed TrueType fonts (``fonttype 42``) because Type 3 fonts are
+rejected by several publishers' checks. Colours come from the Okabe-Ito palette (Okabe & Ito 2008,
+"Color Universal Design"), distinguishable under the common colour-vision deficiencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib as mpl
+from matplotlib.figure import Figure
+
+from analysis.load import NONE_LABEL
+
+__all__ = [
+    "COLUMN_WIDTH_IN",
+    "FULL_WIDTH_IN",
+    "PALETTE",
+    "RC",
+    "context",
+    "figure",
+    "save",
+    "variant_colors",
+]
+
+COLUMN_WIDTH_IN = 3.25  # single column of a two-column paper, inches
+FULL_WIDTH_IN = 6.75  # full text width of a two-column paper, inches
+
+#: Okabe-Ito colours (black moved last, since black reads as "reference" next to the others),
+#: then seaborn's "colorblind" extras for more than seven variants.
+PALETTE: tuple[str, ...] = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#D55E00",  # vermillion
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#F0E442",  # yellow
+    "#000000",  # black
+    "#949494",  # grey
+    "#CA9161",  # brown
+    "#FBAFE4",  # pink
+    "#029E73",  # green (seaborn colorblind)
+)
+
+#: Loss types that always get the same palette slot, whatever else a figure shows. GRPO (the usual
+#: baseline) and VESPO sit at the two most distinct hues.
+_FIXED: dict[str, int] = {
+    "grpo": 0,
+    "dr_grpo": 1,
+    "dapo": 2,
+    "vespo": 3,
+    "gspo": 4,
+    "cispo": 5,
+    "sapo": 6,
+    "bnpo": 7,
+}
+
+RC: dict[str, Any] = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.title_fontsize": 7,
+    "figure.titlesize": 9,
+    "lines.linewidth": 1.2,
+    "axes.linewidth": 0.6,
+    "grid.linewidth": 0.4,
+    "grid.alpha": 0.5,
+    "axes.grid": True,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "savefig.dpi": 300,
+    "figure.dpi": 100,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "axes.prop_cycle": mpl.cycler(color=list(PALETTE)),
+}
+
+
+@contextlib.contextmanager
+def context() -> Iterator[None]:
+    """Apply :data:`RC` for the duration of a ``with`` block (creation and saving of a figure)."""
+    with mpl.rc_context(RC):
+        yield
+
+
+def figure(
+    ncols: int = 1, nrows: int = 1, *, width: float | None = None, panel_height: float = 2.0
+) -> Figure:
+    """A pyplot-free figure sized for ``nrows × ncols`` panels.
+
+    Args:
+        ncols: panels per row.
+        nrows: panel rows.
+        width: total width in inches; default one column for one panel, full width otherwise.
+        panel_height: height of one panel row in inches.
+
+    Returns:
+        A :class:`matplotlib.figure.Figure` with constrained layout and no axes yet. It is not
+        registered with pyplot, so it is freed when dropped and never pops up a window.
+    """
+    if width is None:
+        width = COLUMN_WIDTH_IN if ncols == 1 else min(FULL_WIDTH_IN, 2.4 * ncols)
+    with context():
+        return Figure(figsize=(width, panel_height * nrows), layout="constrained")
+
+
+def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
+    """A colour for each variant label, the same in every figure.
+
+    Known loss types (``grpo``, ``dr_grpo``, ``dapo``, ...) keep fixed palette slots; any other label
+    takes the first free slot in sorted order, so a given set of labels always maps the same way.
+
+    Args:
+        labels: variant labels (converted with ``str``).
+
+    Returns:
+        ``{label: hex colour}``; colours repeat only beyond :data:`PALETTE`'s length.
+    """
+    names = list(dict.fromkeys(str(x) for x in labels))
+    out: dict[str, str] = {}
+    used: set[int] = set()
+    for name in names:
+        if name in _FIXED:
+            slot = _FIXED[name]
+            out[name] = PALETTE[slot]
+            used.add(slot)
+    if NONE_LABEL in names:
+        # A missing value (e.g. the trainer's default) is a neutral reference: always grey.
+        out[NONE_LABEL] = PALETTE[8]
+        used.add(8)
+    free = [i for i in range(len(PALETTE)) if i not in used]
+    rest = sorted(n for n in names if n not in out)
+    for k, name in enumerate(rest):
+        out[name] = PALETTE[free[k]] if k < len(free) else PALETTE[k % len(PALETTE)]
+    return out
+
+
+def save(fig: Figure, stem: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
+    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (or ``formats``), cropped to its contents.
+
+    ``bbox_inches="tight"`` keeps legends placed outside the axes inside the saved image; the
+    style is applied while saving because ``pdf.fonttype`` is read at save time, not at creation.
+
+    Args:
+        fig: the figure.
+        stem: output path without suffix; parent folders are created.
+        formats: file suffixes understood by matplotlib.
+
+    Returns:
+        The written paths, in ``formats`` order.
+    """
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with context():
+        for fmt in formats:
+            path = stem.with_name(f"{stem.name}.{fmt}")
+            fig.savefig(path, format=fmt, bbox_inches="tight", pad_inches=0.02)
+            paths.append(path)
+    return paths

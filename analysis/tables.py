@@ -1,0 +1,641 @@
+"""Tables of a grid: timing, final performance, time to a target, and a learning check.
+
+Each ``*_table`` function is pure: a metrics frame in (from :func:`analysis.load.load`), a small
+frame out, one row per variant, numeric columns (CSV keeps them raw). :func:`to_markdown`,
+:func:`to_latex` and :func:`write_table` render such a frame; ``(x, x_lo, x_hi)`` column triples
+are shown as ``x [lo, hi]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import stats
+from analysis.curves import smooth, variant_labels, x_values
+from analysis.load import seed_column
+from harness import layout
+
+__all__ = [
+    "final_performance_table",
+    "learning_check",
+    "learning_summary",
+    "timing_table",
+    "time_to_target_table",
+    "to_latex",
+    "to_markdown",
+    "write_table",
+]
+
+
+def _by_list(by: str | Sequence[str] | None) -> list[str]:
+    if by is None:
+        return []
+    return [by] if isinstance(by, str) else list(dict.fromkeys(by))
+
+
+def _per_run(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """One row per run with its variant labels (``by`` columns as display strings)."""
+    missing = [c for c in by if c not in df.columns]
+    if missing:
+        raise KeyError(f"columns not in frame: {missing}")
+    ids = df[layout.RUN_ID]
+    present = ids.unique()
+    runs = pd.DataFrame(index=pd.Index(sorted(present.astype(object)), name=layout.RUN_ID))
+    if by:
+        # Config values are constant within a run, so any row of the run carries them.
+        first = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[by]
+        for c in by:
+            runs[c] = variant_labels(pd.Series(first[c].reindex(runs.index).astype(object).to_numpy()))
+    return runs
+
+
+def _baseline_mask(runs: pd.DataFrame, by: list[str], baseline: Any) -> np.ndarray | None:
+    """Which per-run rows belong to the baseline variant (matched on the first ``by`` column)."""
+    if baseline is None or not by:
+        return None
+    return (runs[by[0]].astype(str) == str(baseline)).to_numpy()
+
+
+def _variant_groups(runs: pd.DataFrame, by: list[str]):
+    if not by:
+        yield (), runs
+        return
+    yield from runs.groupby(by, observed=True, sort=True)
+
+
+def _key_dict(by: list[str], key: Any) -> dict[str, Any]:
+    key = key if isinstance(key, tuple) else (key,)
+    return dict(zip(by, key, strict=True))
+
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    return df[name] if name in df.columns else pd.Series(np.nan, index=df.index)
+
+
+def _baseline_value(table: pd.DataFrame, by: list[str], baseline: Any, column: str) -> float:
+    if baseline is None or not by or table.empty:
+        return float("nan")
+    hit = table[table[by[0]].astype(str) == str(baseline)]
+    if len(by) > 1 or hit.empty:
+        return float(hit[column].mean()) if not hit.empty else float("nan")
+    return float(hit[column].iloc[0])
+
+
+def timing_table(
+    df: pd.DataFrame, *, by: str | Sequence[str] = "loss_type", baseline: Any = "grpo"
+) -> pd.DataFrame:
+    """Cost per variant: wall-clock per optimizer step, throughput and memory.
+
+    Per run: mean and total of ``time/step_s`` (seconds per optimizer step, generation included),
+    median of TRL's ``step_time`` (seconds; excludes generation on steps that reuse a batch),
+    generated and trained tokens per second (``sum tokens / sum time/step_s``) and the peak of
+    ``memory/peak_mb``. Per variant: the mean over runs, except the median ``step_time`` (pooled
+    over all steps) and peak memory (maximum over runs).
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+        by: variant column(s); the first one is matched against ``baseline``.
+        baseline: value of ``by[0]`` whose seconds per step is the speedup reference.
+
+    Returns:
+        One row per variant: ``*by``, ``runs``, ``steps`` (mean per run), ``s_per_step``,
+        ``total_s``, ``trl_step_time_median_s``, ``gen_tokens_per_s``, ``trained_tokens_per_s``,
+        ``peak_memory_mb``, ``speedup`` (baseline ``s_per_step`` / this one; 1 for the baseline,
+        NaN without one). Missing source columns give NaN.
+
+    Raises:
+        KeyError: if a ``by`` column is missing.
+    """
+    by = _by_list(by)
+    runs = _per_run(df, by)
+    g = df.groupby(layout.RUN_ID, observed=True, sort=True)
+    work = pd.DataFrame(
+        {
+            layout.RUN_ID: df[layout.RUN_ID],
+            "wall": _col(df, layout.STEP_WALL_S),
+            "gen": _col(df, layout.TOKENS_GENERATED),
+            "trained": _col(df, layout.TOKENS_TRAINED),
+            "mem": _col(df, layout.PEAK_MEMORY_MB),
+        }
+    )
+    wg = work.groupby(layout.RUN_ID, observed=True, sort=True)
+    runs["steps"] = g[layout.STEP].count().reindex(runs.index)
+    runs["s_per_step"] = wg["wall"].mean().reindex(runs.index)
+    wall_sum = wg["wall"].sum(min_count=1).reindex(runs.index)
+    runs["total_s"] = wall_sum
+    with np.errstate(invalid="ignore", divide="ignore"):
+        runs["gen_tokens_per_s"] = wg["gen"].sum(min_count=1).reindex(runs.index) / wall_sum
+        runs["trained_tokens_per_s"] = wg["trained"].sum(min_count=1).reindex(runs.index) / wall_sum
+    runs["peak_memory_mb"] = wg["mem"].max().reindex(runs.index)
+    step_time = _col(df, "step_time").to_numpy(dtype=np.float64)
+    row_run, run_uniques = pd.factorize(df[layout.RUN_ID])
+    run_pos = pd.Index(np.asarray(run_uniques, dtype=object))
+
+    rows = []
+    for key, part in _variant_groups(runs, by):
+        members = np.zeros(len(run_pos), dtype=bool)
+        members[run_pos.get_indexer(part.index)] = True
+        st = step_time[members[row_run]]
+        st = st[~np.isnan(st)]
+        rows.append(
+            {
+                **_key_dict(by, key),
+                "runs": len(part),
+                "steps": part["steps"].mean(),
+                "s_per_step": part["s_per_step"].mean(),
+                "total_s": part["total_s"].mean(),
+                "trl_step_time_median_s": float(np.median(st)) if st.size else float("nan"),
+                "gen_tokens_per_s": part["gen_tokens_per_s"].mean(),
+                "trained_tokens_per_s": part["trained_tokens_per_s"].mean(),
+                "peak_memory_mb": part["peak_memory_mb"].max(),
+            }
+        )
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    base = _baseline_value(table, by, baseline, "s_per_step")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["speedup"] = base / table["s_per_step"]
+    table.attrs["display"] = {
+        "runs": "runs",
+        "steps": "steps",
+        "s_per_step": "s/step",
+        "total_s": "total s",
+        "trl_step_time_median_s": "TRL step_time median (s)",
+        "gen_tokens_per_s": "generated tok/s",
+        "trained_tokens_per_s": "trained tok/s",
+        "peak_memory_mb": "peak memory (MB)",
+        "speedup": f"speedup vs {baseline}",
+    }
+    return table
+
+
+def _final_scores(df: pd.DataFrame, metric: str, last_k: int | None) -> pd.Series:
+    """Per-run score: final value of a sparse eval metric, else mean of the last k logged steps."""
+    sub = df.loc[df[metric].notna(), [layout.RUN_ID, layout.STEP, metric]]
+    if metric == layout.EVAL_ACCURACY:
+        return sub.groupby(layout.RUN_ID, observed=True, sort=True)[metric].last()
+    counts = sub.groupby(layout.RUN_ID, observed=True, sort=True)[metric].transform("size")
+    rank_from_end = sub.groupby(layout.RUN_ID, observed=True, sort=True).cumcount(ascending=False)
+    n = counts.to_numpy()
+    k = np.maximum(1, np.ceil(0.1 * n)) if last_k is None else np.full(n.shape, int(last_k))
+    tail = sub[rank_from_end.to_numpy() < k]
+    return tail.groupby(layout.RUN_ID, observed=True, sort=True)[metric].mean()
+
+
+def _task_column(df: pd.DataFrame, task: str | None) -> str | None:
+    if task is not None:
+        return task
+    for cand in ("task.name", "task"):
+        if cand in df.columns and df[cand].nunique(dropna=False) > 1:
+            return cand
+    return None
+
+
+def _score_matrix(scores: pd.Series, tasks: pd.Series, task_order: list[str]) -> np.ndarray:
+    """(max runs per task, n_tasks) matrix, NaN-padded where a task has fewer runs."""
+    cols = [scores[(tasks == t).to_numpy()].to_numpy(dtype=np.float64) for t in task_order]
+    height = max((c.size for c in cols), default=0)
+    mat = np.full((height, len(cols)), np.nan)
+    for j, c in enumerate(cols):
+        mat[: c.size, j] = c
+    return mat
+
+
+def final_performance_table(
+    df: pd.DataFrame,
+    metric: str = "reward",
+    *,
+    by: str | Sequence[str] = "loss_type",
+    last_k: int | None = None,
+    task: str | None = None,
+    baseline: Any = "grpo",
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Final performance per variant: mean and IQM over runs with stratified bootstrap intervals.
+
+    A run's score is the mean of ``metric`` over its last ``last_k`` logged steps (default: the
+    last 10% of its steps, at least one), or, for ``eval/accuracy``, its last evaluation. Scores
+    form an ``(runs, tasks)`` matrix per variant (one task unless ``task`` names a column or
+    ``task.name`` varies). Aggregates and intervals follow Agarwal et al. 2021 (rliable): mean,
+    IQM (25% trimmed mean), percentile intervals from a bootstrap over runs stratified by task,
+    and the probability of improvement over the baseline (Mann-Whitney U / (n·m), averaged over
+    tasks) with an independent stratified bootstrap interval.
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+        metric: the score column (e.g. ``"reward"``, ``"eval/accuracy"``).
+        by: variant column(s); the first is matched against ``baseline``.
+        last_k: steps averaged at the end of each run.
+        task: column that identifies tasks; default auto-detected as above.
+        baseline: value of ``by[0]`` the probability of improvement is measured against.
+        reps, confidence, seed: bootstrap replicates, coverage and seed.
+
+    Returns:
+        One row per variant: ``*by``, ``runs``, ``mean``, ``mean_lo``, ``mean_hi``, ``iqm``,
+        ``iqm_lo``, ``iqm_hi``, ``p_improve``, ``p_improve_lo``, ``p_improve_hi`` (P(variant >
+        baseline); NaN for the baseline itself or without one). Intervals are NaN when no task
+        has two runs. ``attrs["caption"]`` says how.
+
+    Raises:
+        KeyError: if ``metric`` or a ``by`` column is missing.
+    """
+    by = _by_list(by)
+    if metric not in df.columns:
+        raise KeyError(f"metric {metric!r} not in frame")
+    runs = _per_run(df, by)
+    runs["score"] = _final_scores(df, metric, last_k).reindex(runs.index)
+    task_col = _task_column(df, task)
+    if task_col is not None:
+        first_task = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[task_col]
+        runs["_task"] = first_task.reindex(runs.index).astype(object).astype(str).to_numpy()
+    else:
+        runs["_task"] = "all"
+    runs = runs[runs["score"].notna()]
+    task_order = sorted(runs["_task"].unique())
+    base_mask = _baseline_mask(runs, by, baseline)
+    base_mat = None
+    if base_mask is not None and base_mask.any():
+        base_runs = runs[base_mask]
+        base_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
+
+    rows = []
+    for key, part in _variant_groups(runs, by):
+        mat = _score_matrix(part["score"], part["_task"], task_order)
+        mean, mean_lo, mean_hi = stats.stratified_bootstrap_ci(
+            stats.mean_score, mat, reps=reps, confidence=confidence, seed=seed
+        )
+        iq, iq_lo, iq_hi = stats.stratified_bootstrap_ci(
+            stats.iqm, mat, reps=reps, confidence=confidence, seed=seed
+        )
+        if np.sum(~np.isnan(mat), axis=0).max(initial=0) < 2:
+            # One run per task: a bootstrap over runs can only return the run itself.
+            mean_lo = mean_hi = iq_lo = iq_hi = float("nan")
+        labels = _key_dict(by, key)
+        is_base = by and str(labels[by[0]]) == str(baseline)
+        if base_mat is not None and not is_base:
+            p, p_lo, p_hi = stats.stratified_bootstrap_ci(
+                stats.probability_of_improvement, mat, base_mat, reps=reps, confidence=confidence, seed=seed
+            )
+            if max(np.sum(~np.isnan(m), axis=0).max(initial=0) for m in (mat, base_mat)) < 2:
+                p_lo = p_hi = float("nan")
+        else:
+            p = p_lo = p_hi = float("nan")
+        rows.append(
+            {
+                **labels,
+                "runs": len(part),
+                "mean": mean,
+                "mean_lo": mean_lo,
+                "mean_hi": mean_hi,
+                "iqm": iq,
+                "iqm_lo": iq_lo,
+                "iqm_hi": iq_hi,
+                "p_improve": p,
+                "p_improve_lo": p_lo,
+                "p_improve_hi": p_hi,
+            }
+        )
+    table = pd.DataFrame(rows)
+    how = (
+        "last evaluation"
+        if metric == layout.EVAL_ACCURACY
+        else (
+            "mean of the last 10% of logged steps"
+            if last_k is None
+            else f"mean of the last {last_k} logged steps"
+        )
+    )
+    strat = f", stratified by {task_col}" if task_col else ""
+    table.attrs["caption"] = (
+        f"Final {metric} per run ({how}); mean and IQM over runs with {100 * confidence:g}% percentile "
+        f"bootstrap intervals ({reps} resamples of runs{strat}, seed {seed}); P(> {baseline}): probability "
+        f"that a run of the variant beats a run of {baseline} (Mann-Whitney U / nm)."
+    )
+    table.attrs["display"] = {"runs": "runs", "mean": "mean", "iqm": "IQM", "p_improve": f"P(> {baseline})"}
+    return table
+
+
+def time_to_target_table(
+    df: pd.DataFrame,
+    threshold: float,
+    *,
+    metric: str = "reward",
+    by: str | Sequence[str] = "loss_type",
+    baseline: Any = "grpo",
+    ema: float | None = None,
+) -> pd.DataFrame:
+    """Steps, generated tokens and seconds until a run first reaches ``metric >= threshold``.
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+        threshold: target value of ``metric``.
+        metric: the column compared with ``threshold``.
+        by: variant column(s); the first is matched against ``baseline``.
+        baseline: value of ``by[0]`` the speedups are relative to.
+        ema: smooth each run's metric first (EMA weight, see :func:`analysis.curves.smooth`), so
+            a single noisy step does not count as reaching the target.
+
+    Returns:
+        One row per variant: ``*by``, ``runs``, ``reached`` (runs that reached the target),
+        ``steps``, ``tokens``, ``seconds`` (means over the runs that reached it, so read them with
+        ``reached``), and ``speedup_steps``, ``speedup_tokens``, ``speedup_seconds`` (baseline mean
+        / variant mean). Tokens and seconds are cumulative at the first step at or above target
+        (:func:`analysis.curves.x_values`).
+
+    Raises:
+        KeyError: if ``metric`` or a ``by`` column is missing.
+    """
+    by = _by_list(by)
+    if metric not in df.columns:
+        raise KeyError(f"metric {metric!r} not in frame")
+    runs = _per_run(df, by)
+    y = df[metric].to_numpy(dtype=np.float64)
+    cols = {"steps": df[layout.STEP].to_numpy(dtype=np.float64)}
+    for name in ("tokens", "time"):
+        try:
+            cols[name] = x_values(df, name)
+        except KeyError:
+            cols[name] = np.full(len(df), np.nan)
+    rid = df[layout.RUN_ID].astype(object).to_numpy()
+    first: dict[str, dict[str, float]] = {}
+    order = np.lexsort((cols["steps"], pd.factorize(df[layout.RUN_ID])[0]))
+    rid_sorted = rid[order]
+    bounds = np.flatnonzero(np.r_[True, rid_sorted[1:] != rid_sorted[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        rows_idx = order[a:b]
+        yr = y[rows_idx]
+        ok = ~np.isnan(yr)
+        rows_idx, yr = rows_idx[ok], yr[ok]
+        if ema is not None and yr.size:
+            yr = smooth(yr, ema=ema)
+        hit = np.flatnonzero(yr >= threshold)
+        if hit.size:
+            i = rows_idx[hit[0]]
+            first[rid[i]] = {
+                "steps": cols["steps"][i],
+                "tokens": cols["tokens"][i],
+                "seconds": cols["time"][i],
+            }
+    for name in ("steps", "tokens", "seconds"):
+        runs[name] = [first.get(r, {}).get(name, np.nan) for r in runs.index]
+    runs["reached"] = [r in first for r in runs.index]
+
+    rows = []
+    for key, part in _variant_groups(runs, by):
+        rows.append(
+            {
+                **_key_dict(by, key),
+                "runs": len(part),
+                "reached": int(part["reached"].sum()),
+                "steps": part["steps"].mean(),
+                "tokens": part["tokens"].mean(),
+                "seconds": part["seconds"].mean(),
+            }
+        )
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    for name in ("steps", "tokens", "seconds"):
+        base = _baseline_value(table, by, baseline, name)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            table[f"speedup_{name}"] = base / table[name]
+    table.attrs["caption"] = (
+        f"First time each run reaches {metric} >= {threshold:g}"
+        + (f" (EMA {ema:g})" if ema is not None else "")
+        + f"; means over the runs that reached it; speedup = {baseline} mean / variant mean."
+    )
+    table.attrs["display"] = {
+        "seconds": "seconds",
+        "speedup_steps": "speedup (steps)",
+        "speedup_tokens": "speedup (tokens)",
+        "speedup_seconds": "speedup (time)",
+    }
+    return table
+
+
+def learning_check(
+    df: pd.DataFrame, metric: str = "reward", *, by: str | Sequence[str] = "loss_type", frac: float = 0.2
+) -> pd.DataFrame:
+    """Did each run learn? Mean ``metric`` over its first vs its last ``frac`` of logged steps.
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+        metric: the column compared.
+        by: variant column(s) reported with each run.
+        frac: fraction of each run's logged steps (at least one) in each window.
+
+    Returns:
+        One row per run: ``run_id``, ``*by``, ``seed`` (when a seed column exists), ``steps``,
+        ``first``, ``last`` and ``diff = last - first``.
+
+    Raises:
+        KeyError: if ``metric`` or a ``by`` column is missing.
+        ValueError: if ``frac`` is not in (0, 0.5].
+    """
+    if not 0.0 < frac <= 0.5:
+        raise ValueError(f"frac must be in (0, 0.5], got {frac}")
+    by = _by_list(by)
+    if metric not in df.columns:
+        raise KeyError(f"metric {metric!r} not in frame")
+    runs = _per_run(df, by)
+    seed = seed_column(df)
+    if seed is not None and seed not in by:
+        runs["seed"] = (
+            df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[seed].reindex(runs.index).to_numpy()
+        )
+    sub = df.loc[df[metric].notna(), [layout.RUN_ID, metric]]
+    g = sub.groupby(layout.RUN_ID, observed=True, sort=True)
+    n = g[metric].transform("size")
+    pos = g.cumcount()
+    k = np.maximum(1, np.ceil(frac * n.to_numpy())).astype(np.int64)
+    head = sub[(pos.to_numpy() < k)]
+    tail = sub[(pos.to_numpy() >= n.to_numpy() - k)]
+    runs["steps"] = g[metric].size().reindex(runs.index)
+    runs["first"] = head.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
+    runs["last"] = tail.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
+    runs["diff"] = runs["last"] - runs["first"]
+    out = runs.reset_index()
+    out.attrs["caption"] = (
+        f"Mean {metric} over the first vs the last {100 * frac:g}% of each run's logged steps; diff = last - first."
+    )
+    return out
+
+
+def learning_summary(check: pd.DataFrame, *, by: str | Sequence[str] = "loss_type") -> pd.DataFrame:
+    """Per variant, the learning check over seeds: mean first/last, mean and std of the difference.
+
+    Args:
+        check: output of :func:`learning_check`.
+        by: the variant column(s) used there.
+
+    Returns:
+        One row per variant: ``*by``, ``runs``, ``first``, ``last`` (means over runs), ``diff_mean``,
+        ``diff_std`` (ddof=1; NaN with one run) and ``improved`` (runs with ``diff > 0``).
+    """
+    by = _by_list(by)
+    rows = []
+    for key, part in _variant_groups(check, by):
+        d = part["diff"].to_numpy(dtype=np.float64)
+        mean, std, _ = stats.nan_moments(d, axis=0)
+        rows.append(
+            {
+                **_key_dict(by, key),
+                "runs": len(part),
+                "first": part["first"].mean(),
+                "last": part["last"].mean(),
+                "diff_mean": float(mean),
+                "diff_std": float(std),
+                "improved": int((d > 0).sum()),
+            }
+        )
+    table = pd.DataFrame(rows)
+    table.attrs["caption"] = check.attrs.get("caption", "") + " Mean and std (ddof=1) of diff over runs."
+    table.attrs["display"] = {"diff_mean": "diff mean", "diff_std": "diff std", "improved": "runs improved"}
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        if abs(f) >= 1000:
+            return f"{f:,.0f}"
+        return f"{f:.3g}"
+    return str(v)
+
+
+def _display_frame(table: pd.DataFrame) -> tuple[pd.DataFrame, list[bool]]:
+    """Strings for md/tex (``x [lo, hi]`` for interval triples, headers from ``attrs["display"]``)
+    and, per shown column, whether it is numeric (right-aligned)."""
+    names = dict(table.attrs.get("display", {}))
+    out: dict[str, list[str]] = {}
+    numeric: list[bool] = []
+    skip = set()
+    for c in table.columns:
+        if c in skip:
+            continue
+        lo, hi = f"{c}_lo", f"{c}_hi"
+        if lo in table.columns and hi in table.columns:
+            skip.update((lo, hi))
+            out[names.get(c, c)] = [
+                _fmt(v) if math.isnan(float(a)) else f"{_fmt(v)} [{_fmt(a)}, {_fmt(b)}]"
+                for v, a, b in zip(table[c], table[lo], table[hi], strict=True)
+            ]
+        else:
+            out[names.get(c, c)] = [_fmt(v) for v in table[c]]
+        numeric.append(pd.api.types.is_numeric_dtype(table[c]) and not pd.api.types.is_bool_dtype(table[c]))
+    return pd.DataFrame(out, columns=list(out)), numeric
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """GitHub-flavoured markdown table; numbers with 3 significant digits, NaN as "–"."""
+    shown, numeric = _display_frame(table)
+    lines = ["| " + " | ".join(str(c) for c in shown.columns) + " |"]
+    lines.append("| " + " | ".join("---:" if num else ":---" for num in numeric) + " |")
+    for row in shown.itertuples(index=False):
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+}
+
+
+def _tex(s: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
+
+
+def to_latex(table: pd.DataFrame, *, caption: str | None = None, label: str | None = None) -> str:
+    """A ``table`` environment with a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``).
+
+    Args:
+        table: a frame from one of the ``*_table`` functions (or any frame).
+        caption: caption text (escaped); default ``table.attrs["caption"]`` when present.
+        label: ``\\label`` key, unescaped.
+
+    Returns:
+        LaTeX source ending in a newline.
+    """
+    shown, numeric = _display_frame(table)
+    spec = "".join("r" if num else "l" for num in numeric)
+    caption = caption if caption is not None else table.attrs.get("caption")
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
+    lines.append(" & ".join(_tex(c) for c in shown.columns) + r" \\")
+    lines.append(r"\midrule")
+    for row in shown.itertuples(index=False):
+        lines.append(" & ".join(_tex(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        lines.append(rf"\caption{{{_tex(caption)}}}")
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(
+    table: pd.DataFrame,
+    stem: str | Path,
+    *,
+    caption: str | None = None,
+    extra_md: Mapping[str, pd.DataFrame] | None = None,
+) -> list[Path]:
+    """Write ``<stem>.md``, ``<stem>.csv`` (raw numbers) and ``<stem>.tex`` (booktabs).
+
+    Args:
+        table: the frame to write.
+        stem: output path without suffix; parent folders are created.
+        caption: caption for md and tex; default ``table.attrs["caption"]``.
+        extra_md: further ``{heading: frame}`` sections appended to the markdown file only.
+
+    Returns:
+        The three paths written (md, csv, tex).
+    """
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    caption = caption if caption is not None else table.attrs.get("caption")
+    md = (f"{caption}\n\n" if caption else "") + to_markdown(table)
+    for heading, frame in (extra_md or {}).items():
+        md += f"\n**{heading}**\n\n" + to_markdown(frame)
+    paths = [
+        stem.with_name(stem.name + ".md"),
+        stem.with_name(stem.name + ".csv"),
+        stem.with_name(stem.name + ".tex"),
+    ]
+    paths[0].write_text(md)
+    table.to_csv(paths[1], index=False)
+    paths[2].write_text(to_latex(table, caption=caption, label=f"tab:{stem.name}"))
+    return paths

@@ -1,0 +1,382 @@
+"""The default model ``tiny``: a small Qwen2 with a character-level tokenizer, warm-started by SFT.
+
+Built entirely locally (no hub access): the tokenizer's vocabulary is the set of characters in the task's
+bare prompts and answers, the architecture is a ``transformers.Qwen2Config`` and the warm start is TRL's
+``SFTTrainer`` on prompt/answer pairs from reasoning-gym. A fraction ``label_noise`` of the SFT answers
+is deliberately off by ±1 or ±2, so the warm-started policy puts part of its mass on the right answer
+and part on near misses: the regime where reward-driven RL (GRPO) measurably sharpens a policy within a
+few hundred CPU steps. With clean labels the model is either already right or has no right mode to
+sharpen, and RL on CPU budgets moves reward only inside the seed noise.
+
+The result is cached under ``cache_dir/<key>/`` (``save_pretrained`` of model and tokenizer plus
+``tiny_model.json`` describing the build), keyed by a hash of the model spec, the task's dataset and the
+versions of the libraries that shape the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from harness.tasks import EVAL_SEED, SFT_SEED_BASE, TaskSpec, bare_prompt, check_task, generate_entries
+
+TINY = "tiny"
+PAD_TOKEN = "<pad>"
+EOS_TOKEN = "<eos>"
+UNK_TOKEN = "<unk>"
+INFO_FILE = "tiny_model.json"
+# Bump when the build recipe changes in a way the spec does not capture, so old caches are not reused.
+BUILD_FORMAT = 1
+
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Everything that defines the tiny model; its hash (with the task's dataset) keys the cache.
+
+    Architecture (Qwen2; about 0.66M parameters at the defaults with a ~20-symbol vocabulary):
+        hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size: as in ``Qwen2Config``.
+        max_position_embeddings: context length in tokens (prompt + completion must fit).
+
+    Warm start (TRL ``SFTTrainer``, completion-only loss, cosine schedule):
+        sft_steps: optimizer steps.
+        sft_lr: peak learning rate.
+        sft_batch_size: sequences per step.
+        sft_examples: distinct prompt/answer pairs generated for SFT (drawn from seeds disjoint from
+            the training and eval splits of ``harness.tasks``).
+        label_noise: fraction of SFT answers (integers only) replaced by answer ± 1 or ± 2, each of the
+            four offsets equally likely; 0 = clean labels.
+        seed: seed of initialisation, data order, label noise and SFT data generation.
+    """
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 256
+    max_position_embeddings: int = 64
+    sft_steps: int = 600
+    sft_lr: float = 3e-3
+    sft_batch_size: int = 64
+    sft_examples: int = 4096
+    label_noise: float = 0.5
+    seed: int = 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache key
+
+
+def _library_versions() -> dict[str, str]:
+    import reasoning_gym
+    import tokenizers
+    import torch
+    import transformers
+    import trl
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "tokenizers": tokenizers.__version__,
+        "reasoning_gym": getattr(reasoning_gym, "__version__", "unknown"),
+    }
+
+
+def tiny_model_key(spec: TinyModelSpec, task: TaskSpec) -> str:
+    """Cache folder name of the tiny model for ``task``: ``tiny-<dataset>-<16 hex digits>``.
+
+    Only the task's dataset (name, kwargs) enters the key: template, split sizes and rewards do not
+    change the warm start.
+    """
+    payload = {
+        "format": BUILD_FORMAT,
+        "spec": dataclasses.asdict(spec),
+        "task": {"name": task.name, "kwargs": dict(task.kwargs)},
+        "versions": _library_versions(),
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    safe_name = re.sub(r"[^\w.-]", "_", task.name)
+    return f"tiny-{safe_name}-{digest[:16]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Data, tokenizer, model
+
+
+def noisy_answer(answer: str, rng: random.Random, label_noise: float) -> str:
+    """``answer`` with probability ``1 - label_noise``, else (integers only) answer ± 1 or ± 2."""
+    if rng.random() >= label_noise:
+        return answer
+    try:
+        value = int(answer)
+    except ValueError:
+        return answer
+    return str(value + rng.choice((-2, -1, 1, 2)))
+
+
+def sft_pairs(spec: TinyModelSpec, task: TaskSpec) -> list[tuple[str, str]]:
+    """The SFT (prompt, answer) pairs: ``spec.sft_examples`` bare prompts with noisy answers (no eos).
+
+    Raises:
+        ValueError: the task spec is invalid.
+    """
+    _, entries = generate_entries(task, SFT_SEED_BASE + spec.seed, spec.sft_examples)
+    rng = random.Random(spec.seed)
+    return [(bare_prompt(e), noisy_answer(str(e["answer"]), rng, spec.label_noise)) for e in entries]
+
+
+def task_alphabet(task: TaskSpec, extra_texts: Iterable[str] = ()) -> list[str]:
+    """Sorted characters of the task's bare prompts and answers (train split of seed 0 and eval split).
+
+    Characters outside it (e.g. a training seed that draws an unseen symbol) map to the unk token.
+    """
+    chars: set[str] = set()
+    for gen_seed, size in ((0, task.train_size), (EVAL_SEED, task.eval_size)):
+        _, entries = generate_entries(task, gen_seed, size)
+        for e in entries:
+            chars.update(bare_prompt(e))
+            chars.update(str(e["answer"]))
+    for text in extra_texts:
+        chars.update(text)
+    return sorted(chars)
+
+
+def build_tokenizer(alphabet: list[str], model_max_length: int) -> Any:
+    """Character-level ``PreTrainedTokenizerFast``: ids 0-2 are pad, eos, unk, then one id per character.
+
+    Decoding concatenates characters (no separators); no special tokens are added on encoding, so the
+    eos token only appears where a completion ends.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1, UNK_TOKEN: 2}
+    for ch in alphabet:
+        vocab.setdefault(ch, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        model_max_length=model_max_length,
+    )
+
+
+def build_model(spec: TinyModelSpec, tokenizer: Any) -> Any:
+    """A freshly initialised ``Qwen2ForCausalLM`` (float32, tied embeddings) for ``tokenizer``'s vocabulary."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def _sft(
+    spec: TinyModelSpec, model: Any, tokenizer: Any, pairs: list[tuple[str, str]], work_dir: Path
+) -> dict:
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    train = datasets.Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]})
+    args = SFTConfig(
+        output_dir=str(work_dir),
+        max_steps=spec.sft_steps,
+        per_device_train_batch_size=spec.sft_batch_size,
+        learning_rate=spec.sft_lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, spec.sft_steps // 20),
+        weight_decay=0.0,
+        completion_only_loss=True,
+        max_length=spec.max_position_embeddings,
+        gradient_checkpointing=False,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=max(1, spec.sft_steps // 10),
+        disable_tqdm=True,
+        seed=spec.seed,
+        data_seed=spec.seed,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    result = trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"train_loss": result.training_loss, "final_logged_loss": losses[-1] if losses else None}
+
+
+def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
+    """Build the tiny model for ``task`` into ``out_dir`` (created; must not exist) and return its build info.
+
+    Writes ``save_pretrained`` of model and tokenizer and ``tiny_model.json`` (spec, task, alphabet,
+    SFT losses, build seconds). Takes about ``sft_steps / 10`` seconds on one CPU thread at the defaults.
+
+    Raises:
+        ValueError: invalid task spec.
+        FileExistsError: ``out_dir`` exists.
+    """
+    from transformers import set_seed
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True)
+    start = time.perf_counter()
+    set_seed(spec.seed)
+    pairs = sft_pairs(spec, task)
+    alphabet = task_alphabet(task, extra_texts=[p + a for p, a in pairs])
+    tokenizer = build_tokenizer(alphabet, spec.max_position_embeddings)
+    longest = max(len(tokenizer(p + a)["input_ids"]) + 1 for p, a in pairs)
+    if longest > spec.max_position_embeddings:
+        raise ValueError(
+            f"SFT sequences reach {longest} tokens but max_position_embeddings is {spec.max_position_embeddings}"
+        )
+    model = build_model(spec, tokenizer)
+    with tempfile.TemporaryDirectory(prefix="sft-") as work:
+        sft_info = _sft(spec, model, tokenizer, pairs, Path(work))
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    info = {
+        "spec": dataclasses.asdict(spec),
+        "task": {"name": task.name, "kwargs": dict(task.kwargs)},
+        "alphabet": alphabet,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "longest_sft_sequence": longest,
+        "sft": sft_info,
+        "versions": _library_versions(),
+        "build_seconds": round(time.perf_counter() - start, 2),
+    }
+    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, default=str))
+    return info
+
+
+def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
+    """Folder of the tiny model for ``task``, building and caching it on first use.
+
+    Safe under concurrency: processes serialise on a file lock next to the folder, and a build goes into a
+    temporary sibling that is renamed into place only when complete, so a folder that exists is whole.
+    The result loads with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
+    ``AutoTokenizer.from_pretrained(path, local_files_only=True)``.
+
+    Raises:
+        ValueError: invalid task spec (see :func:`harness.tasks.check_task`).
+    """
+    problems = check_task(task)
+    if problems:
+        raise ValueError("invalid task spec: " + "; ".join(problems))
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = tiny_model_key(spec, task)
+    final = cache_dir / key
+    if final.is_dir():
+        return final
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if final.is_dir():  # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
+        try:
+            info = build_tiny_model(spec, task, tmp / "model")
+            os.rename(tmp / "model", final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("built %s in %.1f s", final, info["build_seconds"])
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# Model names
+
+
+def _looks_like_path(model: str) -> bool:
+    return (
+        model.startswith(("/", "./", "../", "~"))
+        or model in (".", "..")
+        or "\\" in model
+        or model.count("/") > 1
+        or not _HUB_ID_RE.match(model)
+    )
+
+
+def resolve_model(
+    model: str,
+    task: TaskSpec | None = None,
+    cache_dir: str | Path | None = None,
+    tiny_spec: TinyModelSpec | None = None,
+) -> str:
+    """Turn a model name from a config into what ``from_pretrained`` takes. Never contacts a hub.
+
+    Args:
+        model: ``"tiny"`` (built and cached for ``task`` under ``cache_dir``), a local folder (returned
+            as is, ``~`` expanded) or anything else, taken as a hub id and returned unchanged.
+        task: required for ``"tiny"``.
+        cache_dir: required for ``"tiny"``.
+        tiny_spec: the tiny model's spec; defaults to ``TinyModelSpec()``.
+
+    Raises:
+        ValueError: ``"tiny"`` without task or cache_dir, or a problem reported by :func:`check_model`.
+    """
+    if model == TINY:
+        if task is None or cache_dir is None:
+            raise ValueError("model 'tiny' needs the task and a cache_dir to build it in")
+        return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir))
+    problems = check_model(model)
+    if problems:
+        raise ValueError("; ".join(problems))
+    local = Path(model).expanduser()
+    return str(local) if local.is_dir() else model
+
+
+def check_model(model: str) -> list[str]:
+    """Problems with a model name as messages; empty when it is ``"tiny"``, a model folder or a hub-id.
+
+    A value that looks like a path (starts with ``/``, ``.`` or ``~``, or has more than one ``/``) must be
+    a folder holding a ``config.json``. Hub ids are not checked for existence (that would need the hub).
+    """
+    if not isinstance(model, str) or not model.strip():
+        return [f"model must be a non-empty string, got {model!r}"]
+    if model == TINY:
+        return []
+    local = Path(model).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            return [f"model folder {model!r} has no config.json (not a save_pretrained folder)"]
+        return []
+    if local.exists():
+        return [f"model path {model!r} is a file, not a model folder"]
+    if _looks_like_path(model):
+        return [f"model path {model!r} does not exist (and is not a hub id like 'org/name' or {TINY!r})"]
+    return []

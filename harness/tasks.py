@@ -1,0 +1,407 @@
+"""Tasks from reasoning-gym: prompts, held-out eval split, TRL reward functions and greedy accuracy.
+
+A task is a reasoning-gym procedural dataset plus a prompt template:
+
+* ``"bare"``: the prompt is the problem written as tersely as possible (for arithmetic datasets the
+  expression followed by ``=``, e.g. ``"4 - 1="``) and the completion is the answer followed by the
+  tokenizer's eos token. This is what the character-level tiny model (``harness.models``) is trained on.
+* ``"chat"``: the prompt is a conversation (system instruction + reasoning-gym's English question) for an
+  instruct model's chat template; the answer is read from ``<answer>...</answer>``.
+
+Answers are always scored by the dataset's own ``score_answer``, so a task's reward has the meaning
+reasoning-gym gives it, whatever the template.
+
+Training and eval items are drawn from disjoint generator seeds: most reasoning-gym datasets seed item
+``i`` with ``Random(seed + i)``, so the training split (seed ``seed``, items ``0..train_size-1``) and the
+eval split (seed :data:`EVAL_SEED`, fixed for every run seed so accuracies compare across seeds) never
+share a generator state as long as ``seed + train_size <= EVAL_SEED``. Small problem spaces (1-digit sums
+have 200 distinct problems) still repeat the same *questions* in both splits; :attr:`Task.eval_overlap`
+reports how often.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+import reasoning_gym
+import torch
+from reasoning_gym.factory import DATASETS
+
+TEMPLATES = ("auto", "bare", "chat")
+
+# Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
+EVAL_SEED = 1 << 30
+# Generator seeds reserved for warm-start (SFT) data of the tiny model, between training and eval seeds.
+SFT_SEED_BASE = 1 << 29
+
+# System prompt of the chat template; the answer tag is what extract_answer reads back.
+CHAT_SYSTEM_PROMPT = (
+    "Answer the question. Put only the final answer between <answer> and </answer> tags, "
+    "for example <answer>42</answer>."
+)
+
+# Where a bare completion ends when it was decoded without skipping special tokens (or the model
+# kept writing past the answer).
+_BARE_END_MARKERS = ("\n", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything that defines a task (hashable, so it can key caches).
+
+    Attributes:
+        name: reasoning-gym dataset name, e.g. ``"chain_sum"``.
+        kwargs: dataset config keyword args, e.g. ``{"min_terms": 2, "max_terms": 2, "max_digits": 1}``.
+            ``seed`` and ``size`` are set by the harness and must not appear here.
+        template: ``"bare"``, ``"chat"`` or ``"auto"`` (chat when the tokenizer has a chat template,
+            else bare).
+        train_size: number of training prompts.
+        eval_size: number of held-out prompts for greedy eval.
+        rewards: reward function names from :data:`REWARDS`, in the order TRL should receive them.
+    """
+
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    template: str = "auto"
+    train_size: int = 2000
+    eval_size: int = 200
+    rewards: tuple[str, ...] = ("correctness",)
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.name, json.dumps(dict(self.kwargs), sort_keys=True, default=str), self.template)
+            + (self.train_size, self.eval_size, tuple(self.rewards))
+        )
+
+
+@dataclass
+class Task:
+    """A built task. Use :func:`build_task` rather than constructing one.
+
+    Attributes:
+        spec: the spec it was built from.
+        seed: generator seed of the training split.
+        template: the resolved template, ``"bare"`` or ``"chat"``.
+        dataset: the reasoning-gym dataset object (its ``score_answer`` scores answers).
+        train_dataset: columns ``"prompt"`` (str for bare, list of chat messages for chat) and
+            ``"entry"`` (the reasoning-gym item as a JSON string), ``train_size`` rows.
+        eval_prompts: held-out prompts in the same format as ``train_dataset["prompt"]``.
+        eval_entries: the reasoning-gym items of ``eval_prompts``.
+        reward_funcs: TRL reward functions, one per ``spec.rewards`` name, each named after it.
+        eval_overlap: fraction of eval questions whose exact text also occurs in the training split.
+    """
+
+    spec: TaskSpec
+    seed: int
+    template: str
+    dataset: Any
+    train_dataset: datasets.Dataset
+    eval_prompts: list
+    eval_entries: list[dict]
+    reward_funcs: list[Callable[..., list[float]]]
+    eval_overlap: float
+
+    def score(self, completion: str, entry: dict) -> float:
+        """Score one completion (text, eos already stripped) against a reasoning-gym item; in [0, 1]."""
+        return float(self.dataset.score_answer(extract_answer(completion, self.template), entry))
+
+    def prompt_text(self, prompt: str | list[dict], tokenizer: Any = None) -> str:
+        """The exact text fed to the model for a prompt (chat prompts go through ``tokenizer``'s template).
+
+        Raises:
+            ValueError: a chat prompt without a tokenizer that has a chat template.
+        """
+        if isinstance(prompt, str):
+            return prompt
+        if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("chat prompts need a tokenizer with a chat template")
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prompts and answers
+
+
+def resolve_template(template: str, tokenizer: Any = None) -> str:
+    """Resolve ``"auto"`` to ``"chat"`` when ``tokenizer`` has a chat template, else ``"bare"``.
+
+    Raises:
+        ValueError: ``template`` is not one of :data:`TEMPLATES`.
+    """
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; valid: {', '.join(TEMPLATES)}")
+    if template != "auto":
+        return template
+    has_chat = tokenizer is not None and getattr(tokenizer, "chat_template", None) is not None
+    return "chat" if has_chat else "bare"
+
+
+def bare_prompt(entry: Mapping[str, Any]) -> str:
+    """The terse prompt of a reasoning-gym item: ``"<expression>="`` when the item has one, else its question."""
+    expression = entry.get("metadata", {}).get("expression")
+    if isinstance(expression, str) and expression:
+        return f"{expression}="
+    return str(entry["question"])
+
+
+def chat_prompt(entry: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The conversation prompt of a reasoning-gym item: system instruction, then the question as the user."""
+    return [
+        {"role": "system", "content": CHAT_SYSTEM_PROMPT},
+        {"role": "user", "content": str(entry["question"])},
+    ]
+
+
+def extract_answer(completion: str, template: str) -> str | None:
+    """The answer written in a completion, or None when there is none.
+
+    Args:
+        completion: generated text, with or without special tokens.
+        template: ``"bare"`` (answer = text up to the first newline or end marker, stripped) or
+            ``"chat"`` (answer = content of the last ``<answer>...</answer>``, stripped).
+
+    Raises:
+        ValueError: ``template`` is neither ``"bare"`` nor ``"chat"``.
+    """
+    if template == "bare":
+        cut = len(completion)
+        for marker in _BARE_END_MARKERS:
+            pos = completion.find(marker)
+            if pos != -1:
+                cut = min(cut, pos)
+        answer = completion[:cut].strip()
+    elif template == "chat":
+        matches = _ANSWER_RE.findall(completion)
+        answer = matches[-1].strip() if matches else ""
+    else:
+        raise ValueError(f"extract_answer needs template 'bare' or 'chat', got {template!r}")
+    return answer or None
+
+
+def _completion_text(completion: str | list[dict]) -> str:
+    # TRL passes conversational completions as a list holding one assistant message.
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(message.get("content", "")) for message in completion)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rewards
+
+
+def _correctness_reward(task: Task) -> Callable[..., list[float]]:
+    def correctness(prompts: list, completions: list, entry: list[str], **_: Any) -> list[float]:
+        return [
+            task.score(_completion_text(c), json.loads(e)) for c, e in zip(completions, entry, strict=True)
+        ]
+
+    return correctness
+
+
+def _format_reward(task: Task) -> Callable[..., list[float]]:
+    # Rewards a well-formed answer regardless of its value: bare = one non-empty line with nothing after,
+    # chat = an <answer> tag pair holding something.
+    def format(prompts: list, completions: list, **_: Any) -> list[float]:  # noqa: A001
+        out = []
+        for c in completions:
+            text = _completion_text(c)
+            answer = extract_answer(text, task.template)
+            ok = answer is not None and (task.template == "chat" or text.strip() == answer)
+            out.append(1.0 if ok else 0.0)
+        return out
+
+    return format
+
+
+# name -> factory(task) -> TRL reward function (named after the key).
+REWARDS: dict[str, Callable[[Task], Callable[..., list[float]]]] = {
+    "correctness": _correctness_reward,
+    "format": _format_reward,
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation and building
+
+
+def check_task(spec: TaskSpec) -> list[str]:
+    """Problems with ``spec`` as human-readable messages; an empty list means it is usable.
+
+    Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
+    procedurally and nothing here downloads.
+    """
+    problems: list[str] = []
+    if spec.name not in DATASETS:
+        close = difflib.get_close_matches(spec.name, list(DATASETS), n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see reasoning_gym.factory.DATASETS"
+        problems.append(f"unknown reasoning-gym dataset {spec.name!r}{hint}")
+    else:
+        reserved = sorted({"seed", "size"} & set(spec.kwargs))
+        if reserved:
+            problems.append(
+                f"task kwargs must not set {', '.join(reserved)}: the harness sets them per split"
+            )
+        else:
+            try:
+                ds = reasoning_gym.create_dataset(spec.name, seed=0, size=1, **dict(spec.kwargs))
+                ds[0]
+            except Exception as exc:  # the dataset's own validation: TypeError, AssertionError, ValueError...
+                message = str(exc) or type(exc).__name__
+                problems.append(f"dataset {spec.name!r} rejects kwargs {dict(spec.kwargs)}: {message}")
+    if spec.template not in TEMPLATES:
+        problems.append(f"unknown template {spec.template!r}; valid: {', '.join(TEMPLATES)}")
+    if spec.train_size < 1:
+        problems.append(f"train_size must be >= 1, got {spec.train_size}")
+    if spec.eval_size < 1:
+        problems.append(f"eval_size must be >= 1, got {spec.eval_size}")
+    if spec.train_size >= SFT_SEED_BASE:
+        problems.append(f"train_size must be < {SFT_SEED_BASE}, got {spec.train_size}")
+    if not spec.rewards:
+        problems.append(f"rewards is empty; valid names: {', '.join(REWARDS)}")
+    unknown = [r for r in spec.rewards if r not in REWARDS]
+    if unknown:
+        problems.append(f"unknown reward(s) {', '.join(map(repr, unknown))}; valid: {', '.join(REWARDS)}")
+    if len(set(spec.rewards)) != len(spec.rewards):
+        problems.append(f"rewards repeat a name: {spec.rewards}")
+    return problems
+
+
+def generate_entries(spec: TaskSpec, gen_seed: int, size: int) -> tuple[Any, list[dict]]:
+    """Create the reasoning-gym dataset with generator seed ``gen_seed`` and return it and its ``size`` items.
+
+    Raises:
+        ValueError: the spec fails :func:`check_task`.
+    """
+    problems = check_task(spec)
+    if problems:
+        raise ValueError("invalid task spec: " + "; ".join(problems))
+    ds = reasoning_gym.create_dataset(spec.name, seed=gen_seed, size=size, **dict(spec.kwargs))
+    return ds, [ds[i] for i in range(size)]
+
+
+def _entry_json(entry: Mapping[str, Any]) -> str:
+    # Metadata may hold tuples or other non-JSON values; str() keeps the row storable, and scoring only
+    # needs the fields the dataset reads back.
+    return json.dumps(entry, default=str)
+
+
+def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
+    """Build the training split (generator seed ``seed``), the fixed eval split and the reward functions.
+
+    Args:
+        spec: the task.
+        seed: generator seed of the training split, ``0 <= seed`` and ``seed + spec.train_size <= SFT_SEED_BASE``.
+        tokenizer: only used to resolve ``template="auto"`` (chat iff it has a chat template).
+
+    Raises:
+        ValueError: invalid spec, or a seed whose training items could collide with reserved seeds.
+    """
+    if seed < 0 or seed + spec.train_size > SFT_SEED_BASE:
+        raise ValueError(f"seed must be in [0, {SFT_SEED_BASE - spec.train_size}], got {seed}")
+    template = resolve_template(spec.template, tokenizer)
+    make_prompt = bare_prompt if template == "bare" else chat_prompt
+    dataset, train_entries = generate_entries(spec, seed, spec.train_size)
+    _, eval_entries = generate_entries(spec, EVAL_SEED, spec.eval_size)
+    train_dataset = datasets.Dataset.from_dict(
+        {
+            "prompt": [make_prompt(e) for e in train_entries],
+            "entry": [_entry_json(e) for e in train_entries],
+        }
+    )
+    train_questions = {e["question"] for e in train_entries}
+    overlap = sum(e["question"] in train_questions for e in eval_entries) / max(len(eval_entries), 1)
+    task = Task(
+        spec=spec,
+        seed=seed,
+        template=template,
+        dataset=dataset,
+        train_dataset=train_dataset,
+        eval_prompts=[make_prompt(e) for e in eval_entries],
+        eval_entries=eval_entries,
+        reward_funcs=[],
+        eval_overlap=overlap,
+    )
+    task.reward_funcs = [REWARDS[name](task) for name in spec.rewards]
+    return task
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+@torch.no_grad()
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    max_new_tokens: int,
+    batch_size: int = 64,
+    add_special_tokens: bool = True,
+) -> list[str]:
+    """Greedy completions of text prompts, special tokens stripped, one str per prompt.
+
+    Prompts are left-padded in batches of ``batch_size``; generation stops at the tokenizer's eos token.
+    Tokenize as TRL does: plain prompts with ``add_special_tokens=True``, chat-templated text with False
+    (the template already wrote them). The model must be in eval mode (dropout off) for the result to be
+    deterministic.
+    """
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    device = next(model.parameters()).device
+    out: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start : start + batch_size]
+        enc = tokenizer(
+            batch,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=add_special_tokens,
+        )
+        enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+        generated = model.generate(**enc, generation_config=config)
+        new_tokens = generated[:, enc["input_ids"].shape[1] :]
+        out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    return out
+
+
+def greedy_accuracy(
+    model: Any, tokenizer: Any, task: Task, max_new_tokens: int, batch_size: int = 64
+) -> float:
+    """Mean :meth:`Task.score` over ``task.eval_prompts`` with greedy decoding; in [0, 1].
+
+    Args:
+        model: a causal LM (unwrapped, not the accelerate-prepared module); put in eval mode for the
+            duration and left in the mode it was in.
+        tokenizer: its tokenizer (with a chat template when ``task.template == "chat"``).
+        task: the task whose held-out split is scored.
+        max_new_tokens: generation budget per prompt, in tokens.
+        batch_size: prompts per ``generate`` call.
+
+    Raises:
+        ValueError: chat task with a tokenizer lacking a chat template.
+    """
+    texts = [task.prompt_text(p, tokenizer) for p in task.eval_prompts]
+    was_training = model.training
+    model.eval()
+    try:
+        completions = generate_completions(
+            model, tokenizer, texts, max_new_tokens, batch_size, add_special_tokens=task.template == "bare"
+        )
+    finally:
+        model.train(was_training)
+    scores = [task.score(c, e) for c, e in zip(completions, task.eval_entries, strict=True)]
+    return sum(scores) / max(len(scores), 1)

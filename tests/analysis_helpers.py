@@ -1,0 +1,140 @@
+"""Small writers of results folders in the layout of ``harness.layout``, for the analysis tests.
+
+Written with pyarrow directly so the tests pin the on-disk contract itself, not a writer's
+behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import layout
+
+
+def write_metrics(path: Path, run_id: str, columns: Mapping[str, Sequence[Any]]) -> Path:
+    """One parquet file: ``run_id`` string, ``step`` int64, every other column float64."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(columns[layout.STEP])
+    data = {
+        layout.RUN_ID: pa.array([run_id] * n, pa.string()),
+        layout.STEP: pa.array(columns[layout.STEP], pa.int64()),
+    }
+    for name, values in columns.items():
+        if name != layout.STEP:
+            data[name] = pa.array([None if v is None else float(v) for v in values], pa.float64())
+    pq.write_table(pa.table(data), path)
+    return path
+
+
+def write_run(
+    grid_dir: Path,
+    run_id: str,
+    *,
+    config: Mapping[str, Any],
+    varying: Mapping[str, Any],
+    columns: Mapping[str, Sequence[Any]] | None = None,
+    parts: Sequence[Mapping[str, Sequence[Any]]] | None = None,
+    grid: str = "toy",
+) -> Path:
+    """A run folder with ``config.json`` and either a compacted file (``columns``) or ``parts``."""
+    rdir = layout.run_dir(grid_dir, run_id)
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / layout.CONFIG_FILE).write_text(
+        json.dumps({"run_id": run_id, "grid": grid, "config": config, "varying": dict(varying)})
+    )
+    mdir = rdir / layout.METRICS_DIR
+    if columns is not None:
+        write_metrics(mdir / layout.COMPACT_FILE, run_id, columns)
+    for k, part in enumerate(parts or []):
+        write_metrics(mdir / f"{layout.PART_PREFIX}{k + 1:06d}.parquet", run_id, part)
+    return rdir
+
+
+def write_grid(grid_dir: Path, run_ids: Sequence[str], varying: Sequence[str], name: str = "toy") -> None:
+    """``grid.json`` listing the planned runs."""
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    (grid_dir / layout.GRID_FILE).write_text(
+        json.dumps(
+            {
+                "name": name,
+                "source": f"ablations/{name}.yaml",
+                "run_ids": list(run_ids),
+                "varying": list(varying),
+            }
+        )
+    )
+
+
+def config_for(
+    loss_type: str | None, seed: int, beta: float = 0.0, task: str = "countdown"
+) -> dict[str, Any]:
+    """A nested resolved config of the shape the harness writes."""
+    return {
+        "task": {"name": task, "max_prompt_len": 256},
+        "model": "tiny",
+        "trainer": {"loss_type": loss_type, "seed": seed, "beta": beta, "num_iterations": 1, "epsilon": 0.2},
+        "report_to": [],
+    }
+
+
+def synthetic_grid(
+    grid_dir: Path,
+    variants: Sequence[str | None] = ("grpo", "dapo"),
+    seeds: Sequence[int] = (0, 1, 2),
+    steps: int = 30,
+    *,
+    slopes: Mapping[str | None, float] | None = None,
+    extra: Mapping[str | None, Sequence[str]] | None = None,
+) -> list[str]:
+    """A grid of ``variants × seeds`` runs with linear reward curves plus seeded noise.
+
+    Every run logs reward, timing and token columns and w_seq quantiles; ``extra[variant]`` names
+    additional metrics (e.g. ``kl``) logged only by that variant. Returns the run ids.
+    """
+    slopes = slopes or {}
+    extra = extra or {}
+    run_ids = []
+    for v in variants:
+        for s in seeds:
+            rid = f"{v or 'none'}-s{s}"
+            rng = np.random.default_rng(abs(hash((v, s))) % 2**32)
+            step = np.arange(1, steps + 1)
+            slope = slopes.get(v, 0.01)
+            step_s = 1.0 + 0.1 * rng.random(steps)
+            gen = 1000.0 + rng.integers(0, 100, steps)
+            cols: dict[str, Any] = {
+                layout.STEP: step,
+                "reward": 0.1 + slope * step + 0.01 * rng.standard_normal(steps),
+                "entropy": 1.0 - 0.01 * step,
+                "completions/mean_length": 100 + step,
+                "step_time": step_s * 0.8,
+                layout.STEP_WALL_S: step_s,
+                layout.ELAPSED_S: np.cumsum(step_s),
+                layout.TOKENS_GENERATED: gen,
+                layout.TOKENS_TRAINED: gen * 0.9,
+                layout.TOKENS_GENERATED_TOTAL: np.cumsum(gen),
+                layout.PEAK_MEMORY_MB: np.full(steps, 500.0 + s),
+                "w_seq/p05": np.full(steps, 0.5),
+                "w_seq/p50": np.ones(steps),
+                "w_seq/p95": np.full(steps, 2.0),
+                layout.EVAL_ACCURACY: [0.1 * s if k % 10 == 0 else None for k in step],
+            }
+            for name in extra.get(v, ()):
+                cols[name] = rng.random(steps)
+            write_run(
+                grid_dir,
+                rid,
+                config=config_for(v, s),
+                varying={"trainer.loss_type": v, "seed": s},
+                columns=cols,
+            )
+            run_ids.append(rid)
+    write_grid(grid_dir, run_ids, ["trainer.loss_type", "seed"])
+    return run_ids

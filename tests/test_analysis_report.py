@@ -1,0 +1,108 @@
+"""analysis.report: the report folder of a synthetic grid, and the CLI hooks."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from analysis_helpers import config_for, synthetic_grid, write_run
+
+from analysis import report
+from harness import layout
+
+
+@pytest.fixture
+def grid(tmp_path):
+    g = tmp_path / "results" / "toy"
+    synthetic_grid(g, variants=("grpo", "dapo", None), seeds=(0, 1), steps=20, extra={"dapo": ["kl"]})
+    # An older run outside the current plan, with another learning rate.
+    cfg = config_for("grpo", 0)
+    cfg["trainer"]["learning_rate"] = 1e-5
+    write_run(
+        g,
+        "old-grpo-lr",
+        config=cfg,
+        varying={"trainer.loss_type": "grpo", "seed": 0},
+        columns={layout.STEP: [1, 2], "reward": [0.0, 0.1]},
+    )
+    return g
+
+
+def test_report_files_and_index(grid):
+    out = report.make_report(grid, target=0.2)
+    assert out == grid / layout.REPORT_DIR
+    names = {p.name for p in out.iterdir()}
+    for stem in ("reward_step", "dynamics_step", "w_seq"):
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+    for stem in ("timing", "final_performance", "learning_check", "time_to_target"):
+        assert {f"{stem}.md", f"{stem}.csv", f"{stem}.tex"} <= names
+    index = (out / "index.md").read_text()
+    for ref in (
+        "reward_step.png",
+        "dynamics_step.png",
+        "w_seq.png",
+        "Timing",
+        "Final performance",
+        "Learning check",
+    ):
+        assert ref in index
+    assert "the 6 run(s) of grid.json" in index
+    assert "(none)" in (out / "timing.md").read_text()
+    assert "old-grpo-lr" not in (out / "learning_check.md").read_text()
+
+
+def test_report_all_runs_labels_by_difference(grid):
+    with pytest.warns(UserWarning, match="spans 2 variants"):
+        out = report.make_report(grid, all_runs=True, x="tokens")
+    text = (out / "learning_check.md").read_text()
+    assert "old-grpo-lr" in text
+    assert "learning_rate=1e-05" in text
+    assert (out / "reward_tokens.pdf").exists()
+
+
+def test_report_skipped_file_listed(grid):
+    bad = layout.run_dir(grid, "grpo-s0") / layout.METRICS_DIR / layout.COMPACT_FILE
+    bad.write_bytes(bad.read_bytes()[:100])
+    out = report.make_report(grid)
+    index = (out / "index.md").read_text()
+    assert "Files not loaded" in index and str(bad) in index
+
+
+def test_cli_hooks(grid, capsys):
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    args = parser.parse_args([str(grid), "--baseline", "loss_type=dapo", "--x", "time", "--col", "loss_type"])
+    assert report.main(args) == 0
+    assert str(grid / layout.REPORT_DIR) in capsys.readouterr().out
+    assert (grid / layout.REPORT_DIR / "reward_time.png").exists()
+    args = parser.parse_args([str(grid), "--hue", "no_such_axis"])
+    assert report.main(args) == 2
+    assert "no_such_axis" in capsys.readouterr().err
+
+
+def test_parse_baseline():
+    assert report.parse_baseline("loss_type=grpo") == ("loss_type", "grpo")
+    assert report.parse_baseline("grpo") == (None, "grpo")
+    assert report.parse_baseline(None) == (None, None)
+
+
+def test_report_before_any_metrics(tmp_path):
+    g = tmp_path / "results" / "empty"
+    write_run(g, "r0", config=config_for("grpo", 0), varying={"seed": 0})
+    out = report.make_report(g)
+    assert "No metrics yet" in (out / "index.md").read_text()
+
+
+def test_report_grid_without_loss_axis(tmp_path):
+    g = tmp_path / "results" / "lr"
+    for s in (0, 1):
+        write_run(
+            g,
+            f"r{s}",
+            config=config_for("grpo", s),
+            varying={"seed": s},
+            columns={layout.STEP: [1, 2, 3], "reward": [0.0, 0.5, 1.0]},
+        )
+    out = report.make_report(g)
+    assert (out / "reward_step.png").exists()
+    assert "Compared: trainer.loss_type (grpo)" in (out / "index.md").read_text()

@@ -1,0 +1,223 @@
+"""Unit tests of harness.models: tokenizer, cached tiny-model build, model names, and GRPOTrainer compatibility."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import models
+from harness.models import (
+    INFO_FILE,
+    TinyModelSpec,
+    build_tokenizer,
+    check_model,
+    noisy_answer,
+    resolve_model,
+    sft_pairs,
+    tiny_model_key,
+    tiny_model_path,
+)
+from harness.tasks import TaskSpec, build_task, greedy_accuracy
+
+TASK = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=16)
+# Small enough that the whole build (data, tokenizer, a few SFT steps, save) takes a few seconds.
+SMALL = TinyModelSpec(
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=2,
+    intermediate_size=64,
+    sft_steps=4,
+    sft_batch_size=16,
+    sft_examples=64,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return tiny_model_path(SMALL, TASK, tmp_path_factory.mktemp("cache"))
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer
+
+
+def test_tokenizer_is_character_level_with_distinct_specials():
+    from transformers import PreTrainedTokenizerFast
+
+    tok = build_tokenizer(list("0123456789+- ="), model_max_length=32)
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    assert len({tok.pad_token_id, tok.eos_token_id, tok.unk_token_id}) == 3
+    ids = tok("12 + 3=")["input_ids"]
+    assert len(ids) == 7  # one token per character, nothing added
+    assert tok.decode(ids) == "12 + 3="
+    assert tok.decode(tok("4<eos>")["input_ids"], skip_special_tokens=True) == "4"
+    assert tok("x")["input_ids"] == [tok.unk_token_id]
+
+
+def test_noisy_answer():
+    rng = random.Random(0)
+    assert all(noisy_answer("7", rng, 0.0) == "7" for _ in range(50))
+    offsets = {int(noisy_answer("7", rng, 1.0)) - 7 for _ in range(200)}
+    assert offsets == {-2, -1, 1, 2}
+    assert noisy_answer("3/4", rng, 1.0) == "3/4"
+
+
+def test_sft_pairs_noise_fraction():
+    pairs = sft_pairs(TinyModelSpec(sft_examples=400, label_noise=0.5), TASK)
+    task = build_task(TASK, seed=0)
+    wrong = 0
+    for prompt, answer in pairs:
+        assert prompt.endswith("=")
+        wrong += str(eval(prompt[:-1])) != answer
+    assert 0.4 < wrong / len(pairs) < 0.6
+    assert {p for p, _ in pairs} & set(task.eval_prompts)  # same problem space (1-digit sums)
+
+
+# ---------------------------------------------------------------------------------------------- build + cache
+
+
+def test_tiny_model_loads_locally(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert tiny_dir.name == tiny_model_key(SMALL, TASK)
+    tok = AutoTokenizer.from_pretrained(tiny_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, local_files_only=True)
+    assert tok.pad_token == "<pad>" and tok.eos_token == "<eos>"
+    assert model.config.vocab_size == len(tok)
+    assert model.generation_config.eos_token_id == tok.eos_token_id
+    info = json.loads((tiny_dir / INFO_FILE).read_text())
+    assert info["spec"]["sft_steps"] == SMALL.sft_steps
+    assert set("0123456789+-= ") <= set(info["alphabet"])
+    acc = greedy_accuracy(model, tok, build_task(TASK, seed=0), max_new_tokens=3)
+    assert 0.0 <= acc <= 1.0
+
+
+def test_cache_key_depends_on_spec_and_dataset_only():
+    other_sizes = TaskSpec(TASK.name, TASK.kwargs, train_size=5, eval_size=5, rewards=("format",))
+    assert tiny_model_key(SMALL, TASK) == tiny_model_key(SMALL, other_sizes)
+    assert tiny_model_key(SMALL, TASK) != tiny_model_key(TinyModelSpec(seed=1), TASK)
+    harder = TaskSpec(TASK.name, {**TASK.kwargs, "max_digits": 2})
+    assert tiny_model_key(SMALL, TASK) != tiny_model_key(SMALL, harder)
+
+
+def test_second_call_reuses_cache(tiny_dir, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("rebuilt a cached model")
+
+    monkeypatch.setattr(models, "build_tiny_model", fail)
+    assert tiny_model_path(SMALL, TASK, tiny_dir.parent) == tiny_dir
+
+
+def _fake_build(spec, task, out_dir):
+    # Stands in for the SFT build: slow enough for callers to overlap, and records who built.
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True)
+    with open(out_dir.parent.parent / "builds.log", "a") as fh:
+        fh.write("build\n")
+    time.sleep(0.5)
+    (out_dir / "config.json").write_text("{}")
+    return {"build_seconds": 0.5}
+
+
+def _call_in_child(cache_dir: str, queue) -> None:
+    models.build_tiny_model = _fake_build
+    queue.put(str(tiny_model_path(SMALL, TASK, cache_dir)))
+
+
+def test_concurrent_processes_build_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_call_in_child, args=(str(tmp_path), queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    paths = {queue.get(timeout=5) for _ in procs}
+    assert len(paths) == 1
+    (path,) = paths
+    assert (Path(path) / "config.json").is_file()
+    assert (tmp_path / "builds.log").read_text() == "build\n"
+    # No temporary build folders are left behind.
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [Path(path).name]
+
+
+def test_failed_build_leaves_no_folder(tmp_path, monkeypatch):
+    def broken(spec, task, out_dir):
+        Path(out_dir).mkdir(parents=True)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(models, "build_tiny_model", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        tiny_model_path(SMALL, TASK, tmp_path)
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+def test_invalid_task_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="unknown reasoning-gym dataset"):
+        tiny_model_path(SMALL, TaskSpec("chain_sums", {}), tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- model names
+
+
+def test_check_and_resolve_model_names(tiny_dir, tmp_path):
+    assert check_model("tiny") == []
+    assert check_model(str(tiny_dir)) == []
+    assert check_model("Qwen/Qwen2.5-0.5B-Instruct") == []  # hub id: not checked, never fetched
+    assert "does not exist" in check_model("./no/such/model")[0]
+    assert "does not exist" in check_model(str(tmp_path / "missing"))[0]
+    assert "config.json" in check_model(str(tmp_path))[0]
+    assert check_model("") != []
+
+    assert resolve_model(str(tiny_dir)) == str(tiny_dir)
+    assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert resolve_model("tiny", TASK, tiny_dir.parent, SMALL) == str(tiny_dir)
+    with pytest.raises(ValueError):
+        resolve_model("tiny")
+    with pytest.raises(ValueError):
+        resolve_model("./no/such/model")
+
+
+# ---------------------------------------------------------------------------------------------- GRPO
+
+
+def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(tiny_dir, local_files_only=True)
+    task = build_task(TASK, seed=1, tokenizer=tok)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        num_iterations=2,
+        max_completion_length=4,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_dir),
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=task.train_dataset,
+        processing_class=tok,
+    )
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert logged and 0.0 <= logged[0]["reward"] <= 1.0
+    assert logged[0]["completions/max_length"] <= 4
