@@ -200,14 +200,17 @@ def make_report(
     hue_col = _resolve_hue(df, hue)
     col_col = _resolve_column(df, col)
     row_col = _resolve_column(df, row)
-    if all_runs:
-        differing = _differing_keys(df, {c for c in (col_col, row_col) if c})
-        hue_key = df.attrs.get("aliases", {}).get(hue_col, hue_col) if hue_col else None
-        if [k for k in differing if k != hue_key]:
-            df = _add_variant_column(df, differing)
-            hue_col = "variant"
-            lines.append(f"Variants are labelled by the config keys that differ: {', '.join(differing)}.")
-            lines.append("")
+    # A grid can vary more than the hue (the clip range with num_iterations, GSPO beside grpo): then
+    # lines are labelled by every key that differs, so no two variants share a line.
+    differing = [
+        k for k in _differing_keys(df, {c for c in (col_col, row_col) if c}) if not k.startswith("harness.")
+    ]
+    hue_key = df.attrs.get("aliases", {}).get(hue_col, hue_col) if hue_col else None
+    if [k for k in differing if k != hue_key]:
+        df = _add_variant_column(df, differing)
+        hue_col = "variant"
+        lines.append(f"Variants are labelled by the config keys that differ: {', '.join(differing)}.")
+        lines.append("")
     base_key, base_value = parse_baseline(baseline)
     base_label = _baseline_label(df, hue_col, base_key, base_value)
 

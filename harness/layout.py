@@ -17,6 +17,7 @@ Layout of one grid's results folder::
             DIVERGED               JSON marker: loss or reward became NaN/inf (step)
             FAILED                 JSON marker: the run raised (error, log path)
             job.json               SLURM submission record
+            attempts.jsonl         one line per start of the run (requeues and re-runs show here)
             checkpoints/           trainer checkpoints (pruned)
             logs/                  executor stdout/stderr
         report/                    figures and tables written by ``grpo-harness report``
@@ -39,6 +40,7 @@ DONE_FILE = "DONE"
 DIVERGED_FILE = "DIVERGED"
 FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
+ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 

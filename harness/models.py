@@ -5,8 +5,8 @@ bare prompts and answers, the architecture is a ``transformers.Qwen2Config`` and
 ``SFTTrainer`` on prompt/answer pairs from reasoning-gym. A fraction ``label_noise`` of the SFT answers
 is deliberately off by ±1 or ±2, so the warm-started policy puts part of its mass on the right answer
 and part on near misses: the regime where reward-driven RL (GRPO) measurably sharpens a policy within a
-few hundred CPU steps. With clean labels the model is either already right or has no right mode to
-sharpen, and RL on CPU budgets moves reward only inside the seed noise.
+few hundred CPU steps. Warm-started on clean labels (2-digit sums), GRPO at CPU budgets either collapsed
+the policy or moved the reward only within the spread across seeds.
 
 The result is cached under ``cache_dir/<key>/`` (``save_pretrained`` of model and tokenizer plus
 ``tiny_model.json`` describing the build), keyed by a hash of the model spec, the task's dataset and the
@@ -59,8 +59,8 @@ class TinyModelSpec:
         sft_steps: optimizer steps.
         sft_lr: peak learning rate.
         sft_batch_size: sequences per step.
-        sft_examples: distinct prompt/answer pairs generated for SFT (drawn from seeds disjoint from
-            the training and eval splits of ``harness.tasks``).
+        sft_examples: prompt/answer pairs generated for SFT, each with its own noise draw (generator
+            seeds disjoint from the training and eval splits of ``harness.tasks``).
         label_noise: fraction of SFT answers (integers only) replaced by answer ± 1 or ± 2, each of the
             four offsets equally likely; 0 = clean labels.
         seed: seed of initialisation, data order, label noise and SFT data generation.

@@ -287,6 +287,18 @@ def run(
             last = table.slice(table.num_rows - 1).to_pylist()[0]
             offsets = {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
 
+    if state.is_main_process:
+        with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+            attempt = {
+                "started_at": prov["started_at"],
+                "host": prov["host"],
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+                "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+                "resume_from_step": resume[1] if resume else None,
+            }
+            f.write(json.dumps(attempt) + "\n")
+
     max_new = settings.eval_max_new_tokens or config.max_completion_length
 
     def eval_fn(model) -> float:
