@@ -372,7 +372,7 @@ def submit(
                 f"export PYTHONPATH={snap}${{PYTHONPATH:+:$PYTHONPATH}}",
                 *executor.setup,
             ]
-            ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%A_%a", cluster="slurm")
+            ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%j", cluster="slurm")
             extra = dict(params.pop("slurm_additional_parameters", {}))
             if hold:
                 extra["hold"] = True

@@ -178,8 +178,8 @@ def _wait_step(run_dir: Path, step: int, timeout: float = 600) -> None:
 
 @pytest.mark.parametrize("how", ["scontrol-requeue", "usr2"])
 def test_requeued_run_resumes_from_checkpoint(tmp_path, model_cache, tiny_model, how):
-    steps = 30
-    grid_dir, run_dir = _single_run(tmp_path, f"requeue-{how}", steps)
+    steps = 300  # long enough to be still running when the signal lands (SLURM's KillWait is seconds)
+    grid_dir, run_dir = _single_run(tmp_path, f"requeue-{how}", steps, ["-oharness.checkpoint_steps=10"])
     _wait_step(run_dir, 8)
     job_id = json.loads((run_dir / layout.JOB_FILE).read_text())["job_id"]
     if how == "scontrol-requeue":
@@ -194,7 +194,7 @@ def test_requeued_run_resumes_from_checkpoint(tmp_path, model_cache, tiny_model,
     assert done["steps"] == steps
     tries = attempts(run_dir)
     assert len(tries) == 2 and tries[1]["resume_from_step"] == done["resumed_from"]
-    assert done["resumed_from"] >= 5 if how == "scontrol-requeue" else done["resumed_from"] >= 8
+    assert done["resumed_from"] >= 10 if how == "scontrol-requeue" else done["resumed_from"] >= 8
     df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert list(df["step"]) == list(range(1, steps + 1))
 
