@@ -219,7 +219,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from harness import slurm
 
     cancelled = slurm.cancel(args.grid_dir)
-    print(f"cancelled {len(cancelled)} job(s)" + (f": {' '.join(cancelled)}" if cancelled else ""))
+    shown = " ".join(cancelled[:10]) + (f" ... ({len(cancelled) - 10} more)" if len(cancelled) > 10 else "")
+    print(f"cancelled {len(cancelled)} job(s)" + (f": {shown}" if cancelled else ""))
     return 0
 
 

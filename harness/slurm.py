@@ -415,5 +415,13 @@ def cancel(grid_dir: Path) -> list[str]:
     queue = queue_states(jobs)
     active = [j for j in jobs if j in queue]
     if active:
-        subprocess.run(["scancel", *active], check=False, capture_output=True, text=True, timeout=60)
+        # whole arrays in one id each when all their tasks are ours, else task by task
+        arrays: dict[str, list[str]] = {}
+        for j in active:
+            arrays.setdefault(j.split("_")[0], []).append(j)
+        queued_per_array = {a: sum(1 for q in queue if q.split("_")[0] == a) for a in arrays}
+        targets = [a if len(ids) == queued_per_array[a] else " ".join(ids) for a, ids in arrays.items()]
+        subprocess.run(
+            ["scancel", *" ".join(targets).split()], check=False, capture_output=True, text=True, timeout=60
+        )
     return active

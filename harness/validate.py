@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -416,6 +415,26 @@ def check_executor(executor: ExecutorSettings) -> list[Finding]:
     return out
 
 
+# GRPOConfig never creates its output_dir; a fixed name keeps identical cells identical.
+_VALIDATION_DIR = "grpo-harness-validation"
+_CONFIG_CACHE: dict[str, tuple[Any, str | None]] = {}
+
+
+def _checked_grpo_config(kwargs: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
+    """``(GRPOConfig, None)`` or ``(None, TRL's first error line)``; cells that differ only in the seed
+    share one construction (a 1,000-seed grid builds the config once)."""
+    from harness.grid import canonical_json
+
+    key = canonical_json({**kwargs, "seed": None, "device": device})
+    if key not in _CONFIG_CACHE:
+        try:
+            _CONFIG_CACHE[key] = (build_grpo_config({**kwargs, "seed": 0}, device), None)
+        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            _CONFIG_CACHE[key] = (None, msg)
+    return _CONFIG_CACHE[key]
+
+
 def _where(run: RunSpec, keys: Sequence[str]) -> str:
     parts = [f"{k.split('.')[-1]}={run.varying.get(k)!r}" for k in keys if k in run.varying]
     return ", ".join(parts) or "the only run"
@@ -427,13 +446,9 @@ def validate_run(
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
     findings: list[Finding] = []
-    config = None
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            config = build_grpo_config(grpo_config_kwargs(run, device, tmp), device)
-        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {msg}")
+    config, error = _checked_grpo_config(grpo_config_kwargs(run, device, _VALIDATION_DIR), device)
+    if error:
+        findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {error}")
     ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys, clip_siblings)
     for rule in RULES:
         try:
