@@ -43,35 +43,10 @@ from analysis.load import flatten_config  # noqa: E402
 from analysis.stats import t_interval_from_moments  # noqa: E402
 from harness import layout  # noqa: E402
 from harness.metrics import MetricsWriter, atomic_write_json  # noqa: E402
+from harness.wseq import WSEQ_COLUMNS  # noqa: E402
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "gspo", "vespo", "cispo", "sapo")
-WSEQ_STATS = (
-    *(
-        f"w_seq/{k}"
-        for k in (
-            "mean",
-            "std",
-            "min",
-            "max",
-            "p05",
-            "p50",
-            "p95",
-            "mean_adv_pos",
-            "mean_adv_neg",
-            "n_adv_pos",
-            "n_adv_neg",
-            "n",
-            "n_inf",
-            "n_masked",
-        )
-    ),
-    "log_w_seq/mean",
-    "log_w_seq/min",
-    "log_w_seq/max",
-    "s_seq/mean",
-    "s_seq/min",
-    "s_seq/max",
-)
+WSEQ_STATS = WSEQ_COLUMNS
 
 
 def _config(loss_type: str, seed: int, beta: float) -> dict:
