@@ -28,10 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import datasets
-import reasoning_gym
 import torch
-from reasoning_gym.factory import DATASETS
 
 TEMPLATES = ("auto", "bare", "chat")
 
@@ -102,7 +99,7 @@ class Task:
     seed: int
     template: str
     dataset: Any
-    train_dataset: datasets.Dataset
+    train_dataset: Any  # datasets.Dataset
     eval_prompts: list
     eval_entries: list[dict]
     reward_funcs: list[Callable[..., list[float]]]
@@ -208,7 +205,7 @@ def _correctness_reward(task: Task) -> Callable[..., list[float]]:
 def _format_reward(task: Task) -> Callable[..., list[float]]:
     # Rewards a well-formed answer regardless of its value: bare = one non-empty line with nothing after,
     # chat = an <answer> tag pair holding something.
-    def format(prompts: list, completions: list, **_: Any) -> list[float]:  # noqa: A001
+    def format_(prompts: list, completions: list, **_: Any) -> list[float]:
         out = []
         for c in completions:
             text = _completion_text(c)
@@ -217,7 +214,8 @@ def _format_reward(task: Task) -> Callable[..., list[float]]:
             out.append(1.0 if ok else 0.0)
         return out
 
-    return format
+    format_.__name__ = "format"  # TRL logs rewards/<__name__>/mean
+    return format_
 
 
 # name -> factory(task) -> TRL reward function (named after the key).
@@ -237,6 +235,10 @@ def check_task(spec: TaskSpec) -> list[str]:
     Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
     procedurally and nothing here downloads.
     """
+    # reasoning-gym is imported here, not at module level: grid validation imports this module
+    import reasoning_gym
+    from reasoning_gym.factory import DATASETS
+
     problems: list[str] = []
     if spec.name not in DATASETS:
         close = difflib.get_close_matches(spec.name, list(DATASETS), n=5, cutoff=0.5)
@@ -282,6 +284,8 @@ def generate_entries(spec: TaskSpec, gen_seed: int, size: int) -> tuple[Any, lis
     problems = check_task(spec)
     if problems:
         raise ValueError("invalid task spec: " + "; ".join(problems))
+    import reasoning_gym
+
     ds = reasoning_gym.create_dataset(spec.name, seed=gen_seed, size=size, **dict(spec.kwargs))
     return ds, [ds[i] for i in range(size)]
 
@@ -309,6 +313,8 @@ def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
     make_prompt = bare_prompt if template == "bare" else chat_prompt
     dataset, train_entries = generate_entries(spec, seed, spec.train_size)
     _, eval_entries = generate_entries(spec, EVAL_SEED, spec.eval_size)
+    import datasets
+
     train_dataset = datasets.Dataset.from_dict(
         {
             "prompt": [make_prompt(e) for e in train_entries],

@@ -214,3 +214,22 @@ def test_greedy_accuracy_real_model_in_unit_interval(char_tokenizer):
     acc = greedy_accuracy(model, char_tokenizer, build_task(SUM, seed=0), max_new_tokens=3)
     assert 0.0 <= acc <= 1.0
     assert model.training
+
+
+def test_greedy_accuracy_chat_template(char_tokenizer):
+    from harness.models import TinyModelSpec, build_model
+
+    tok = build_tokenizer(list("0123456789+- =<>/abcdefghijklmnopqrstuvwxyz"), model_max_length=512)
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    )
+    task = build_task(
+        TaskSpec("chain_sum", {}, template="auto", train_size=4, eval_size=3), seed=0, tokenizer=tok
+    )
+    assert task.template == "chat"
+    assert task.prompt_text(task.eval_prompts[0], tok).endswith("=\n>")
+    torch.manual_seed(0)
+    model = build_model(TinyModelSpec(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2), tok)
+    assert greedy_accuracy(model, tok, task, max_new_tokens=2) == 0.0  # no <answer> tag in 2 tokens
+    with pytest.raises(ValueError):
+        greedy_accuracy(model, char_tokenizer, task, max_new_tokens=2)
