@@ -130,6 +130,7 @@ def make_report(
     metric: str = "reward",
     target: float | None = None,
     ci: str = "t",
+    smoothing: dict[str, float] | None = None,
 ) -> Path:
     """Write the figures, tables and ``index.md`` of a grid to ``<grid_dir>/report/``.
 
@@ -147,6 +148,8 @@ def make_report(
         metric: the reward-like metric of the curve and of the performance tables.
         target: when given, also write the time-to-target table for ``metric >= target``.
         ci: ``"t"`` (Student-t, default) or ``"bootstrap"`` for the curve bands.
+        smoothing: ``{"window": n}`` (rolling mean over n logged points) or ``{"ema": alpha}``, applied
+            to each run's reward curve before averaging over seeds; None (default) plots raw values.
 
     Returns:
         The report folder.
@@ -238,7 +241,12 @@ def make_report(
 
     # Reward curve.
     agg = curves.aggregate(
-        df, metric, x=x, by=list(dict.fromkeys(c for c in (hue_col, col_col, row_col) if c)), ci=ci
+        df,
+        metric,
+        x=x,
+        by=list(dict.fromkeys(c for c in (hue_col, col_col, row_col) if c)),
+        ci=ci,
+        smoothing=smoothing,
     )
     fig, _ = curves.plot_curves(
         df, metric, x=x, hue=hue_col, col=col_col, row=row_col, colors=colors, agg=agg
@@ -367,6 +375,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ci", choices=("t", "bootstrap"), default="t", help="curve band (default: %(default)s)"
     )
     parser.add_argument(
+        "--smooth",
+        default=None,
+        metavar="window=N|ema=A",
+        help="smooth each run's reward curve before averaging: rolling mean of N points or EMA with alpha A",
+    )
+    parser.add_argument(
         "--all",
         dest="all_runs",
         action="store_true",
@@ -380,9 +394,23 @@ def main(args: argparse.Namespace) -> int:
     Returns:
         0 on success, 2 when the folder or an argument is invalid (message on stderr).
     """
+    smoothing = None
+    if getattr(args, "smooth", None):
+        kind, _, value = args.smooth.partition("=")
+        try:
+            if kind not in ("window", "ema"):
+                raise ValueError
+            smoothing = {kind: int(value) if kind == "window" else float(value)}
+        except ValueError:
+            print(
+                f"report: --smooth {args.smooth!r}: use window=N (e.g. window=20) or ema=A (e.g. ema=0.1)",
+                file=sys.stderr,
+            )
+            return 2
     try:
         out = make_report(
             args.grid,
+            smoothing=smoothing,
             all_runs=getattr(args, "all_runs", False),
             baseline=args.baseline,
             x=args.x,
