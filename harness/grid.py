@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.spec import EPOCH, Axis, GridSpec, SubGrid, deep_merge, get_dotted, set_dotted
@@ -30,6 +30,9 @@ class RunSpec:
             keyword arguments), ``harness``, ``seed``; JSON-serialisable.
         varying: the values of this run on the grid's varying keys (dotted key -> value).
         subgrid: name of the sub-grid it came from ("" when the grid has none).
+        executor: executor settings this run sets itself (``executor.*`` keys in axes or a sub-grid's
+            ``set``, e.g. more GPUs for a bigger model); not part of the run id. SLURM submits runs
+            with different resources as separate arrays.
     """
 
     run_id: str
@@ -37,6 +40,7 @@ class RunSpec:
     config: Mapping[str, Any]
     varying: Mapping[str, Any]
     subgrid: str = ""
+    executor: Mapping[str, Any] = field(default_factory=dict)
 
     def get(self, key: str, default: Any = None) -> Any:
         """A dotted setting of this run, e.g. ``run.get("trainer.loss_type")``."""
@@ -156,14 +160,17 @@ def expand(grid: GridSpec) -> Plan:
             if k not in keys:
                 keys.append(k)
     varying = tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for _, _, c in raw}) > 1)
+    varying = tuple(k for k in varying if not k.startswith("executor."))
     for sub, _, config in raw:
+        executor = config.pop("executor", {})  # where a run executes is not what it is
         rid = run_id_of(config)
         run = RunSpec(
             run_id=rid,
             grid=grid.name,
             config=config,
-            varying={k: get_dotted(config, k) for k in varying},
+            varying={k: get_dotted(config, k) for k in varying if not k.startswith("executor.")},
             subgrid=sub,
+            executor=executor,
         )
         if rid in seen:
             dups.append((run, seen[rid]))

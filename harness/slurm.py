@@ -328,17 +328,14 @@ def submit(
 ) -> SubmitResult:
     """Submit every pending run of ``runs`` as SLURM job arrays (one ``sbatch`` per array).
 
-    Arrays hold at most the cluster's ``MaxArraySize`` tasks; runs are grouped by resources (all runs
-    of a grid share the executor block today, so one group). ``hold=True`` submits held jobs (for
-    benchmarks). Runs are recorded in ``runs/<id>/job.json`` before the lock is released.
+    Runs are grouped by the resources they resolve to (the grid's executor block updated by each
+    run's own ``executor.*`` settings); each group goes in arrays of at most the cluster's
+    ``MaxArraySize`` tasks. ``hold=True`` submits held jobs (for benchmarks). Each run's job id is
+    recorded in ``runs/<id>/job.json`` before the grid's submit lock is released.
 
     Raises:
-        RuntimeError: sbatch failed (its message included); nothing is recorded for that array.
+        RuntimeError: sbatch failed (its message included); runs of that array are not recorded.
     """
-    import submitit
-
-    from harness.executors import RunJob
-
     grid_dir = Path(grid_dir).resolve()
     grid_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(grid_dir / SUBMIT_LOCK)):
@@ -349,16 +346,19 @@ def submit(
         if not todo:
             printer("nothing to submit")
             return result
-        limit = max_array_size() if not dry_run else 1001
-        chunks = [todo[i : i + limit - 1] for i in range(0, len(todo), limit - 1)]
-        params = resources_of(executor)
-        printer(
-            f"submitting {len(todo)} run(s) as {len(chunks)} array(s) of at most {limit - 1}; "
-            f"per run: {executor.nodes} node(s) x {executor.tasks_per_node} task(s), "
-            f"{params['cpus_per_task']} CPU(s)/task, {executor.gpus_per_node} GPU(s)/node, "
-            f"{executor.mem_gb if executor.mem_gb is not None else 'default'} GB, "
-            f"{executor.timeout_min} min; {gpu_hours(len(todo), executor):.1f} GPU-hours requested"
-        )
+        limit = max_array_size() - 1 if not dry_run else 1000
+        plans = []
+        for settings, group in group_by_resources(todo, executor):
+            chunks = [group[i : i + limit] for i in range(0, len(group), limit)]
+            plans.append((settings, chunks))
+            cpus = resources_of(settings)["cpus_per_task"]
+            mem = settings.mem_gb if settings.mem_gb is not None else "default"
+            printer(
+                f"submitting {len(group)} run(s) as {len(chunks)} array(s) of at most {limit}; "
+                f"per run: {settings.nodes} node(s) x {settings.tasks_per_node} task(s), "
+                f"{cpus} CPU(s)/task, {settings.gpus_per_node} GPU(s)/node, {mem} GB, "
+                f"{settings.timeout_min} min; {gpu_hours(len(group), settings):.1f} GPU-hours requested"
+            )
         if dry_run:
             return result
         for rid in (r.run_id for r in todo):
@@ -366,46 +366,77 @@ def submit(
                 (layout.run_dir(grid_dir, rid) / marker).unlink(missing_ok=True)
         with code_snapshot(grid_dir) as (snap, commit):
             result.snapshot = snap
-            setup = [
-                f"export OMP_NUM_THREADS={executor.threads_per_run}",
-                f"export HARNESS_SNAPSHOT_COMMIT={commit or 'unknown'}",
-                f"export PYTHONPATH={snap}${{PYTHONPATH:+:$PYTHONPATH}}",
-                *executor.setup,
-            ]
-            ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%j", cluster="slurm")
-            extra = dict(params.pop("slurm_additional_parameters", {}))
-            if hold:
-                extra["hold"] = True
-            ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
-            for chunk in chunks:
-                jobs_ = [
-                    RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), executor.threads_per_run)
-                    for r in chunk
-                ]
-                try:
-                    submitted = ex.submit_array(jobs_)
-                except Exception as e:  # submitit raises its own error type carrying sbatch's stderr
-                    raise RuntimeError(f"sbatch failed: {e}") from e
-                array_id = submitted[0].job_id.split("_")[0]
-                result.arrays.append((array_id, len(submitted)))
-                for run, job in zip(chunk, submitted, strict=True):
-                    rdir = layout.run_dir(grid_dir, run.run_id)
-                    rdir.mkdir(parents=True, exist_ok=True)
-                    atomic_write_json(
-                        rdir / JOB_FILE,
-                        {
-                            "job_id": job.job_id,
-                            "array_job_id": array_id,
-                            "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                            "snapshot": str(snap),
-                            "commit": commit,
-                            "stdout": str(job.paths.stdout),
-                            "stderr": str(job.paths.stderr),
-                        },
-                    )
-                    result.submitted.append(run.run_id)
-                printer(f"submitted array job {array_id} ({len(submitted)} task(s))")
+            for settings, chunks in plans:
+                for chunk in chunks:
+                    _submit_array(settings, chunk, grid_dir, snap, commit, hold, result)
+                    printer(f"submitted array job {result.arrays[-1][0]} ({result.arrays[-1][1]} task(s))")
     return result
+
+
+def group_by_resources(
+    runs: Sequence[RunSpec], executor: ExecutorSettings
+) -> list[tuple[ExecutorSettings, list]]:
+    """Runs grouped by the executor settings they resolve to (the grid's, updated by each run's own)."""
+    import dataclasses
+
+    from harness.grid import canonical_json
+
+    groups: dict[str, tuple[ExecutorSettings, list]] = {}
+    for run in runs:
+        settings = dataclasses.replace(executor, **dict(run.executor)) if run.executor else executor
+        groups.setdefault(canonical_json(dataclasses.asdict(settings)), (settings, []))[1].append(run)
+    return list(groups.values())
+
+
+def _submit_array(
+    settings: ExecutorSettings,
+    chunk: Sequence[RunSpec],
+    grid_dir: Path,
+    snap: Path,
+    commit: str | None,
+    hold: bool,
+    result: SubmitResult,
+) -> None:
+    """One ``sbatch`` for ``chunk``; records each run's job id in its ``job.json``."""
+    import submitit
+
+    from harness.executors import RunJob
+
+    params = resources_of(settings)
+    setup = [
+        f"export OMP_NUM_THREADS={settings.threads_per_run}",
+        f"export HARNESS_SNAPSHOT_COMMIT={commit or 'unknown'}",
+        f"export PYTHONPATH={snap}${{PYTHONPATH:+:$PYTHONPATH}}",
+        *settings.setup,
+    ]
+    ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%j", cluster="slurm")
+    extra = dict(params.pop("slurm_additional_parameters", {}))
+    if hold:
+        extra["hold"] = True
+    ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
+    jobs = [RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), settings.threads_per_run) for r in chunk]
+    try:
+        submitted = ex.submit_array(jobs)
+    except Exception as e:  # submitit raises its own error type carrying sbatch's stderr
+        raise RuntimeError(f"sbatch failed: {e}") from e
+    array_id = submitted[0].job_id.split("_")[0]
+    result.arrays.append((array_id, len(submitted)))
+    for run, job in zip(chunk, submitted, strict=True):
+        rdir = layout.run_dir(grid_dir, run.run_id)
+        rdir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(
+            rdir / JOB_FILE,
+            {
+                "job_id": job.job_id,
+                "array_job_id": array_id,
+                "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "snapshot": str(snap),
+                "commit": commit,
+                "stdout": str(job.paths.stdout),
+                "stderr": str(job.paths.stderr),
+            },
+        )
+        result.submitted.append(run.run_id)
 
 
 def cancel(grid_dir: Path) -> list[str]:

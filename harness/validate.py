@@ -461,10 +461,20 @@ def validate_run(
 
 def validate_plan(plan: Plan) -> Report:
     """Validate every run of ``plan`` and its executor; never raises for a bad cell."""
+    import dataclasses
+
     report = Report(check_executor(plan.grid.executor))
     siblings = clip_sibling_counts(plan.runs)
+    checked: set[str] = set()
     for run in plan.runs:
-        report.findings += validate_run(run, plan.grid.executor, plan.varying_keys, siblings[run.run_id])
+        executor = plan.grid.executor
+        if run.executor:
+            executor = dataclasses.replace(executor, **dict(run.executor))
+            key = repr(sorted(run.executor.items()))
+            if key not in checked:
+                checked.add(key)
+                report.findings += check_executor(executor)
+        report.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
     for dropped, kept in plan.duplicates:
         report.findings.append(
             Finding(

@@ -79,3 +79,31 @@ def test_smoke_grid_at_reduced_steps(tmp_path, model_cache):
     assert loss_types == {"grpo", "dapo", "vespo"}
     assert "9/9 run(s) finished" in proc.stdout
     assert (results / "smoke" / layout.REPORT_DIR / "index.md").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_per_run(tmp_path, model_cache):
+    """tasks_per_node = 2: one run, two CPU processes (gloo), completions gathered from both ranks,
+    files written once (by rank 0)."""
+    results = tmp_path / "results"
+    cli(
+        "run",
+        "ablations/smoke.yaml",
+        "--results",
+        str(results),
+        *FAST,
+        "-ogrid.seed=[0]",
+        "-ogrid.loss_type=[grpo]",
+        "-otrainer.max_steps=4",
+        "-otrainer.per_device_train_batch_size=16",
+        "-oexecutor.tasks_per_node=2",
+        "-oharness.eval_steps=2",
+        "--no-report",
+    )
+    (run_dir,) = run_dirs(results / "smoke")
+    df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(df["step"]) == [1, 2, 3, 4]
+    assert (df["w_seq/n"] + df["w_seq/n_masked"] == 2 * 16).all()  # both ranks' completions
+    assert len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 1
+    logs = sorted(p.name for p in (run_dir / layout.LOGS_DIR).glob("*_log.out"))
+    assert len(logs) == 2  # one per task

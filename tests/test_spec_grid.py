@@ -162,3 +162,25 @@ def test_run_id_stable_and_sensitive(tmp_path):
 def test_seed_drives_trainer_seed(tmp_path):
     plan = expand(load_grid(write(tmp_path, {**BASE, "grid": {"seed": [3]}})))
     assert plan.runs[0].config["trainer"]["seed"] == 3
+
+
+def test_executor_settings_per_run_group_arrays_not_ids(tmp_path):
+    from harness.slurm import group_by_resources
+
+    data = {
+        **BASE,
+        "executor": {"name": "slurm", "gpus_per_node": 1},
+        "grid": {"seed": [0, 1]},
+        "subgrids": {"small": {}, "big": {"set": {"model": "/m/big", "executor.gpus_per_node": 4}}},
+    }
+    plan = expand(load_grid(write(tmp_path, data)))
+    assert len(plan.runs) == 4
+    assert all("executor" not in r.config for r in plan.runs)
+    assert "executor.gpus_per_node" not in plan.varying_keys
+    groups = group_by_resources(plan.runs, plan.grid.executor)
+    assert sorted((g.gpus_per_node, len(runs)) for g, runs in groups) == [(1, 2), (4, 2)]
+    # where a run executes is not what it is: the same cell with other resources keeps its id
+    small = {r.run_id for r in plan.runs if r.subgrid == "small"}
+    data["executor"]["gpus_per_node"] = 2
+    plan2 = expand(load_grid(write(tmp_path, data, "h.yaml")))
+    assert {r.run_id for r in plan2.runs if r.subgrid == "small"} == small
