@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import curves, style, tables
-from analysis.load import NONE_LABEL, SkippedFileWarning, list_runs, load, read_grid, seed_column
+from analysis.load import SkippedFileWarning, list_runs, load, read_grid, seed_column
 from harness import layout
 
 __all__ = ["ReportError", "add_arguments", "main", "make_report", "parse_baseline"]
@@ -76,16 +76,19 @@ def _short_names(keys: list[str], df: pd.DataFrame) -> dict[str, str]:
 
 
 def _add_variant_column(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """A ``variant`` column naming each run by the values of ``keys`` ("loss_type=grpo, beta=0")."""
+    """A ``variant`` column naming each run by the values of ``keys`` ("loss_type=grpo, beta=0").
+
+    The loss type comes first when it is among the keys; keys a run leaves unset (the trainer's
+    default applies) are left out of its label rather than shown as missing. A run that sets none
+    of them is labelled "(defaults)".
+    """
     per_run = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)
     names = _short_names(keys, df)
+    keys = sorted(keys, key=lambda k: names[k] != "loss_type")
     labels = {}
     for rid, row in per_run.iterrows():
-        parts = []
-        for k in keys:
-            v = row[k]
-            parts.append(f"{names[k]}={NONE_LABEL if pd.isna(v) else curves.format_value(v)}")
-        labels[rid] = ", ".join(parts) if parts else "all"
+        parts = [f"{names[k]}={curves.format_value(row[k])}" for k in keys if not pd.isna(row[k])]
+        labels[rid] = ", ".join(parts) if parts else "(defaults)"
     out = df.copy()
     out["variant"] = df[layout.RUN_ID].astype(object).map(labels).astype("category")
     out.attrs = dict(df.attrs)
