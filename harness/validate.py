@@ -30,6 +30,12 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 #: Loss types whose objective has the PPO clip ``[1 - epsilon, 1 + epsilon_high]`` (TRL ``_compute_loss``).
 CLIPPED_LOSSES = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
 CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
+#: Settings that only act on ratios != 1: the clip range, and VESPO's (k, lambda), since
+#: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight).
+OFF_POLICY_KEYS = (
+    *CLIP_KEYS,
+    *(f"trainer.{k}" for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
+)
 REF_SYNC_KEYS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
 VESPO_KEYS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 DEVICES = ("cpu", "cuda", "auto")
@@ -286,13 +292,13 @@ def is_on_policy(ctx: RunContext) -> bool:
 
 
 def rule_clip_effect(ctx: RunContext) -> list[Finding]:
-    """A clip axis that cannot change anything: this run has siblings differing only in clip values,
-    and either its loss has no hard clip or its updates are on-policy (ratio exactly 1)."""
+    """An axis that cannot change anything: this run has siblings differing only in clip or VESPO
+    values, and either its loss ignores them or its updates are on-policy (every ratio exactly 1)."""
     if ctx.clip_siblings < 2:
         return []
-    names = ", ".join(k.split(".", 1)[1] for k in CLIP_KEYS if k in ctx.varying_keys)
+    names = ", ".join(k.split(".", 1)[1] for k in OFF_POLICY_KEYS if k in ctx.varying_keys)
     lt = ctx.value("loss_type")
-    if lt in ("sapo", "vespo"):
+    if lt in ("sapo", "vespo") and not any(k in ctx.varying_keys for k in OFF_POLICY_KEYS[len(CLIP_KEYS) :]):
         return _warn(
             f"{names} varies, but loss_type {lt} has no hard clip and ignores it: these cells differ only in name."
         )
@@ -300,18 +306,20 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
         return _warn(
             f"{names} varies in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
             "num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
-            "exactly 1 and clipping never fires, so this axis has no effect there. Use num_iterations > 1 "
-            "or steps_per_generation > gradient_accumulation_steps."
+            "exactly 1, clipping never fires and VESPO's phi(1) = 1 for any (k, lambda), so this axis has "
+            "no effect there. Use num_iterations > 1 or steps_per_generation > gradient_accumulation_steps."
         )
     return []
 
 
 def clip_sibling_counts(runs: Sequence[RunSpec]) -> dict[str, int]:
-    """For each run id, how many runs of ``runs`` share all its settings but the clip values."""
+    """For each run id, how many runs of ``runs`` share all its settings but the clip and VESPO values."""
     from harness.grid import canonical_json
 
     def key(run: RunSpec) -> str:
-        trainer = {k: v for k, v in run.config.get("trainer", {}).items() if f"trainer.{k}" not in CLIP_KEYS}
+        trainer = {
+            k: v for k, v in run.config.get("trainer", {}).items() if f"trainer.{k}" not in OFF_POLICY_KEYS
+        }
         return canonical_json({**run.config, "trainer": trainer})
 
     keys = {r.run_id: key(r) for r in runs}

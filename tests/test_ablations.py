@@ -79,3 +79,11 @@ def test_steps_per_epoch_by_hand():
     assert steps_per_epoch(t, 1000) == round(1000 * 8 / 64)
     assert steps_per_epoch(t, 1000, num_processes=2) == round(1000 * 8 / 128)
     assert steps_per_epoch({**t, "num_iterations": 3}, 1000) == 375
+
+
+def test_vespo_family_warns_that_k_lambda_do_nothing_on_policy():
+    """phi(1) = 1 for every (k, lambda): on-policy VESPO cells differ only in name."""
+    plan = expand(load_grid(ABLATIONS[0].parent / "vespo.yaml"))
+    warned = {w.run_id for w in validate_plan(plan).warnings if "no effect" in w.message}
+    on_policy = {r.run_id for r in plan.runs if r.get("trainer.num_iterations") == 1}
+    assert warned == on_policy and len(warned) == 8
