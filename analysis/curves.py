@@ -10,6 +10,7 @@ Plots return ``(fig, axes)`` and never save; see :func:`analysis.style.save`.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -481,12 +482,10 @@ def _legend(
     handles.extend(extra)
     if not handles:
         return None
-    return fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=min(len(handles), 4),
-        title=title,
-    )
+    # Long labels (several differing keys) go one per row so the figure keeps its width.
+    longest = max(len(h.get_label()) for h in handles)
+    ncols = min(len(handles), 4 if longest <= 24 else 2 if longest <= 48 else 1)
+    return fig.legend(handles=handles, loc="outside lower center", ncols=ncols, title=title)
 
 
 def plot_curves(
@@ -766,7 +765,7 @@ def plot_wseq(
             ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.set_title(lab)
+            ax.set_title(textwrap.fill(lab, 28), fontsize="small" if len(lab) > 28 else None)
             if k % nc == 0:
                 ax.set_ylabel("w_seq (median over runs)")
         for k in range(len(labels), nr * nc):

@@ -273,7 +273,7 @@ def make_report(
         "Training dynamics",
         "Compares what the losses do to the policy: "
         + ", ".join(curves.metric_label(m) for m in dyn)
-        + (f" (not logged by any run: {', '.join(missing)})" if missing else "")
+        + (f". Not logged by any of these runs, so not drawn: {', '.join(missing)}" if missing else "")
         + ". Same line and band as above.",
     )
     lines.extend([f"![dynamics](dynamics_{x}.png)", ""])
@@ -338,6 +338,8 @@ def _timing_caption(baseline: str | None) -> str:
         "(time/step_s; mean per step and total per run), median TRL step_time (s), generated and trained "
         "tokens per second, peak memory (MB, max over runs); means over runs"
         + (f"; speedup = {baseline} s/step / variant s/step." if baseline else ".")
+        + " Runs that shared the machine with other runs are slower per step: compare timings of runs "
+        "executed alike (e.g. `executor.max_parallel: 1`, or one GPU per run)."
     )
 
 

@@ -133,7 +133,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"run {o.run_id} {o.state}: {o.error}" + (f"\n  log: {o.log}" if o.log else ""), file=sys.stderr
         )
-    print(f"{len(outcomes) - len(failed)}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
+    if outcomes:
+        print(f"{len(outcomes) - len(failed)}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
+    else:
+        print(f"nothing to run; results in {grid_dir}/runs/")
     if not args.no_report:
         from analysis.report import make_report
 

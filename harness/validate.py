@@ -85,8 +85,10 @@ class Report:
             if f.message in seen:
                 continue
             seen.add(f.message)
-            n = sum(1 for g in self.warnings if g.message == f.message)
-            lines.append(f"warning ({n} run{'s' if n != 1 else ''}): {f.message}")
+            ids = [g.run_id for g in self.warnings if g.message == f.message and g.run_id]
+            n = max(len(ids), 1)
+            which = f" [{', '.join(ids[:6])}{', ...' if len(ids) > 6 else ''}]" if ids else ""
+            lines.append(f"warning ({n} run{'s' if n != 1 else ''}{which}): {f.message}")
         return "\n".join(lines)
 
 
@@ -307,7 +309,9 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
             f"{names} varies in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
             "num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
             "exactly 1, clipping never fires and VESPO's phi(1) = 1 for any (k, lambda), so this axis has "
-            "no effect there. Use num_iterations > 1 or steps_per_generation > gradient_accumulation_steps."
+            "no effect there. To make it matter, reuse generation batches across optimizer steps: "
+            "gradient_accumulation_steps must not be a multiple of steps_per_generation * num_iterations "
+            "(e.g. num_iterations = 2 with the default steps_per_generation = gradient_accumulation_steps)."
         )
     return []
 
