@@ -164,10 +164,17 @@ def make_report(
     grid_dir = Path(grid_dir)
     if x not in _X_CHOICES:
         raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
+        raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir} (is it results/<grid>?)")
+    try:
+        grid_info = read_grid(grid_dir)
+        if grid_info is not None and not isinstance(grid_info, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise ReportError(f"{grid_dir / layout.GRID_FILE}: {e}; fix or delete it, or use --all") from e
     out = grid_dir / layout.REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
 
-    grid_info = read_grid(grid_dir)
     if all_runs:
         ids = list_runs(grid_dir)
         run_set = f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
@@ -185,7 +192,9 @@ def make_report(
         warnings.simplefilter("always", SkippedFileWarning)
         df = load(grid_dir, ids)
     for w in caught:
-        if not issubclass(w.category, SkippedFileWarning):
+        if issubclass(w.category, SkippedFileWarning):
+            print(f"report: skipped {w.message}", file=sys.stderr)
+        else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     lines = [f"# Report: {grid_info.get('name', grid_dir.name) if grid_info else grid_dir.name}", ""]
@@ -203,6 +212,9 @@ def make_report(
         curves.x_values(df, x)
     except KeyError as e:
         raise ReportError(f"--x {x}: {e.args[0]}") from e
+    if metric not in df.columns:
+        known = sorted(c for c in df.columns if c.startswith(("reward", "eval/", "rewards/")))
+        raise ReportError(f"--metric {metric}: no run logged it; logged metrics include {', '.join(known)}")
     hue_col = _resolve_hue(df, hue)
     col_col = _resolve_column(df, col)
     row_col = _resolve_column(df, row)
@@ -406,6 +418,8 @@ def main(args: argparse.Namespace) -> int:
             if kind not in ("window", "ema"):
                 raise ValueError
             smoothing = {kind: int(value) if kind == "window" else float(value)}
+            if (kind == "window" and smoothing[kind] < 1) or (kind == "ema" and not 0 < smoothing[kind] <= 1):
+                raise ValueError
         except ValueError:
             print(
                 f"report: --smooth {args.smooth!r}: use window=N (e.g. window=20) or ema=A (e.g. ema=0.1)",
@@ -426,7 +440,7 @@ def main(args: argparse.Namespace) -> int:
             target=getattr(args, "target", None),
             ci=getattr(args, "ci", "t"),
         )
-    except (FileNotFoundError, ReportError) as e:
+    except (FileNotFoundError, NotADirectoryError, ReportError) as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
     files = sorted(p.name for p in out.iterdir() if p.is_file())

@@ -210,16 +210,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     from harness import slurm
 
     grid_dir = args.grid_dir
-    if not (grid_dir / layout.RUNS_DIR).exists():
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
         print(f"error: {grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)
         return 2
-    rows = slurm.grid_status(grid_dir, all_runs=args.all)
+    try:
+        rows = slurm.grid_status(grid_dir, all_runs=args.all)
+    except (ValueError, TypeError, KeyError) as e:  # a damaged grid.json
+        print(
+            f"error: {grid_dir / layout.GRID_FILE} is not a grid file ({e}); use --all to list every run folder.",
+            file=sys.stderr,
+        )
+        return 2
     print(format_status(rows))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from harness import slurm
+
+    if not (args.grid_dir / layout.RUNS_DIR).is_dir():
+        print(f"error: {args.grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)
+        return 2
 
     cancelled = slurm.cancel(args.grid_dir)
     shown = " ".join(cancelled[:10]) + (f" ... ({len(cancelled) - 10} more)" if len(cancelled) > 10 else "")

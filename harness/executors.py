@@ -70,9 +70,9 @@ class RunJob(submitit.helpers.Checkpointable):
             summary = run(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
         except Exception as e:
             if job_env is None or job_env.global_rank == 0:
-                from harness.run import RunDiverged
+                from harness.run import RunBusy, RunDiverged
 
-                if not isinstance(e, RunDiverged):
+                if not isinstance(e, RunDiverged | RunBusy):
                     tb = traceback.format_exc()
                     atomic_write_json(
                         rdir / layout.FAILED_FILE,

@@ -27,6 +27,10 @@ from harness.spec import HarnessSettings
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
 
 
+class RunBusy(RuntimeError):
+    """Another process is training this run right now (it holds the run's lock); nothing was changed."""
+
+
 class RunDiverged(RuntimeError):
     """Loss or reward became NaN or infinite; the run stopped and left a DIVERGED marker."""
 
@@ -208,7 +212,7 @@ def _make_callback(**kwargs):
             self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
             if self.writer is not None:
                 self.writer.append(row)
-            for key in ("loss", "reward"):
+            for key in ("loss", "reward", "grad_norm"):
                 v = row.get(key)
                 if v is not None and not math.isfinite(v):
                     self.diverged_step = state.global_step
@@ -235,18 +239,42 @@ def run(
             checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
 
     Raises:
-        RunDiverged: loss or reward became NaN/inf (a DIVERGED marker names the step).
+        RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step).
         Anything the trainer raises; the run's files stay readable.
     """
+    run_dir = Path(run_dir)
+    done = run_dir / layout.DONE_FILE
+    if done.exists():
+        return json.loads(done.read_text())
+    import filelock
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # One writer per run: a re-run started while an earlier process (say, one orphaned by a killed
+    # `grpo-harness run`) still trains this run must not write into it too. Only the first rank of a
+    # multi-process run takes it.
+    lock = filelock.FileLock(str(run_dir / ".run.lock"))
+    if int(os.environ.get("RANK", "0")) == 0:
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout as e:
+            raise RunBusy(
+                f"run {spec.run_id} is being trained by another process right now ({run_dir}); "
+                "wait for it (grpo-harness status) or stop that process, then run again."
+            ) from e
+    try:
+        return _run_unlocked(spec, run_dir, device, threads, stop_requested)
+    finally:
+        if lock.is_locked:
+            lock.release()
+
+
+def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     import torch
 
     from harness.spec import ExecutorSettings
     from harness.validate import build_grpo_config, grpo_config_kwargs, resolve_device
 
-    run_dir = Path(run_dir)
     done = run_dir / layout.DONE_FILE
-    if done.exists():
-        return json.loads(done.read_text())
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
         (run_dir / stale).unlink(missing_ok=True)
     settings = HarnessSettings(**spec.config.get("harness", {}))

@@ -30,6 +30,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -270,11 +271,24 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
     if key == "trainer.ref_model_sync_steps" and value == EPOCH:
         return None
     if not type_ok(value, fields[name]):
+        if isinstance(value, str) and type_ok(1.0, fields[name]) and _is_number(value):
+            return (
+                f"{where}: {key} = {value!r} is read by YAML as a string (YAML 1.1 needs a dot in "
+                f"exponent floats); write {float(value)!r} or {value.replace('e', '.0e', 1) if '.' not in value else value}."
+            )
         return (
             f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "
             f"{_hint_name(fields[name])}. Fix the value (quote strings, write numbers bare)."
         )
     return None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def set_dotted(config: dict, key: str, value: Any) -> None:
@@ -338,13 +352,22 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     if not path.is_file():
         raise SpecError([f"no such grid file: {path}."], path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise SpecError([f"not a UTF-8 text file ({e.reason} at byte {e.start})."], path) from e
     except yaml.YAMLError as e:
         raise SpecError([f"not valid YAML: {e}"], path) from e
     if not isinstance(data, Mapping):
         raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
-    includes = data.get("include", [])
-    includes = [includes] if isinstance(includes, str) else list(includes)
+    includes = data.get("include") or []
+    includes = [includes] if isinstance(includes, str) else includes
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise SpecError(
+            [f"include: {data.get('include')!r}: give a file name or a list of file names."], path
+        )
+    for inc in includes:
+        if not (path.parent / inc).is_file():
+            raise SpecError([f"include: {inc!r}: no such file {path.parent / inc}."], path)
     merged: dict = {}
     for inc in includes:
         merged = deep_merge(merged, read_yaml(path.parent / inc, (*_seen, path.resolve())))
@@ -469,6 +492,18 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     config = read_yaml(path)
     problems: list[str] = []
     profiles = config.get("profiles") or {}
+    if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):
+        raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
+    if not isinstance(config.get("subgrids") or {}, Mapping):
+        raise SpecError(["subgrids: a mapping of sub-grid name -> {set, grid, zip}."], path)
+    name = config.get("name", path.stem)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise SpecError(
+            [
+                f"name = {name!r}: results go to results/<name>/, so use letters, digits, '.', '_' and '-' only."
+            ],
+            path,
+        )
     pairs: list[tuple[str, Any]] = []
     if profile is not None:
         if profile not in profiles:
@@ -483,6 +518,27 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         except SpecError as e:
             problems += e.problems
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
+    # Keys a plain value can never reach: top-level zip axes, and keys every sub-grid sets itself.
+    inner_keys: dict[str, str] = {}
+    for group in config.get("zip") or []:
+        for k in group if isinstance(group, Mapping) else []:
+            inner_keys[normalize_key(str(k))] = "a zip axis"
+    subs = [sub for sub in (config.get("subgrids") or {}).values() if isinstance(sub, Mapping)]
+    per_sub = []
+    for sub in subs:
+        keys = set()
+        for part in ("set", "grid"):
+            keys |= {
+                normalize_key(str(k)) for k in (sub.get(part) or {}) if isinstance(sub.get(part), Mapping)
+            }
+        for group in sub.get("zip") or []:
+            keys |= {normalize_key(str(k)) for k in (group if isinstance(group, Mapping) else [])}
+        per_sub.append(keys)
+    if per_sub:
+        for k in set.intersection(*per_sub):
+            inner_keys.setdefault(k, "set by every sub-grid")
+    for k in axis_keys & set(inner_keys):
+        problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
     for key, value in pairs:
         where = f"-o {key}"
         if key in ("name", "description", "notes"):
@@ -499,6 +555,12 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         p = check_setting(key, value, where)
         if p:
             problems.append(p)
+            continue
+        if key in inner_keys:
+            problems.append(
+                f"{where}: {key} is {inner_keys[key]} in this grid, so a plain override would be ignored; "
+                "edit the grid file (or a copy) instead."
+            )
             continue
         if key in axis_keys:
             config["grid"] = {k: v for k, v in config["grid"].items() if normalize_key(str(k)) != key}

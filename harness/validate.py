@@ -14,7 +14,9 @@ Each rule is a function ``(RunContext) -> list[Finding]``, tested one by one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,12 +103,16 @@ class RunContext:
     config: Any  # GRPOConfig, or None when TRL rejected the settings
     varying_keys: tuple[str, ...]
     clip_siblings: int = 1  # runs of the plan identical to this one but for the clip values
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     def value(self, name: str) -> Any:
-        """A trainer field: TRL's resolved value when available, else as written."""
+        """A trainer field: TRL's resolved value when available, else as written, else TRL's default."""
         if self.config is not None:
             return getattr(self.config, name)
-        return self.trainer.get(name)
+        if name in self.trainer:
+            return self.trainer[name]
+        field_ = _grpo_config_cls().__dataclass_fields__.get(name)
+        return None if field_ is None or field_.default is dataclasses.MISSING else field_.default
 
 
 def resolve_device(device: str, executor: ExecutorSettings) -> str:
@@ -224,6 +230,18 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
         ("delta", lambda v: v is None or v > 1, "must be > 1 (the upper clip of the ratio) or unset"),
         ("max_completion_length", lambda v: v is None or v >= 1, "must be >= 1 token"),
         ("steps_per_generation", lambda v: v is None or v >= 1, "must be >= 1"),
+        ("per_device_train_batch_size", lambda v: v >= 1, "must be >= 1 completion"),
+        ("gradient_accumulation_steps", lambda v: v >= 1, "must be >= 1"),
+        (
+            "max_steps",
+            lambda v: v >= 1,
+            "must be >= 1 optimizer step (the harness runs a fixed number of steps)",
+        ),
+        ("learning_rate", lambda v: math.isfinite(v), "must be finite"),
+        ("temperature", lambda v: math.isfinite(v), "must be finite"),
+        ("top_p", lambda v: v is None or 0 < v <= 1, "must lie in (0, 1]"),
+        ("vespo_k_pos", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
+        ("vespo_k_neg", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
     ]
     for name, ok, why in checks:
         v = ctx.value(name)
@@ -347,9 +365,74 @@ def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
     return []
 
 
+def rule_seed(ctx: RunContext) -> list[Finding]:
+    seed = ctx.run.config.get("seed", 0)
+    if not 0 <= seed <= 2**32 - 1:
+        return _err(f"seed = {seed!r} must lie in [0, 2**32 - 1] (numpy and torch seeds).")
+    return []
+
+
+def rule_vllm(ctx: RunContext) -> list[Finding]:
+    if not ctx.value("use_vllm") or ctx.executor.name == "slurm":
+        return []  # on a cluster, vLLM is the job environment's business
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return _err(
+            "trainer.use_vllm = true but vllm is not installed here; install it or set use_vllm: false."
+        )
+    return []
+
+
+def rule_tiny(ctx: RunContext) -> list[Finding]:
+    if ctx.run.config.get("model", "tiny") != "tiny":
+        return []
+    from harness.models import TinyModelSpec
+
+    t = TinyModelSpec(**ctx.run.config.get("tiny", {}))
+    out: list[Finding] = []
+    for name in (
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "sft_steps",
+        "sft_batch_size",
+        "sft_examples",
+        "max_position_embeddings",
+    ):
+        if getattr(t, name) < 1:
+            out += _err(f"tiny.{name} = {getattr(t, name)!r} must be >= 1.")
+    if not out and t.hidden_size % t.num_heads:
+        out += _err(
+            f"tiny.hidden_size = {t.hidden_size} must be a multiple of tiny.num_heads = {t.num_heads}."
+        )
+    if not out and t.num_heads % t.num_kv_heads:
+        out += _err(
+            f"tiny.num_heads = {t.num_heads} must be a multiple of tiny.num_kv_heads = {t.num_kv_heads}."
+        )
+    if not 0 <= t.label_noise <= 1:
+        out += _err(
+            f"tiny.label_noise = {t.label_noise!r} is a fraction of SFT answers: use a value in [0, 1]."
+        )
+    if not (t.sft_lr > 0 and math.isfinite(t.sft_lr)):
+        out += _err(f"tiny.sft_lr = {t.sft_lr!r} must be a finite number > 0.")
+    return out
+
+
 def rule_harness(ctx: RunContext) -> list[Finding]:
     h = ctx.run.config.get("harness", {})
     out: list[Finding] = []
+    if h.get("eval_max_new_tokens") is not None and h["eval_max_new_tokens"] < 1:
+        out += _err(
+            f"harness.eval_max_new_tokens = {h['eval_max_new_tokens']!r} must be >= 1 token (or unset)."
+        )
+    if h.get("device") == "cuda" and ctx.executor.name != "slurm":
+        import torch
+
+        if not torch.cuda.is_available():
+            out += _err("harness.device = 'cuda' but this machine has no CUDA device; use 'cpu' or 'auto'.")
     if h.get("device", "auto") not in DEVICES:
         out += _err(f"harness.device = {h.get('device')!r}; use one of {', '.join(DEVICES)}.")
     for name in ("eval_steps", "samples_steps", "samples_n", "checkpoint_steps"):
@@ -407,6 +490,9 @@ RULES: tuple[Rule, ...] = (
     rule_trl_warnings,
     rule_harness,
     rule_task_and_model,
+    rule_seed,
+    rule_vllm,
+    rule_tiny,
 )
 
 
@@ -422,6 +508,12 @@ def check_executor(executor: ExecutorSettings) -> list[Finding]:
     for name in ("threads_per_run", "nodes", "tasks_per_node", "array_parallelism"):
         if getattr(executor, name) < 1:
             out += _err(f"executor.{name} = {getattr(executor, name)!r} must be >= 1.")
+    if executor.cpus_per_task is not None and executor.cpus_per_task < 1:
+        out += _err(f"executor.cpus_per_task = {executor.cpus_per_task!r} must be >= 1.")
+    if executor.mem_gb is not None and not executor.mem_gb > 0:
+        out += _err(f"executor.mem_gb = {executor.mem_gb!r} must be > 0.")
+    if not all(isinstance(line, str) for line in executor.setup):
+        out += _err(f"executor.setup = {executor.setup!r} must be a list of shell lines (strings).")
     if executor.gpus_per_node < 0:
         out += _err(f"executor.gpus_per_node = {executor.gpus_per_node!r} must be >= 0.")
     return out
@@ -461,7 +553,7 @@ def validate_run(
     config, error = _checked_grpo_config(grpo_config_kwargs(run, device, _VALIDATION_DIR), device)
     if error:
         findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {error}")
-    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys, clip_siblings)
+    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys, clip_siblings, executor)
     for rule in RULES:
         try:
             findings += rule(ctx)

@@ -120,3 +120,18 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
     df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert list(df["step"]) == list(range(1, 15))
     assert done["steps"] == 14
+
+
+def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
+    """A run being trained by another process (its lock held) is not touched by a second start."""
+    import filelock
+    import pytest
+
+    from harness.run import RunBusy, run
+
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
+    run_dir = tmp_path / spec.run_id
+    run_dir.mkdir()
+    with filelock.FileLock(str(run_dir / ".run.lock")), pytest.raises(RunBusy, match="another process"):
+        run(spec, run_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == [".run.lock"]

@@ -41,7 +41,31 @@ CATALOGUE = [
     ({"num_generations": 3}, "must be divisible by num_generations"),
     ({"num_generations": 1, "per_device_train_batch_size": 1}, "num_generations"),
     ({"temperature": 0.0}, "trainer.temperature = 0.0 must be > 0"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size = 0 must be >= 1"),
+    ({"max_steps": 0}, "trainer.max_steps = 0 must be >= 1"),
+    ({"learning_rate": float("inf")}, "trainer.learning_rate = inf must be finite"),
+    ({"top_p": 5.0}, "trainer.top_p = 5.0 must lie in (0, 1]"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("top", "expected"),
+    [
+        ({"seed": -1}, "seed = -1 must lie in [0, 2**32 - 1]"),
+        ({"tiny": {"num_heads": 3}}, "multiple of tiny.num_heads = 3"),
+        ({"tiny": {"label_noise": 2.0}}, "tiny.label_noise = 2.0"),
+        ({"harness": {"device": "cpu", "eval_max_new_tokens": -3}}, "eval_max_new_tokens = -3"),
+        ({"executor": {"mem_gb": -5.0}}, "executor.mem_gb = -5.0 must be > 0"),
+    ],
+)
+def test_harness_rules(tmp_path, top, expected):
+    report = report_for(tmp_path, **top)
+    assert expected in report.format(), report.format()
+
+
+def test_trl_rejection_is_not_followed_by_false_errors(tmp_path):
+    report = report_for(tmp_path, {"num_generations": 3})
+    assert [e.message for e in report.errors if "GRPOConfig" not in e.message] == []
 
 
 @pytest.mark.parametrize(("trainer", "expected"), CATALOGUE, ids=[c[1][:40] for c in CATALOGUE])
@@ -103,8 +127,16 @@ def test_clip_axis_without_effect_is_a_warning(tmp_path):
 
 
 def test_gpu_grid_validates_on_cpu_host(tmp_path):
-    report = report_for(tmp_path, {"bf16": True}, harness={"device": "cuda"})
+    slurm = {"name": "slurm", "gpus_per_node": 1}
+    report = report_for(tmp_path, {"bf16": True}, harness={"device": "cuda"}, executor=slurm)
     assert report.ok, report.format()
+    report = report_for(tmp_path, {"bf16": True}, harness={"device": "auto"}, executor=slurm)
+    assert report.ok, report.format()
+    import torch
+
+    if not torch.cuda.is_available():  # running a CUDA run here, locally, cannot work
+        report = report_for(tmp_path, harness={"device": "cuda"})
+        assert "no CUDA device" in report.format()
     # the same settings for a CPU run keep bf16 (TRL accepts it with use_cpu) but the harness defaults it off
     report = report_for(tmp_path, harness={"device": "cpu"})
     assert report.ok
