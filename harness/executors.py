@@ -198,32 +198,55 @@ def execute_local(
             return [outcomes[r.run_id] for r in runs]
 
         parallel = default_parallel(executor)
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)  # inherited by the local jobs
         queue = list(runs)
         active: list[tuple[RunSpec, submitit.Job]] = []
-        while queue or active:
-            while queue and len(active) < parallel:
-                spec = queue.pop(0)
-                rdir = layout.run_dir(grid_dir, spec.run_id)
-                ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
-                ex.update_parameters(
-                    timeout_min=executor.timeout_min,
-                    tasks_per_node=executor.tasks_per_node,
-                    setup=[f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}", *executor.setup],
-                )
-                active.append((spec, ex.submit(RunJob(spec, str(rdir), threads))))
-            time.sleep(0.5)
-            still = []
-            for spec, job in active:
-                if not job.done():
-                    still.append((spec, job))
-                    continue
-                rdir = layout.run_dir(grid_dir, spec.run_id)
-                log = str(job.paths.stderr)
-                try:
-                    job.results()  # every task's; raises the first task error
-                    finish(Outcome(spec.run_id, "done", log=log))
-                except Exception as e:  # submitit re-raises the job's exception with its traceback
-                    state = "diverged" if run_state(rdir) == "diverged" else "failed"
-                    finish(Outcome(spec.run_id, state, log=log, error=last_error_line(str(e))))
-            active = still
+        import signal
+
+        def interrupted(signum, frame):
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, interrupted)
+        try:
+            _drive(queue, active, parallel, grid_dir, executor, threads, finish)
+        except KeyboardInterrupt:
+            # submitit's local jobs outlive their parent; stop them so no orphan keeps writing
+            for _, job in active:
+                job.cancel(check=False)
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     return [outcomes[r.run_id] for r in runs]
+
+
+def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None:
+    """Keep at most ``parallel`` local jobs running until ``queue`` and ``active`` are empty."""
+    while queue or active:
+        while queue and len(active) < parallel:
+            spec = queue.pop(0)
+            rdir = layout.run_dir(grid_dir, spec.run_id)
+            ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
+            ex.update_parameters(
+                timeout_min=executor.timeout_min,
+                tasks_per_node=executor.tasks_per_node,
+                # no shell in between unless setup lines ask for one: then cancel() reaches submitit's
+                # controller, which stops its tasks
+                **({"setup": list(executor.setup)} if executor.setup else {}),
+            )
+            active.append((spec, ex.submit(RunJob(spec, str(rdir), threads))))
+        time.sleep(0.5)
+        still = []
+        for spec, job in active:
+            if not job.done():
+                still.append((spec, job))
+                continue
+            rdir = layout.run_dir(grid_dir, spec.run_id)
+            log = str(job.paths.stderr)
+            try:
+                job.results()  # every task's; raises the first task error
+                finish(Outcome(spec.run_id, "done", log=log))
+            except Exception as e:  # submitit re-raises the job's exception with its traceback
+                state = "diverged" if run_state(rdir) == "diverged" else "failed"
+                finish(Outcome(spec.run_id, state, log=log, error=last_error_line(str(e))))
+        active[:] = still
