@@ -432,7 +432,6 @@ def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...
             p = check_setting(key, v, f"{where}.{raw_key}")
             if p:
                 problems.append(p)
-                break
         axes.append(Axis(key, tuple(values)))
     return tuple(axes)
 

@@ -565,8 +565,6 @@ def validate_run(
 
 def validate_plan(plan: Plan) -> Report:
     """Validate every run of ``plan`` and its executor; never raises for a bad cell."""
-    import dataclasses
-
     report = Report(check_executor(plan.grid.executor))
     siblings = clip_sibling_counts(plan.runs)
     checked: set[str] = set()
