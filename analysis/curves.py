@@ -482,10 +482,14 @@ def _legend(
     handles.extend(extra)
     if not handles:
         return None
-    # Long labels (several differing keys) go one per row so the figure keeps its width.
+    # Long labels (several differing keys) go in one column to the right, so neither the legend
+    # overlaps the axes nor the figure grows one label-width per variant.
     longest = max(len(h.get_label()) for h in handles)
-    ncols = min(len(handles), 4 if longest <= 24 else 2 if longest <= 48 else 1)
-    return fig.legend(handles=handles, loc="outside lower center", ncols=ncols, title=title)
+    if longest > 24:
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + 0.055 * longest + 0.6, height)  # room for the legend (8 pt text)
+        return fig.legend(handles=handles, loc="outside right upper", ncols=1, title=title)
+    return fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), title=title)
 
 
 def plot_curves(
