@@ -31,9 +31,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self._capture_logps = False
         self._captured_logps: torch.Tensor | None = None
-        self._local_rows: list[torch.Tensor] = []  # (n, 3) float64: log_w, log_s, advantage
-        self._local_masked = 0
-        self._local_trained_tokens = 0
+        self._local_rows: list[torch.Tensor] = []  # (n, 5) float64: log_w, log_s, advantage, valid, real
+        self._local_trained_tokens: torch.Tensor | int = 0
         self._local_generated_tokens = 0
         self._pooled: list[torch.Tensor] = []
         self._pooled_counts = torch.zeros(3, dtype=torch.float64)
@@ -60,10 +59,12 @@ class HarnessGRPOTrainer(GRPOTrainer):
         adv = inputs["advantages"]
         if adv.dim() > 1:  # subclasses may give (B, T) advantages; the sequence's sign is its first token's
             adv = adv[:, 0]
-        rows = torch.stack([log_w, log_s, adv.detach().to(torch.float64)], dim=1)[valid]
-        self._local_rows.append(rows)
-        self._local_masked += int((~valid).sum())
-        self._local_trained_tokens += int(mask.sum())
+        # No host sync here (this runs every micro-batch): keep tensors, filter and count per step.
+        real = torch.ones_like(log_w)
+        self._local_rows.append(
+            torch.stack([log_w, log_s, adv.detach().to(torch.float64), valid.to(torch.float64), real], dim=1)
+        )
+        self._local_trained_tokens = self._local_trained_tokens + mask.sum().to(torch.float64)
         return loss
 
     def _generate_and_score_completions(self, inputs):
@@ -79,28 +80,31 @@ class HarnessGRPOTrainer(GRPOTrainer):
         return loss
 
     def _gather_step(self) -> None:
+        """Pool this step's per-completion rows (columns: log_w, log_s, advantage, valid, real) over
+        every micro-batch and rank; one host transfer per optimizer step."""
         device = self.accelerator.device
         local = (
             torch.cat(self._local_rows)
             if self._local_rows
-            else torch.zeros((0, 3), dtype=torch.float64, device=device)
+            else torch.zeros((0, 5), dtype=torch.float64, device=device)
         )
-        counts = torch.tensor(
-            [self._local_masked, self._local_trained_tokens, self._local_generated_tokens],
-            dtype=torch.float64,
-            device=device,
+        trained = torch.as_tensor(self._local_trained_tokens, dtype=torch.float64, device=device).reshape(1)
+        counts = torch.cat(
+            [trained, torch.tensor([float(self._local_generated_tokens)], device=device, dtype=torch.float64)]
         )
-        self._local_rows, self._local_masked = [], 0
-        self._local_trained_tokens = self._local_generated_tokens = 0
+        self._local_rows = []
+        self._local_trained_tokens = 0
+        self._local_generated_tokens = 0
         if self.accelerator.num_processes > 1:
-            # Rows differ in number across ranks: pad with a marker column, gather, drop padding.
-            marked = torch.cat([local, torch.ones((local.shape[0], 1), dtype=local.dtype, device=device)], 1)
-            marked = self.accelerator.pad_across_processes(marked, dim=0, pad_index=0)
-            gathered = self.accelerator.gather(marked)
-            local = gathered[gathered[:, 3] > 0][:, :3]
+            # Ranks may hold different numbers of rows: pad (real = 0), gather, drop the padding.
+            local = self.accelerator.pad_across_processes(local, dim=0, pad_index=0)
+            local = self.accelerator.gather(local)
             counts = self.accelerator.reduce(counts, reduction="sum")
-        self._pooled.append(local.cpu())
-        self._pooled_counts += counts.cpu()
+        local = local.cpu()
+        local = local[local[:, 4] > 0]
+        valid = local[:, 3] > 0
+        self._pooled.append(local[valid][:, :3])
+        self._pooled_counts += torch.cat([(~valid).sum().reshape(1).to(torch.float64), counts.cpu()])
 
     def pop_step_records(self) -> dict:
         """Pooled per-completion records since the last call (every rank holds the same).

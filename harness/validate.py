@@ -452,7 +452,7 @@ def rule_task_and_model(ctx: RunContext) -> list[Finding]:
 
     out: list[Finding] = []
     try:
-        spec = TaskSpec(**{**ctx.run.config.get("task", {})})
+        spec = TaskSpec(**ctx.run.config.get("task", {}))
     except TypeError as e:
         return _err(f"task: {e}.")
     for p in _cached_check_task(spec):
@@ -463,20 +463,11 @@ def rule_task_and_model(ctx: RunContext) -> list[Finding]:
 
 
 @functools.lru_cache(maxsize=256)
-def _check_task_cached(key: str) -> tuple[str, ...]:
-    import json
-
-    from harness.tasks import TaskSpec, check_task
-
-    d = json.loads(key)
-    return tuple(check_task(TaskSpec(**d)))
-
-
 def _cached_check_task(spec) -> tuple[str, ...]:
-    import dataclasses
-    import json
+    """``check_task`` once per distinct TaskSpec (hashable, frozen): a 1,000-seed grid checks once."""
+    from harness.tasks import check_task
 
-    return _check_task_cached(json.dumps(dataclasses.asdict(spec), sort_keys=True, default=list))
+    return tuple(check_task(spec))
 
 
 RULES: tuple[Rule, ...] = (
