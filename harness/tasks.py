@@ -28,8 +28,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 TEMPLATES = ("auto", "bare", "chat")
 
 # Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
@@ -229,34 +227,38 @@ REWARDS: dict[str, Callable[[Task], Callable[..., list[float]]]] = {
 # Validation and building
 
 
+def _dataset_problems(spec: TaskSpec) -> list[str]:
+    """reasoning-gym's verdict on ``spec.name`` and ``spec.kwargs``: builds one item (``size=1``)."""
+    # imported here, not at module level: it takes ~1 s and validation usually finds the answer memoised
+    import reasoning_gym
+    from reasoning_gym.factory import DATASETS
+
+    if spec.name not in DATASETS:
+        close = difflib.get_close_matches(spec.name, list(DATASETS), n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see reasoning_gym.factory.DATASETS"
+        return [f"unknown reasoning-gym dataset {spec.name!r}{hint}"]
+    reserved = sorted({"seed", "size"} & set(spec.kwargs))
+    if reserved:
+        return [f"task kwargs must not set {', '.join(reserved)}: the harness sets them per split"]
+    try:
+        ds = reasoning_gym.create_dataset(spec.name, seed=0, size=1, **dict(spec.kwargs))
+        ds[0]
+    except Exception as exc:  # the dataset's own validation: TypeError, AssertionError, ValueError...
+        message = str(exc) or type(exc).__name__
+        return [f"dataset {spec.name!r} rejects kwargs {dict(spec.kwargs)}: {message}"]
+    return []
+
+
 def check_task(spec: TaskSpec) -> list[str]:
     """Problems with ``spec`` as human-readable messages; an empty list means it is usable.
 
     Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
     procedurally and nothing here downloads.
     """
-    # reasoning-gym is imported here, not at module level: grid validation imports this module
-    import reasoning_gym
-    from reasoning_gym.factory import DATASETS
+    from harness import verdicts
 
-    problems: list[str] = []
-    if spec.name not in DATASETS:
-        close = difflib.get_close_matches(spec.name, list(DATASETS), n=5, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see reasoning_gym.factory.DATASETS"
-        problems.append(f"unknown reasoning-gym dataset {spec.name!r}{hint}")
-    else:
-        reserved = sorted({"seed", "size"} & set(spec.kwargs))
-        if reserved:
-            problems.append(
-                f"task kwargs must not set {', '.join(reserved)}: the harness sets them per split"
-            )
-        else:
-            try:
-                ds = reasoning_gym.create_dataset(spec.name, seed=0, size=1, **dict(spec.kwargs))
-                ds[0]
-            except Exception as exc:  # the dataset's own validation: TypeError, AssertionError, ValueError...
-                message = str(exc) or type(exc).__name__
-                problems.append(f"dataset {spec.name!r} rejects kwargs {dict(spec.kwargs)}: {message}")
+    key = {**verdicts.versions("reasoning-gym"), "name": spec.name, "kwargs": dict(spec.kwargs)}
+    problems = list(verdicts.memo("reasoning-gym-dataset", key, lambda: _dataset_problems(spec)))
     if spec.template not in TEMPLATES:
         problems.append(f"unknown template {spec.template!r}; valid: {', '.join(TEMPLATES)}")
     if spec.train_size < 1:
@@ -342,7 +344,6 @@ def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
 # Evaluation
 
 
-@torch.no_grad()
 def generate_completions(
     model: Any,
     tokenizer: Any,
@@ -358,6 +359,7 @@ def generate_completions(
     (the template already wrote them). The model must be in eval mode (dropout off) for the result to be
     deterministic.
     """
+    import torch  # here, not at module level: validating a grid imports this module
     from transformers import GenerationConfig
 
     config = GenerationConfig(
@@ -368,19 +370,20 @@ def generate_completions(
     )
     device = next(model.parameters()).device
     out: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start : start + batch_size]
-        enc = tokenizer(
-            batch,
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            add_special_tokens=add_special_tokens,
-        )
-        enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-        generated = model.generate(**enc, generation_config=config)
-        new_tokens = generated[:, enc["input_ids"].shape[1] :]
-        out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    with torch.no_grad():
+        for start in range(0, len(prompts), batch_size):
+            batch = prompts[start : start + batch_size]
+            enc = tokenizer(
+                batch,
+                return_tensors="pt",
+                padding=True,
+                padding_side="left",
+                add_special_tokens=add_special_tokens,
+            )
+            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+            generated = model.generate(**enc, generation_config=config)
+            new_tokens = generated[:, enc["input_ids"].shape[1] :]
+            out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return out
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from unittest import mock
 
 from harness.grid import Plan, RunSpec
-from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings
+from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings, grpo_config_defaults
 
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -100,7 +100,7 @@ class RunContext:
 
     run: RunSpec
     trainer: Mapping[str, Any]  # settings as written in the grid (explicit keys only)
-    config: Any  # GRPOConfig, or None when TRL rejected the settings
+    config: Mapping[str, Any] | None  # GRPOConfig's resolved fields (JSON values), None if TRL rejected them
     varying_keys: tuple[str, ...]
     clip_siblings: int = 1  # runs of the plan identical to this one but for the clip values
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
@@ -108,11 +108,10 @@ class RunContext:
     def value(self, name: str) -> Any:
         """A trainer field: TRL's resolved value when available, else as written, else TRL's default."""
         if self.config is not None:
-            return getattr(self.config, name)
+            return self.config.get(name)
         if name in self.trainer:
             return self.trainer[name]
-        field_ = _grpo_config_cls().__dataclass_fields__.get(name)
-        return None if field_ is None or field_.default is dataclasses.MISSING else field_.default
+        return grpo_config_defaults().get(name)
 
 
 def resolve_device(device: str, executor: ExecutorSettings) -> str:
@@ -164,22 +163,57 @@ def _grpo_config_cls():
     return GRPOConfig
 
 
-def build_grpo_config(kwargs: Mapping[str, Any], device: str):
+def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False):
     """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
 
-    On a machine without CUDA validating a CUDA run, TRL's "no bf16 on this GPU" check is told the
-    GPU is there, since the run will execute elsewhere.
+    For a CUDA run that executes elsewhere (``elsewhere=True``: a SLURM job validated on the login
+    node), or on a machine without CUDA, TRL's "no bf16 on this GPU" check is told the GPU has bf16.
     """
     cls = _grpo_config_cls()
     patch: contextlib.AbstractContextManager = contextlib.nullcontext()
     if device == "cuda":
         import torch
 
-        if not torch.cuda.is_available():
+        if elsewhere or not torch.cuda.is_available():  # noqa: SIM102 (torch imported only for cuda)
             patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
     with patch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cls(**kwargs)
+
+
+def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False) -> dict[str, Any]:
+    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
+
+    Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
+    are left out) or ``{"values": None, "error": TRL's first error line}``. The memo is keyed by the
+    kwargs, device and the versions of trl, transformers, accelerate and torch; a CUDA run on this
+    machine (not ``elsewhere``) depends on its GPU and is never memoised.
+    """
+    from harness import verdicts
+
+    def ask() -> dict[str, Any]:
+        try:
+            config = build_grpo_config(kwargs, device, elsewhere)
+        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return {"values": None, "error": msg}
+        values = verdicts.jsonable_items(
+            (f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
+        )
+        return {"values": values, "error": None}
+
+    if device == "cuda" and not elsewhere:
+        return ask()
+    try:
+        settings = verdicts.jsonable(dict(kwargs))
+    except verdicts.NotJSON:  # e.g. a YAML date: ask TRL every time
+        return ask()
+    key = {
+        **verdicts.versions("trl", "transformers", "accelerate", "torch"),
+        "device": device,
+        "kwargs": settings,
+    }
+    return verdicts.memo("grpo-config", key, ask)
 
 
 # --- the rule table -----------------------------------------------------------------------------
@@ -451,8 +485,14 @@ def rule_task_and_model(ctx: RunContext) -> list[Finding]:
     from harness.tasks import TaskSpec
 
     out: list[Finding] = []
+    task = ctx.run.config.get("task", {})
+    if "name" not in task:
+        return _err(
+            "task.name is not set: name a reasoning-gym dataset, e.g. task: {name: chain_sum} "
+            "(or include: ablations/base.yaml)."
+        )
     try:
-        spec = TaskSpec(**ctx.run.config.get("task", {}))
+        spec = TaskSpec(**task)
     except TypeError as e:
         return _err(f"task: {e}.")
     for p in _cached_check_task(spec):
@@ -512,21 +552,17 @@ def check_executor(executor: ExecutorSettings) -> list[Finding]:
 
 # GRPOConfig never creates its output_dir; a fixed name keeps identical cells identical.
 _VALIDATION_DIR = "grpo-harness-validation"
-_CONFIG_CACHE: dict[str, tuple[Any, str | None]] = {}
+_CONFIG_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def _checked_grpo_config(kwargs: Mapping[str, Any], device: str) -> tuple[Any, str | None]:
-    """``(GRPOConfig, None)`` or ``(None, TRL's first error line)``; cells that differ only in the seed
-    share one construction (a 1,000-seed grid builds the config once)."""
+def _checked_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool) -> dict[str, Any]:
+    """:func:`grpo_config_verdict` for ``kwargs`` with the seed set to 0: cells that differ only in the
+    seed share one verdict (a 1,000-seed grid asks TRL once, or reads one memo entry)."""
     from harness.grid import canonical_json
 
-    key = canonical_json({**kwargs, "seed": None, "device": device})
+    key = canonical_json({**kwargs, "seed": None, "device": device, "elsewhere": elsewhere})
     if key not in _CONFIG_CACHE:
-        try:
-            _CONFIG_CACHE[key] = (build_grpo_config({**kwargs, "seed": 0}, device), None)
-        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            _CONFIG_CACHE[key] = (None, msg)
+        _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere)
     return _CONFIG_CACHE[key]
 
 
@@ -541,10 +577,13 @@ def validate_run(
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
     findings: list[Finding] = []
-    config, error = _checked_grpo_config(grpo_config_kwargs(run, device, _VALIDATION_DIR), device)
-    if error:
-        findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {error}")
-    ctx = RunContext(run, dict(run.config.get("trainer", {})), config, varying_keys, clip_siblings, executor)
+    verdict = _checked_grpo_config(
+        grpo_config_kwargs(run, device, _VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
+    )
+    if verdict["error"]:
+        findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {verdict['error']}")
+    trainer = dict(run.config.get("trainer", {}))
+    ctx = RunContext(run, trainer, verdict["values"], varying_keys, clip_siblings, executor)
     for rule in RULES:
         try:
             findings += rule(ctx)

@@ -14,6 +14,14 @@ FAST_TINY = {"sft_steps": 30, "sft_examples": 512}
 FAST_OVERRIDES = [f"-o tiny.{k}={v}" for k, v in FAST_TINY.items()]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def verdict_memo(tmp_path_factory) -> Path:
+    """A session-private memo of TRL/reasoning-gym verdicts (harness.verdicts), shared with subprocesses."""
+    path = tmp_path_factory.mktemp("verdicts")
+    os.environ["GRPO_HARNESS_VERDICTS"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One model cache for the whole session; CLI subprocesses find it through the environment."""

@@ -158,3 +158,9 @@ def test_cli_bad_input_writes_nothing(tmp_path, override, expected):
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not results.exists()
+
+
+def test_missing_task_name_is_named_with_the_fix(tmp_path):
+    report = report_for(tmp_path, task={"kwargs": {"min_terms": 2}})
+    assert not report.ok
+    assert "task.name is not set" in report.format() and "TaskSpec.__init__" not in report.format()

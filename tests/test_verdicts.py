@@ -1,0 +1,150 @@
+"""The on-disk memo of TRL's and reasoning-gym's verdicts: same answers, fewer imports, safe to break."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from harness import verdicts
+
+# Validate a grid in a fresh process and report the findings plus which heavy libraries got imported.
+PROBE = """
+import json, sys
+from harness.grid import expand
+from harness.spec import load_grid
+from harness.validate import validate_plan
+plan = expand(load_grid(sys.argv[1], []))
+report = validate_plan(plan)
+print(json.dumps({"report": report.format("grid"), "ok": report.ok,
+                  "imported": sorted(m for m in ("trl", "torch", "reasoning_gym") if m in sys.modules)}))
+"""
+
+GRID = """
+name: memo
+task: {name: chain_sum, kwargs: {min_terms: 2, max_terms: 2}}
+harness: {device: cpu}  # "auto" on the local executor asks torch whether this machine has CUDA
+trainer: {max_steps: 5, per_device_train_batch_size: 8, num_generations: 4, learning_rate: 1.0e-4}
+grid:
+  loss_type: [grpo, vespo, nope]
+  seed: [0, 1]
+subgrids:
+  ok: {}
+  rejected: {set: {trainer.per_device_train_batch_size: 3}}
+  badtask: {set: {task.kwargs: {min_terms: 9, max_terms: 2}}}
+"""
+
+
+def _probe(grid, memo_dir) -> dict:
+    env = {**os.environ, verdicts.ENV: str(memo_dir)}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(grid)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def grid(tmp_path):
+    path = tmp_path / "memo.yaml"
+    path.write_text(GRID)
+    return path
+
+
+def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_reasoning_gym(grid, tmp_path):
+    memo = tmp_path / "memo"
+    cold = _probe(grid, memo)
+    assert cold["imported"] == ["reasoning_gym", "torch", "trl"]
+    assert not cold["ok"]
+    # the findings this grid exists for: a loss TRL takes but the trainer does not, a batch TRL
+    # rejects, a dataset that rejects its kwargs
+    assert "'nope' is not a TRL loss type" in cold["report"]
+    assert "TRL's GRPOConfig rejects these settings" in cold["report"]
+    assert "rejects kwargs" in cold["report"]
+    warm = _probe(grid, memo)
+    assert warm["imported"] == []
+    assert warm["report"] == cold["report"]
+    namespaces = sorted(p.name for p in memo.iterdir())
+    assert namespaces == ["grpo-config", "grpo-config-fields", "reasoning-gym-dataset"]
+
+
+def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
+    memo = tmp_path / "memo"
+    cold = _probe(grid, memo)
+    entries = list(memo.rglob("*.json"))
+    assert entries
+    for i, path in enumerate(entries):  # torn writes, foreign JSON, empty files
+        path.write_text(['{"value": ', "[1, 2]", ""][i % 3])
+    again = _probe(grid, memo)
+    assert again["report"] == cold["report"]
+    assert again["imported"] == ["reasoning_gym", "torch", "trl"]
+    assert all(json.loads(p.read_text()).keys() == {"value"} for p in memo.rglob("*.json"))
+
+
+def test_memo_off_stores_nothing(grid, tmp_path):
+    memo = tmp_path / "memo"
+    env_off = "off"
+    cold = _probe(grid, env_off)
+    assert cold["imported"] == ["reasoning_gym", "torch", "trl"]
+    assert not memo.exists()
+
+
+def test_memo_reads_back_and_keys_on_everything(tmp_path, monkeypatch):
+    monkeypatch.setenv(verdicts.ENV, str(tmp_path))
+    calls = []
+
+    def ask(v):
+        def compute():
+            calls.append(v)
+            return {"v": v, "inf": float("inf"), "list": [1, None]}
+
+        return compute
+
+    assert verdicts.memo("ns", {"a": 1}, ask(1)) == {"v": 1, "inf": float("inf"), "list": [1, None]}
+    assert verdicts.memo("ns", {"a": 1}, ask(2))["v"] == 1  # read back, not recomputed
+    assert verdicts.memo("ns", {"a": 2}, ask(3))["v"] == 3  # another key
+    assert verdicts.memo("other", {"a": 1}, ask(4))["v"] == 4  # another namespace
+    assert calls == [1, 3, 4]
+    assert not list(tmp_path.rglob(".tmp-*"))  # no temporary files left behind
+
+
+def test_a_new_library_version_asks_again(tmp_path, monkeypatch):
+    from harness.validate import grpo_config_verdict
+
+    monkeypatch.setenv(verdicts.ENV, str(tmp_path))
+    kwargs = {"output_dir": "x", "use_cpu": True, "bf16": False, "report_to": "none", "num_generations": 2}
+    first = grpo_config_verdict(kwargs, "cpu")
+    assert first["error"] is None and first["values"]["num_generations"] == 2
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    real = verdicts.metadata.version
+    monkeypatch.setattr(verdicts.metadata, "version", lambda d: "99.0" if d == "trl" else real(d))
+    verdicts.versions.cache_clear()
+    try:
+        assert grpo_config_verdict(kwargs, "cpu") == first
+        assert len(list(tmp_path.rglob("*.json"))) == 2
+    finally:
+        verdicts.versions.cache_clear()
+
+
+def test_unwritable_memo_costs_only_speed(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(verdicts.ENV, str(blocker / "sub"))  # a folder under a file cannot be created
+    assert verdicts.memo("ns", {"k": 1}, lambda: [1]) == [1]
+
+
+def test_values_without_json_form_are_refused():
+    class Thing:
+        pass
+
+    with pytest.raises(verdicts.NotJSON):
+        verdicts.jsonable({"a": Thing()})
+    assert verdicts.jsonable_items([("a", Thing()), ("b", (1, 2))]) == {"b": [1, 2]}
