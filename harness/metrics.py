@@ -7,6 +7,7 @@ with "."). Parts are flushed every ``flush_every`` rows and compacted into one f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -88,12 +89,12 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(clean, schema=pa.schema(fields))
 
 
-def read_metrics(run_dir: str | Path) -> pa.Table | None:
+def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> pa.Table | None:
     """All metric rows of one run, one row per step (a later part wins on a repeated step).
 
     Reads ``metrics.parquet`` when the run was compacted, otherwise its parts in name order.
     Returns None when the run has no readable metrics. Raises nothing for unreadable parts: they
-    are skipped (the writer never leaves one, but a disk can).
+    are skipped (the writer never leaves one, but a disk can) and appended to ``unreadable``.
     """
     mdir = Path(run_dir) / layout.METRICS_DIR
     compact = mdir / layout.COMPACT_FILE
@@ -103,6 +104,8 @@ def read_metrics(run_dir: str | Path) -> pa.Table | None:
         try:
             tables.append(pq.read_table(f))
         except (pa.ArrowInvalid, OSError):
+            if unreadable is not None:
+                unreadable.append(f)
             continue
     if not tables:
         return None
@@ -128,6 +131,9 @@ class MetricsWriter:
     A resumed run that re-logs steps it had already written (after restarting from an earlier
     checkpoint) replaces them: :meth:`compact` and :func:`read_metrics` keep the last row per step,
     and :meth:`truncate_after` drops rows past the checkpoint on resume.
+
+    A part that cannot be read (a damaged disk or copy) is never deleted: :meth:`truncate_after` and
+    :meth:`compact` rename it to ``<part>.parquet.unreadable`` and list it in :attr:`quarantined`.
     """
 
     def __init__(self, run_dir: str | Path, run_id: str, flush_every: int = 5):
@@ -138,6 +144,18 @@ class MetricsWriter:
         self._rows: list[dict[str, Any]] = []
         existing = sorted(self.dir.glob(f"{layout.PART_PREFIX}*.parquet"))
         self._next_part = 1 + max((self._part_index(p) for p in existing), default=0)
+        self.quarantined: list[Path] = []
+
+    def _read_all(self) -> pa.Table | None:
+        """:func:`read_metrics` of this run, with unreadable files set aside (renamed, kept)."""
+        unreadable: list[Path] = []
+        table = read_metrics(self.dir.parent, unreadable)
+        for f in unreadable:
+            target = f.with_name(f.name + ".unreadable")
+            with contextlib.suppress(OSError):
+                f.rename(target)
+                self.quarantined.append(target)
+        return table
 
     @staticmethod
     def _part_index(path: Path) -> int:
@@ -171,7 +189,7 @@ class MetricsWriter:
         between leaves duplicates (resolved by step) rather than a loss.
         """
         self.flush()
-        table = read_metrics(self.dir.parent)
+        table = self._read_all()
         old = list(self.dir.glob("*.parquet"))
         if table is None:
             return
@@ -188,7 +206,7 @@ class MetricsWriter:
     def compact(self) -> Path | None:
         """Flush, merge all parts into ``metrics.parquet`` (one row per step) and delete the parts."""
         self.flush()
-        table = read_metrics(self.dir.parent)
+        table = self._read_all()
         if table is None:
             return None
         parts = sorted(self.dir.glob(f"{layout.PART_PREFIX}*.parquet"))

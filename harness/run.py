@@ -14,6 +14,7 @@ import os
 import random
 import re
 import resource
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -325,6 +326,13 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
                 "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
                 "resume_from_step": resume[1] if resume else None,
             }
+            if writer is not None and writer.quarantined:
+                attempt["unreadable_metrics"] = [str(p) for p in writer.quarantined]
+                print(
+                    f"warning: run {spec.run_id}: unreadable metrics file(s) set aside, their steps are "
+                    f"missing from the metrics: {', '.join(map(str, writer.quarantined))}",
+                    file=sys.stderr,
+                )
             f.write(json.dumps(attempt) + "\n")
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
@@ -374,5 +382,11 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         )
     if writer is not None:
         writer.compact()
+        table = read_metrics(run_dir)
+        logged = set(table.column(layout.STEP).to_pylist()) if table is not None else set()
+        missing = [s for s in range(1, trainer.state.global_step + 1) if s not in logged]
+        if missing:  # only after a metrics file was damaged (see MetricsWriter.quarantined)
+            summary["missing_steps"] = missing
+            print(f"warning: run {spec.run_id}: no metrics for {len(missing)} step(s)", file=sys.stderr)
         atomic_write_json(done, summary)
     return summary

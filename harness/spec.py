@@ -403,10 +403,48 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not key:
         raise SpecError([f"-o {text!r}: the key before '=' is empty."])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise SpecError([f"-o {text!r}: the value is not valid YAML ({e})."]) from e
+        raise SpecError([f"-o {text!r}: the value is not valid YAML ({yaml_problem(e)})."]) from e
     return normalize_key(key), value
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key; PyYAML reports it below
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {first.line + 1}): YAML would silently keep the last "
+                    "value; keep one (to compare both, list them as an axis under 'grid')",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error in one line: where (line, column) and what, without PyYAML's stream name."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return str(e)
+    context = getattr(e, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {context + ', ' if context else ''}{problem}"
+
+
+def load_yaml_text(text: str) -> Any:
+    """``yaml.safe_load`` that rejects duplicate mapping keys (:class:`yaml.YAMLError` with line)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
@@ -422,11 +460,11 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     if not path.is_file():
         raise SpecError([f"no such grid file: {path}."], path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as e:
         raise SpecError([f"not a UTF-8 text file ({e.reason} at byte {e.start})."], path) from e
     except yaml.YAMLError as e:
-        raise SpecError([f"not valid YAML: {e}"], path) from e
+        raise SpecError([f"not valid YAML at {yaml_problem(e)}"], path) from e
     if not isinstance(data, Mapping):
         raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
     includes = data.get("include") or []

@@ -35,6 +35,23 @@ def test_writer_resume_keeps_each_step_once(tmp_path):
     assert sorted(p.name for p in (tmp_path / layout.METRICS_DIR).iterdir()) == [layout.COMPACT_FILE]
 
 
+
+def test_unreadable_part_is_set_aside_never_deleted(tmp_path):
+    w = MetricsWriter(tmp_path, "r", flush_every=4)
+    for s in range(1, 13):
+        w.append({"step": s, "reward": float(s)})
+    parts = sorted((tmp_path / layout.METRICS_DIR).glob("part-*.parquet"))
+    assert len(parts) == 3
+    damaged = parts[1].read_bytes()[:-40]  # steps 5..8, its footer cut off
+    parts[1].write_bytes(damaged)
+    w2 = MetricsWriter(tmp_path, "r", flush_every=4)
+    w2.truncate_after(10)
+    kept = tmp_path / layout.METRICS_DIR / (parts[1].name + ".unreadable")
+    assert w2.quarantined == [kept] and kept.read_bytes() == damaged
+    assert read_metrics(tmp_path).column("step").to_pylist() == [1, 2, 3, 4, 9, 10]
+    w2.compact()
+    assert kept.exists() and w2.quarantined == [kept]
+
 def _wait_for_step(run_dir, step, proc_alive, timeout=600):
     t0 = time.time()
     while time.time() - t0 < timeout:

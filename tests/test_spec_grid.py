@@ -184,3 +184,29 @@ def test_executor_settings_per_run_group_arrays_not_ids(tmp_path):
     data["executor"]["gpus_per_node"] = 2
     plan2 = expand(load_grid(write(tmp_path, data, "h.yaml")))
     assert {r.run_id for r in plan2.runs if r.subgrid == "small"} == small
+
+
+def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("name: d\ntrainer:\n  loss_type: grpo\n  beta: 0.1\n  loss_type: dapo\n")
+    (msg,) = problems(p)
+    assert "duplicate key 'loss_type'" in msg and "line 5" in msg and "first at line 3" in msg
+    assert "<unicode string>" not in msg
+    (msg,) = problems(write(tmp_path, BASE), "trainer.beta={a: 1, a: 2}")
+    assert "duplicate key 'a'" in msg
+
+
+def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
+    from harness.spec import describe_hint, hint_name, section_fields, type_ok
+
+    fields = section_fields("trainer")
+    assert (
+        type_ok(0.1, fields["epsilon"])
+        and type_ok(1, fields["epsilon"])
+        and not type_ok(True, fields["epsilon"])
+    )
+    assert type_ok(None, fields["epsilon_high"]) and not type_ok("x", fields["epsilon_high"])
+    assert type_ok("cosine", fields["lr_scheduler_type"]) and not type_ok(3, fields["lr_scheduler_type"])
+    assert type_ok(["wandb"], fields["report_to"]) and not type_ok(3, fields["report_to"])
+    assert hint_name(fields["epsilon_high"]) == "float | None"
+    assert hint_name(describe_hint(dict[str, int] | None)) == "dict | None"
