@@ -39,6 +39,7 @@ SAMPLES_FILE = "samples.jsonl"
 DONE_FILE = "DONE"
 DIVERGED_FILE = "DIVERGED"
 FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
+OWNER_FILE = ".owner.json"  # {"host", "pid"} of the process training the run now (removed at exit)
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 CHECKPOINTS_DIR = "checkpoints"

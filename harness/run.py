@@ -14,6 +14,7 @@ import os
 import random
 import re
 import resource
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -262,10 +263,14 @@ def run(
                 f"run {spec.run_id} is being trained by another process right now ({run_dir}); "
                 "wait for it (grpo-harness status) or stop that process, then run again."
             ) from e
+    owner = run_dir / layout.OWNER_FILE
     try:
+        if lock.is_locked:  # tells `status` which live process trains this run
+            atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
         return _run_unlocked(spec, run_dir, device, threads, stop_requested)
     finally:
         if lock.is_locked:
+            owner.unlink(missing_ok=True)
             lock.release()
 
 

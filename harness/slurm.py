@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -158,7 +159,8 @@ def run_status(run_dir: Path, queue: dict[str, str], accounting: dict[str, str] 
 
     Order of truth: DONE > DIVERGED > FAILED marker > queue (queued/running/requeued) > the job left
     the queue without a marker ("failed" with SLURM's final state when sacct knows it, else "stopped")
-    > never submitted ("pending").
+    > a local run: "running" while its process lives, else "stopped" (interrupted; resumable)
+    > never started ("pending").
     """
     run_id = run_dir.name
     job = read_job(run_dir) or {}
@@ -198,7 +200,31 @@ def run_status(run_dir: Path, queue: dict[str, str], accounting: dict[str, str] 
         if final and final not in ("COMPLETED",):
             return RunStatus(state="failed", log=log, error=error or f"slurm: {final}", **base)
         return RunStatus(state="stopped", log=log, error=error, **base)
+    if (run_dir / layout.CONFIG_FILE).exists():  # started by a local `run`
+        if _owner_alive(run_dir):
+            return RunStatus(state="running", **base)
+        where = f" at step {step}" if step is not None else ""
+        return RunStatus(
+            state="stopped", error=f"interrupted{where}; running the grid again resumes it", **base
+        )
     return RunStatus(state="pending", **base)
+
+
+def _owner_alive(run_dir: Path) -> bool:
+    """Whether the process that wrote the run's owner file (a local run) is alive on this host."""
+    try:
+        owner = json.loads((run_dir / layout.OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    if owner.get("host") != socket.gethostname():
+        return True  # another machine's process: cannot tell, trust the file (removed at exit)
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except (ProcessLookupError, KeyError, TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def grid_run_dirs(grid_dir: Path, all_runs: bool = False) -> list[Path]:

@@ -11,7 +11,7 @@ import submitit
 from conftest import FAST_TINY, cli
 from test_trainer import make_spec
 
-from harness import layout
+from harness import layout, slurm
 from harness.executors import RunJob
 from harness.metrics import MetricsWriter, read_metrics
 
@@ -35,7 +35,6 @@ def test_writer_resume_keeps_each_step_once(tmp_path):
     assert sorted(p.name for p in (tmp_path / layout.METRICS_DIR).iterdir()) == [layout.COMPACT_FILE]
 
 
-
 def test_unreadable_part_is_set_aside_never_deleted(tmp_path):
     w = MetricsWriter(tmp_path, "r", flush_every=4)
     for s in range(1, 13):
@@ -51,6 +50,7 @@ def test_unreadable_part_is_set_aside_never_deleted(tmp_path):
     assert read_metrics(tmp_path).column("step").to_pylist() == [1, 2, 3, 4, 9, 10]
     w2.compact()
     assert kept.exists() and w2.quarantined == [kept]
+
 
 def _wait_for_step(run_dir, step, proc_alive, timeout=600):
     t0 = time.time()
@@ -124,9 +124,13 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
         time.sleep(0.2)
     run_dir = next((grid_dir / layout.RUNS_DIR).iterdir())
     _wait_for_step(run_dir, 9, lambda: proc.poll() is None)
+    (row,) = slurm.grid_status(grid_dir)
+    assert row.state == "running"  # a local run: its owner process is alive
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run_dir / layout.DONE_FILE).exists()
+    (row,) = slurm.grid_status(grid_dir)
+    assert row.state == "stopped" and "interrupted at step" in row.error and "resumes" in row.error
     before = read_metrics(run_dir).column("step").to_pylist()
     assert max(before) >= 9
     cli("run", *args)
@@ -137,6 +141,7 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
     df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert list(df["step"]) == list(range(1, 15))
     assert done["steps"] == 14
+    assert [r.state for r in slurm.grid_status(grid_dir)] == ["done"]
 
 
 def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
