@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import submitit
 
@@ -27,7 +28,10 @@ class RunJob(submitit.helpers.Checkpointable):
     installed here only sets a flag; the run saves a trainer checkpoint at the next optimizer-step
     boundary and stops, and then submitit's own handler is called, which calls :meth:`checkpoint`
     (requeue the same callable), requeues the job and exits. The requeued job resumes from that
-    checkpoint. A job killed without warning resumes from the latest periodic checkpoint.
+    checkpoint. SIGTERM in a SLURM job (``scontrol requeue``, ``scancel``, a node going down; SLURM
+    sends SIGKILL ``KillWait`` seconds later, and submitit itself ignores SIGTERM) also checkpoints at
+    the next step boundary, then exits without requeueing: SLURM decides whether the job comes back.
+    A job killed before reaching a step boundary resumes from the latest periodic checkpoint.
 
     With several tasks per node the job runs one process per task; ``torch.distributed`` is set up
     from submitit's job environment (env:// variables) and only rank 0 writes files.
@@ -57,14 +61,27 @@ class RunJob(submitit.helpers.Checkpointable):
 
                 prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
                 submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        requested = {"stop": False}
+        requested: dict[str, Any] = {"stop": False, "signal": None}
         previous = signal.getsignal(signal.SIGUSR2)
+        previous_term = signal.getsignal(signal.SIGTERM)
 
-        def on_usr2(signum, frame):  # runs between two bytecodes of training: only set a flag
+        def on_signal(signum, frame):  # runs between two bytecodes of training: only set a flag
             requested["stop"] = True
-            print("USR2 received: checkpointing at the next optimizer step, then requeueing", flush=True)
+            requested["signal"] = signum
+            then = (
+                "then requeueing"
+                if signum == signal.SIGUSR2
+                else "then exiting (SLURM requeues or ends the job)"
+            )
+            print(
+                f"{signal.Signals(signum).name} received: checkpointing at the next optimizer step, {then}",
+                flush=True,
+            )
 
-        signal.signal(signal.SIGUSR2, on_usr2)
+        signal.signal(signal.SIGUSR2, on_signal)
+        on_slurm = job_env is not None and job_env.cluster == "slurm"
+        if on_slurm:  # scontrol requeue, scancel, node shutdown: SIGTERM, then SIGKILL after KillWait
+            signal.signal(signal.SIGTERM, on_signal)
         rdir = Path(self.run_dir)
         try:
             summary = run(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
@@ -85,8 +102,10 @@ class RunJob(submitit.helpers.Checkpointable):
             raise
         finally:
             signal.signal(signal.SIGUSR2, previous)
+            if on_slurm:
+                signal.signal(signal.SIGTERM, previous_term)
         if summary.get("preempted"):
-            if callable(previous) and job_env is not None:
+            if requested["signal"] == signal.SIGUSR2 and callable(previous) and job_env is not None:
                 previous(signal.SIGUSR2, None)  # submitit: checkpoint(), scontrol requeue, exit
             raise RuntimeError(
                 f"run stopped at step {summary['steps']} on request; resume by running it again"
