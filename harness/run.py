@@ -214,6 +214,8 @@ def _make_callback(**kwargs):
             self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
             if self.writer is not None:
                 self.writer.append(row)
+                if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
+                    self.writer.flush()
             for key in ("loss", "reward", "grad_norm"):
                 v = row.get(key)
                 if v is not None and not math.isfinite(v):
@@ -280,7 +282,6 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     from harness.spec import ExecutorSettings
     from harness.validate import build_grpo_config, grpo_config_kwargs, resolve_device
 
-    done = run_dir / layout.DONE_FILE
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
         (run_dir / stale).unlink(missing_ok=True)
     settings = HarnessSettings(**spec.config.get("harness", {}))
@@ -340,6 +341,12 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
                 )
             f.write(json.dumps(attempt) + "\n")
 
+    if resume and resume[1] >= config.max_steps:
+        # killed after its last checkpoint but before DONE: every step is trained and its metrics were
+        # flushed before that checkpoint was written; training again would add a step past max_steps
+        summary = {"run_id": spec.run_id, "steps": resume[1], "seconds": 0.0, "resumed_from": resume[1]}
+        return _finish(writer, run_dir, {**summary, "device": device})
+
     max_new = settings.eval_max_new_tokens or config.max_completion_length
 
     def eval_fn(model) -> float:
@@ -385,13 +392,18 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         raise RunDiverged(
             f"run {spec.run_id} diverged at step {callback.diverged_step}: loss or reward is NaN/inf"
         )
+    return _finish(writer, run_dir, summary)
+
+
+def _finish(writer: MetricsWriter | None, run_dir: Path, summary: dict) -> dict:
+    """Compact the metrics and write DONE (rank 0); ``summary["steps"]`` is the last optimizer step."""
     if writer is not None:
         writer.compact()
         table = read_metrics(run_dir)
         logged = set(table.column(layout.STEP).to_pylist()) if table is not None else set()
-        missing = [s for s in range(1, trainer.state.global_step + 1) if s not in logged]
+        missing = [s for s in range(1, summary["steps"] + 1) if s not in logged]
         if missing:  # only after a metrics file was damaged (see MetricsWriter.quarantined)
             summary["missing_steps"] = missing
-            print(f"warning: run {spec.run_id}: no metrics for {len(missing)} step(s)", file=sys.stderr)
-        atomic_write_json(done, summary)
+            print(f"warning: run {summary['run_id']}: no metrics for {len(missing)} step(s)", file=sys.stderr)
+        atomic_write_json(run_dir / layout.DONE_FILE, summary)
     return summary

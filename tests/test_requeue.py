@@ -157,3 +157,51 @@ def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
     with filelock.FileLock(str(run_dir / ".run.lock")), pytest.raises(RunBusy, match="another process"):
         run(spec, run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == [".run.lock"]
+
+
+def _spec_with(tiny_model, chain_sum_task, harness: dict, **trainer):
+    spec = make_spec(tiny_model, chain_sum_task, **trainer)
+    spec.config["harness"].update(harness)
+    return spec
+
+
+def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_sum_task, monkeypatch):
+    """A kill right after a checkpoint must not leave steps that the resumed run will not log again."""
+    from harness.trainer import HarnessGRPOTrainer
+
+    spec = _spec_with(tiny_model, chain_sum_task, {"checkpoint_steps": 3, "flush_every": 100}, max_steps=6)
+    run_dir = tmp_path / spec.run_id
+    on_disk_at_save = []
+    real_save = HarnessGRPOTrainer._save_checkpoint
+
+    def save(self, *a, **kw):
+        table = read_metrics(run_dir)
+        on_disk_at_save.append((self.state.global_step, table.column("step").to_pylist() if table else []))
+        return real_save(self, *a, **kw)
+
+    monkeypatch.setattr(HarnessGRPOTrainer, "_save_checkpoint", save)
+    from harness.run import run
+
+    run(spec, run_dir)
+    assert on_disk_at_save == [(3, [1, 2, 3]), (6, list(range(1, 7)))]
+
+
+def test_killed_after_the_last_checkpoint_finishes_without_training_past_max_steps(
+    tmp_path, tiny_model, chain_sum_task
+):
+    from harness.run import run
+
+    spec = _spec_with(tiny_model, chain_sum_task, {"checkpoint_steps": 2, "flush_every": 1}, max_steps=4)
+    run_dir = tmp_path / spec.run_id
+    run(spec, run_dir)
+    # what a kill between the final checkpoint and DONE leaves: parts, a checkpoint at max_steps, no DONE
+    mdir = run_dir / layout.METRICS_DIR
+    table = pq.read_table(mdir / layout.COMPACT_FILE)
+    pq.write_table(table, mdir / "part-000001.parquet")
+    (mdir / layout.COMPACT_FILE).unlink()
+    (run_dir / layout.DONE_FILE).unlink()
+    summary = run(spec, run_dir)
+    assert summary["steps"] == 4 and summary["resumed_from"] == 4
+    assert read_metrics(run_dir).column("step").to_pylist() == [1, 2, 3, 4]
+    assert json.loads((run_dir / layout.DONE_FILE).read_text())["steps"] == 4
+    assert not (run_dir / layout.CHECKPOINTS_DIR / "checkpoint-5").exists()
