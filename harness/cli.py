@@ -71,7 +71,14 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
     title = f"grid {g.name} ({g.source}): {len(plan.runs)} runs"
     if plan.duplicates:
         title += f", {len(plan.duplicates)} duplicate cell(s) dropped"
-    return "\n".join([title, *([g.description.strip()] if g.description else []), *lines])
+    applied = []
+    if g.profile:
+        settings = ", ".join(f"{k}={json.dumps(v)}" for k, v in g.profile_settings)
+        applied.append(f"profile {g.profile}: {settings or 'no settings'}")
+    if g.overrides:
+        applied.append(f"overrides: {' '.join(g.overrides)}")
+    description = [g.description.strip()] if g.description else []
+    return "\n".join([title, *description, *applied, *lines])
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -92,9 +99,11 @@ def write_grid_file(plan, grid_dir: Path) -> None:
         {
             "name": plan.grid.name,
             "source": str(plan.grid.source),
+            "profile": plan.grid.profile,
             "overrides": list(plan.grid.overrides),
             "run_ids": [r.run_id for r in plan.runs],
             "varying": list(plan.varying_keys),
+            "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
         },
     )
 

@@ -160,12 +160,9 @@ def last_error_line(text: str) -> str:
 
 
 def _latest_reward(run_dir: Path) -> float | None:
-    from harness.metrics import read_metrics
+    from harness.metrics import last_step_and_reward
 
-    table = read_metrics(run_dir)
-    if table is None or "reward" not in table.column_names or not table.num_rows:
-        return None
-    return table.column("reward")[-1].as_py()
+    return last_step_and_reward(run_dir)[1]
 
 
 def execute_local(

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,19 @@ def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> p
         return None
     table = pa.concat_tables(tables, promote_options="permissive")
     return _dedupe_steps(table)
+
+
+def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]:
+    """The run's last logged step and its latest logged ``reward`` (TRL logs reward only on the steps
+    that generate, so the last row may have none); (None, None) without metrics."""
+    table = read_metrics(run_dir)
+    if table is None or not table.num_rows:
+        return None, None
+    reward = None
+    if "reward" in table.column_names:
+        values = [v for v in table.column("reward").to_pylist() if v is not None]
+        reward = values[-1] if values else None
+    return table.column(layout.STEP)[-1].as_py(), reward
 
 
 def _dedupe_steps(table: pa.Table) -> pa.Table:
@@ -257,6 +271,8 @@ def provenance(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "trl": trl.__version__,
+        "accelerate": metadata.version("accelerate"),
+        "reasoning_gym": metadata.version("reasoning-gym"),
         "harness": harness.__version__,
         "host": socket.gethostname(),
         "platform": platform.platform(),

@@ -106,7 +106,8 @@ TINY_GRPO_SETTINGS: dict[str, Any] = {
 
 
 def _library_versions() -> dict[str, str]:
-    import reasoning_gym
+    from importlib.metadata import version
+
     import tokenizers
     import torch
     import transformers
@@ -117,7 +118,7 @@ def _library_versions() -> dict[str, str]:
         "transformers": transformers.__version__,
         "trl": trl.__version__,
         "tokenizers": tokenizers.__version__,
-        "reasoning_gym": getattr(reasoning_gym, "__version__", "unknown"),
+        "reasoning_gym": version("reasoning-gym"),  # the module's __version__ lags its releases
     }
 
 

@@ -140,35 +140,29 @@ def read_job(run_dir: Path) -> dict | None:
         return None
 
 
-def _last_metrics(run_dir: Path) -> tuple[int | None, float | None]:
-    from harness.metrics import read_metrics
-
-    table = read_metrics(run_dir)
-    if table is None or not table.num_rows:
-        return None, None
-    steps = table.column(layout.STEP).to_pylist()
-    reward = None
-    if "reward" in table.column_names:
-        values = [v for v in table.column("reward").to_pylist() if v is not None]
-        reward = values[-1] if values else None
-    return steps[-1], reward
-
-
-def run_status(run_dir: Path, queue: dict[str, str], accounting: dict[str, str] | None = None) -> RunStatus:
+def run_status(
+    run_dir: Path,
+    queue: dict[str, str],
+    accounting: dict[str, str] | None = None,
+    planned: dict[str, Any] | None = None,
+) -> RunStatus:
     """State of one run from its files, with SLURM's queue state as a hint for unfinished runs.
 
     Order of truth: DONE > DIVERGED > FAILED marker > queue (queued/running/requeued) > the job left
     the queue without a marker ("failed" with SLURM's final state when sacct knows it, else "stopped")
     > a local run: "running" while its process lives, else "stopped" (interrupted; resumable)
-    > never started ("pending").
+    > never started ("pending"). ``planned``: the run's varying values from ``grid.json``, shown until
+    the run writes its own ``config.json``.
     """
     run_id = run_dir.name
     job = read_job(run_dir) or {}
     job_id = job.get("job_id", "")
-    step, reward = _last_metrics(run_dir)
+    from harness.metrics import last_step_and_reward
+
+    step, reward = last_step_and_reward(run_dir)
     log = job.get("stderr", "")
-    config = {}
-    with contextlib.suppress(OSError, json.JSONDecodeError):
+    config = planned or {}
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         config = json.loads((run_dir / layout.CONFIG_FILE).read_text()).get("varying", {})
     base = {"run_id": run_id, "job_id": job_id, "last_step": step, "last_reward": reward, "varying": config}
     if (run_dir / layout.DONE_FILE).exists():
@@ -197,8 +191,16 @@ def run_status(run_dir: Path, queue: dict[str, str], accounting: dict[str, str] 
         error = ""
         with contextlib.suppress(OSError):
             error = last_error_line(Path(log).read_text()) if log else ""
-        if final and final not in ("COMPLETED",):
+        if log and not Path(log).exists():
+            log = ""  # the job never started, so SLURM wrote no log
+        if final.startswith("CANCELLED"):
+            return RunStatus(
+                state="stopped", log=log, error=error or f"slurm: {final}; submit again to resume", **base
+            )
+        if final and final != "COMPLETED":
             return RunStatus(state="failed", log=log, error=error or f"slurm: {final}", **base)
+        if not (run_dir / layout.CONFIG_FILE).exists():
+            error = f"job {job_id} left the queue before the run started (cancelled?); submit again to run it"
         return RunStatus(state="stopped", log=log, error=error, **base)
     if (run_dir / layout.CONFIG_FILE).exists():  # started by a local `run`
         if _owner_alive(run_dir):
@@ -244,7 +246,10 @@ def grid_status(grid_dir: Path, all_runs: bool = False) -> list[RunStatus]:
     queue = queue_states(jobs)
     pending_ids = [j for d, j in zip(dirs, jobs, strict=True) if j and not (d / layout.DONE_FILE).exists()]
     accounting = accounting_states(j for j in pending_ids if j not in queue)
-    return [run_status(d, queue, accounting) for d in dirs]
+    planned: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        planned = json.loads((grid_dir / layout.GRID_FILE).read_text()).get("runs", {})
+    return [run_status(d, queue, accounting, planned.get(d.name)) for d in dirs]
 
 
 @contextlib.contextmanager
@@ -363,8 +368,10 @@ def submit(
         RuntimeError: sbatch failed (its message included); runs of that array are not recorded.
     """
     grid_dir = Path(grid_dir).resolve()
-    grid_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(grid_dir / SUBMIT_LOCK)):
+    if not dry_run:
+        grid_dir.mkdir(parents=True, exist_ok=True)
+    # a dry run writes nothing, not even the lock file
+    with FileLock(str(grid_dir / SUBMIT_LOCK)) if not dry_run else contextlib.nullcontext():
         todo, skipped = pending_runs(runs, grid_dir, retry_failed)
         for reason, ids in skipped.items():
             printer(f"skipped {len(ids)} run(s): {reason}")
@@ -372,7 +379,7 @@ def submit(
         if not todo:
             printer("nothing to submit")
             return result
-        limit = max_array_size() - 1 if not dry_run else 1000
+        limit = max_array_size() - 1
         plans = []
         for settings, group in group_by_resources(todo, executor):
             chunks = [group[i : i + limit] for i in range(0, len(group), limit)]
@@ -439,6 +446,7 @@ def _submit_array(
     extra = dict(params.pop("slurm_additional_parameters", {}))
     if hold:
         extra["hold"] = True
+    params.setdefault("name", f"grpo-{grid_dir.name}")  # squeue shows the grid, not "submitit"
     ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
     jobs = [RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), settings.threads_per_run) for r in chunk]
     try:

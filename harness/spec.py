@@ -519,6 +519,8 @@ class GridSpec:
     description: str = ""
     notes: str = ""
     overrides: tuple[str, ...] = ()
+    profile: str | None = None
+    profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
 
 
 def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...]:
@@ -715,4 +717,8 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         description=str(config.get("description") or ""),
         notes=str(config.get("notes") or ""),
         overrides=tuple(overrides),
+        profile=profile,
+        profile_settings=tuple((normalize_key(str(k)), v) for k, v in profiles.get(profile, {}).items())
+        if profile
+        else (),
     )
