@@ -230,7 +230,13 @@ def make_report(
         lines.append(f"Variants are labelled by the config keys that differ: {', '.join(differing)}.")
         lines.append("")
     base_key, base_value = parse_baseline(baseline)
-    base_label = _baseline_label(df, hue_col, base_key, base_value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        base_label = _baseline_label(df, hue_col, base_key, base_value)
+    for w in caught:  # the user's to act on, not a code location: a line in the report and on stderr
+        print(f"report: {w.message}; pick one with --baseline KEY=VALUE", file=sys.stderr)
+        lines.append(f"Note: {w.message} (pick one with `--baseline KEY=VALUE`).")
+        lines.append("")
 
     hue_labels = list(curves.variant_labels(df[hue_col]).categories) if hue_col else ["all"]
     colors = style.variant_colors(hue_labels)
@@ -242,7 +248,7 @@ def make_report(
         per_variant = pd.Series([len(runs_frame)])
     lo_n, hi_n = int(per_variant.min()), int(per_variant.max())
     lines.append(
-        f"Compared: {hue_col or 'all runs'} ({', '.join(hue_labels)})"
+        f"Compared: {hue_col or 'all runs'} ({' | '.join(hue_labels)})"
         + (f"; baseline {base_label}" if base_label else "; no baseline")
         + f"; {lo_n if lo_n == hi_n else f'{lo_n}-{hi_n}'} run(s) per variant"
         + (f" (differing in {seeds})." if seeds and hi_n > 1 else ".")

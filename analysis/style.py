@@ -33,7 +33,7 @@ COLUMN_WIDTH_IN = 3.25  # single column of a two-column paper, inches
 FULL_WIDTH_IN = 6.75  # full text width of a two-column paper, inches
 
 #: Okabe-Ito colours (black moved last, since black reads as "reference" next to the others),
-#: then seaborn's "colorblind" extras for more than seven variants.
+#: then seaborn's "colorblind" extras and Paul Tol's darker hues for more than seven variants.
 PALETTE: tuple[str, ...] = (
     "#0072B2",  # blue
     "#E69F00",  # orange
@@ -46,7 +46,10 @@ PALETTE: tuple[str, ...] = (
     "#949494",  # grey
     "#CA9161",  # brown
     "#FBAFE4",  # pink
-    "#029E73",  # green (seaborn colorblind)
+    "#332288",  # indigo (Paul Tol)
+    "#882255",  # wine (Paul Tol)
+    "#999933",  # olive (Paul Tol)
+    "#117733",  # dark green (Paul Tol)
 )
 
 #: Loss types that always get the same palette slot, whatever else a figure shows. GRPO (the usual

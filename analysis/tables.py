@@ -159,9 +159,10 @@ def timing_table(
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    base = _baseline_value(table, by, baseline, "s_per_step")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table["speedup"] = base / table["s_per_step"]
+    if baseline is not None:
+        base = _baseline_value(table, by, baseline, "s_per_step")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            table["speedup"] = base / table["s_per_step"]
     table.attrs["display"] = {
         "runs": "runs",
         "steps": "steps",
@@ -171,7 +172,7 @@ def timing_table(
         "gen_tokens_per_s": "generated tok/s",
         "trained_tokens_per_s": "trained tok/s",
         "peak_memory_mb": "peak memory (MB)",
-        "speedup": f"speedup vs {baseline}",
+        **({"speedup": f"speedup vs {baseline}"} if baseline is not None else {}),
     }
     return table
 
@@ -317,10 +318,19 @@ def final_performance_table(
     strat = f", stratified by {task_col}" if task_col else ""
     table.attrs["caption"] = (
         f"Final {metric} per run ({how}); mean and IQM over runs with {100 * confidence:g}% percentile "
-        f"bootstrap intervals ({reps} resamples of runs{strat}, seed {seed}); P(> {baseline}): probability "
-        f"that a run of the variant beats a run of {baseline} (Mann-Whitney U / nm)."
+        f"bootstrap intervals ({reps} resamples of runs{strat}, seed {seed})"
+        + (
+            f"; P(> {baseline}): probability that a run of the variant beats a run of {baseline} "
+            "(Mann-Whitney U / nm)."
+            if baseline is not None
+            else "."
+        )
     )
-    table.attrs["display"] = {"runs": "runs", "mean": "mean", "iqm": "IQM", "p_improve": f"P(> {baseline})"}
+    table.attrs["display"] = {"runs": "runs", "mean": "mean", "iqm": "IQM"}
+    if baseline is None:
+        table = table.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
+    else:
+        table.attrs["display"]["p_improve"] = f"P(> {baseline})"
     return table
 
 
@@ -404,14 +414,15 @@ def time_to_target_table(
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    for name in ("steps", "tokens", "seconds"):
+    for name in ("steps", "tokens", "seconds") if baseline is not None else ():
         base = _baseline_value(table, by, baseline, name)
         with np.errstate(invalid="ignore", divide="ignore"):
             table[f"speedup_{name}"] = base / table[name]
     table.attrs["caption"] = (
         f"First time each run reaches {metric} >= {threshold:g}"
         + (f" (EMA {ema:g})" if ema is not None else "")
-        + f"; means over the runs that reached it; speedup = {baseline} mean / variant mean."
+        + "; means over the runs that reached it"
+        + (f"; speedup = {baseline} mean / variant mean." if baseline is not None else ".")
     )
     table.attrs["display"] = {
         "seconds": "seconds",

@@ -51,9 +51,9 @@ def test_report_files_and_index(grid):
     assert "old-grpo-lr" not in (out / "learning_check.md").read_text()
 
 
-def test_report_all_runs_labels_by_difference(grid):
-    with pytest.warns(UserWarning, match="spans 2 variants"):
-        out = report.make_report(grid, all_runs=True, x="tokens")
+def test_report_all_runs_labels_by_difference(grid, capsys):
+    out = report.make_report(grid, all_runs=True, x="tokens")
+    assert "spans 2 variants" in capsys.readouterr().err
     text = (out / "learning_check.md").read_text()
     assert "old-grpo-lr" in text
     assert "learning_rate=1e-05" in text
@@ -106,3 +106,32 @@ def test_report_grid_without_loss_axis(tmp_path):
     out = report.make_report(g)
     assert (out / "reward_step.png").exists()
     assert "Compared: trainer.loss_type (grpo)" in (out / "index.md").read_text()
+
+
+def test_report_without_a_baseline_run_omits_comparisons_and_says_why(tmp_path, capsys):
+    g = tmp_path / "results" / "clip"
+    for i, lt in enumerate(("dapo", "cispo")):
+        for s in (0, 1):
+            write_run(
+                g,
+                f"{lt}{s}",
+                config=config_for(lt, s),
+                varying={"loss_type": lt, "seed": s},
+                columns={layout.STEP: [1, 2, 3], "reward": [0.0, 0.5, 1.0 - i / 4]},
+            )
+    out = report.make_report(g)  # default baseline loss_type=grpo: no such run
+    index = (out / "index.md").read_text()
+    assert "Note: no run has loss_type=grpo" in index and "--baseline KEY=VALUE" in index
+    assert "vs None" not in index and "P(> None)" not in index and "speedup" not in index
+    assert "report: no run has loss_type=grpo" in capsys.readouterr().err
+    out = report.make_report(g, baseline="loss_type=dapo")
+    index = (out / "index.md").read_text()
+    assert "speedup vs loss_type=dapo" in index and "P(> loss_type=dapo" in index
+
+
+def test_variant_colours_stay_distinct_up_to_fifteen():
+    from analysis import style
+
+    labels = [f"epsilon={e}, num_iterations={m}" for e in (0.1, 0.2, 0.3) for m in (1, 2, 4, 8, 16)]
+    colours = style.variant_colors(labels)
+    assert len(set(colours.values())) == 15
