@@ -220,14 +220,22 @@ def make_report(
     row_col = _resolve_column(df, row)
     # A grid can vary more than the hue (the clip range with num_iterations, GSPO beside grpo): then
     # lines are labelled by every key that differs, so no two variants share a line.
-    differing = [
-        k for k in _differing_keys(df, {c for c in (col_col, row_col) if c}) if not k.startswith("harness.")
-    ]
-    hue_key = df.attrs.get("aliases", {}).get(hue_col, hue_col) if hue_col else None
-    if [k for k in differing if k != hue_key]:
+    aliases = df.attrs.get("aliases", {})
+    faceted = {name for c in (col_col, row_col) if c for name in (c, aliases.get(c, c))}
+    differing = [k for k in _differing_keys(df, faceted) if not k.startswith("harness.")]
+    hue_key = aliases.get(hue_col, hue_col) if hue_col else None
+    others = [k for k in differing if k != hue_key]
+    if others:
         df = _add_variant_column(df, differing)
         hue_col = "variant"
         lines.append(f"Variants are labelled by the config keys that differ: {', '.join(differing)}.")
+        if hue != "loss_type" and hue_key:  # an explicit --hue that cannot be the only label
+            note = (
+                f"runs differ in more than --hue {hue} ({', '.join(others)}), so lines are labelled by "
+                "every differing key; facet the others with --col/--row to colour by it alone"
+            )
+            print(f"report: {note}", file=sys.stderr)
+            lines.append(f"Note: {note}.")
         lines.append("")
     base_key, base_value = parse_baseline(baseline)
     with warnings.catch_warnings(record=True) as caught:
