@@ -447,6 +447,10 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+#: Keys that describe one file and are not inherited through ``include:``.
+OWN_KEYS = ("name", "description", "notes")
+
+
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     """Read a grid file and everything it ``include:``s, merged (this file over its includes).
 
@@ -478,7 +482,10 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
             raise SpecError([f"include: {inc!r}: no such file {path.parent / inc}."], path)
     merged: dict = {}
     for inc in includes:
-        merged = deep_merge(merged, read_yaml(path.parent / inc, (*_seen, path.resolve())))
+        included = read_yaml(path.parent / inc, (*_seen, path.resolve()))
+        # a file's identity is its own: an unnamed grid is named after its file, not after its base
+        included = {k: v for k, v in included.items() if k not in OWN_KEYS}
+        merged = deep_merge(merged, included)
     # Axes are not merged key by key with the included file's axes: a grid names its own axes.
     return deep_merge(merged, {k: v for k, v in data.items() if k != "include"})
 
@@ -605,14 +612,6 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
     if not isinstance(config.get("subgrids") or {}, Mapping):
         raise SpecError(["subgrids: a mapping of sub-grid name -> {set, grid, zip}."], path)
-    name = config.get("name", path.stem)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise SpecError(
-            [
-                f"name = {name!r}: results go to results/<name>/, so use letters, digits, '.', '_' and '-' only."
-            ],
-            path,
-        )
     pairs: list[tuple[str, Any]] = []
     if profile is not None:
         if profile not in profiles:
@@ -674,6 +673,15 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         if key in axis_keys:
             config["grid"] = {k: v for k, v in config["grid"].items() if normalize_key(str(k)) != key}
         set_dotted(config, key, value)
+    name = config.get("name", path.stem)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise SpecError(
+            [
+                f"name = {name!r}: results go to results/<name>/, so use letters, digits, '.', '_' and '-' "
+                "only (in the file, a profile or -o name=...)."
+            ],
+            path,
+        )
     _check_section_keys(config, problems)
     axes = _axis_list(config.get("grid"), "grid", problems)
     zips = _zip_list(config.get("zip"), "zip", problems)

@@ -210,3 +210,20 @@ def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
     assert type_ok(["wandb"], fields["report_to"]) and not type_ok(3, fields["report_to"])
     assert hint_name(fields["epsilon_high"]) == "float | None"
     assert hint_name(describe_hint(dict[str, int] | None)) == "dict | None"
+
+
+def test_name_from_an_override_or_profile_is_checked_too(tmp_path):
+    p = write(tmp_path, {**BASE, "profiles": {"quick": {"name": "../../x"}}})
+    for override in ("name=/tmp/escape", "name=../../escape", "name=[1, 2]"):
+        (msg,) = problems(p, override)
+        assert "letters, digits" in msg
+    with pytest.raises(SpecError, match="letters, digits"):
+        load_grid(p, [], profile="quick")
+
+
+def test_an_unnamed_grid_is_named_after_its_file_not_its_include(tmp_path):
+    write(tmp_path, {**BASE, "name": "base", "description": "the base"}, name="base.yaml")
+    child = tmp_path / "my_dapo.yaml"
+    child.write_text("include: base.yaml\ngrid: {loss_type: [dapo]}\n")
+    grid = load_grid(child)
+    assert grid.name == "my_dapo" and grid.description == ""
