@@ -25,6 +25,7 @@ Layout of one grid's results folder::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 GRID_FILE = "grid.json"
@@ -69,3 +70,14 @@ SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a diff
 def run_dir(grid_dir: str | Path, run_id: str) -> Path:
     """Folder of one run inside a grid's results folder."""
     return Path(grid_dir) / RUNS_DIR / run_id
+
+
+def _file_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+#: Mode of files written through a temporary file (``tempfile.mkstemp`` creates them 0600): what
+#: ``open()`` would give under this process's umask, so colleagues can read a shared results folder.
+FILE_MODE = _file_mode()

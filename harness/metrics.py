@@ -40,6 +40,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, layout.FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -57,6 +58,7 @@ def _atomic_write_table(table: pa.Table, path: Path) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, layout.FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -240,6 +240,23 @@ def type_ok(value: Any, desc: Any) -> bool:
     }[desc]()
 
 
+_SIMPLE_DESCS = ("any", "none", "bool", "int", "float", "str", "list", "dict")
+
+
+def is_desc(desc: Any) -> bool:
+    """Whether ``desc`` is a described hint (:func:`describe_hint`'s grammar); checks memo entries."""
+    if isinstance(desc, str):
+        return desc in _SIMPLE_DESCS
+    if not isinstance(desc, dict) or len(desc) != 1:
+        return False
+    ((kind, arg),) = desc.items()
+    if kind == "union":
+        return isinstance(arg, list) and all(is_desc(d) for d in arg)
+    if kind == "literal":
+        return isinstance(arg, list)
+    return kind in ("enum", "class") and isinstance(arg, str)
+
+
 def hint_name(desc: Any) -> str:
     """A described hint as people write it: ``float``, ``str | None``, ``SchedulerType | str``."""
     if isinstance(desc, dict):
@@ -269,8 +286,17 @@ def _grpo_config_facts() -> dict[str, Any]:
         )
         return {"types": _describe_fields(cls), "defaults": defaults}
 
+    def valid(facts: Any) -> bool:
+        return (
+            isinstance(facts, dict)
+            and isinstance(facts.get("types"), dict)
+            and isinstance(facts.get("defaults"), dict)
+            and "loss_type" in facts["types"]
+            and all(is_desc(d) for d in facts["types"].values())
+        )
+
     key = verdicts.versions("trl", "transformers", "accelerate", "torch")
-    return verdicts.memo("grpo-config-fields", key, ask)
+    return verdicts.memo("grpo-config-fields", key, ask, valid)
 
 
 @functools.cache

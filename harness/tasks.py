@@ -258,7 +258,14 @@ def check_task(spec: TaskSpec) -> list[str]:
     from harness import verdicts
 
     key = {**verdicts.versions("reasoning-gym"), "name": spec.name, "kwargs": dict(spec.kwargs)}
-    problems = list(verdicts.memo("reasoning-gym-dataset", key, lambda: _dataset_problems(spec)))
+    problems = list(
+        verdicts.memo(
+            "reasoning-gym-dataset",
+            key,
+            lambda: _dataset_problems(spec),
+            lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+        )
+    )
     if spec.template not in TEMPLATES:
         problems.append(f"unknown template {spec.template!r}; valid: {', '.join(TEMPLATES)}")
     if spec.train_size < 1:

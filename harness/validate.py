@@ -230,7 +230,16 @@ def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool 
         "device": device,
         "kwargs": settings,
     }
-    return verdicts.memo("grpo-config", key, ask)
+    return verdicts.memo("grpo-config", key, ask, _is_verdict)
+
+
+def _is_verdict(v: Any) -> bool:
+    return (
+        isinstance(v, dict)
+        and set(v) == {"values", "error"}
+        and (isinstance(v["values"], dict) != isinstance(v["error"], str))
+        and (v["values"] is None or v["error"] is None)
+    )
 
 
 # --- the rule table -----------------------------------------------------------------------------

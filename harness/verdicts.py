@@ -31,6 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.layout import FILE_MODE
+
 ENV = "GRPO_HARNESS_VERDICTS"
 #: Bump when what is stored for an existing key changes meaning, so old entries are not reused.
 SCHEMA = 1
@@ -60,27 +62,41 @@ def versions(*dists: str) -> dict[str, str]:
     return out
 
 
+def _typed(obj: Any) -> Any:
+    # a value JSON cannot hold (a YAML date) keeps its type, so it never collides with a string
+    return {"__type__": type(obj).__qualname__, "__repr__": repr(obj)}
+
+
 def _path(namespace: str, key: Mapping[str, Any]) -> Path | None:
     root = cache_dir()
     if root is None:
         return None
-    text = json.dumps({"ns": namespace, "schema": SCHEMA, "key": key}, sort_keys=True, default=repr)
+    text = json.dumps({"ns": namespace, "schema": SCHEMA, "key": key}, sort_keys=True, default=_typed)
     return root / namespace / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
 
 
-def memo(namespace: str, key: Mapping[str, Any], compute: Callable[[], T]) -> T:
+def memo(
+    namespace: str,
+    key: Mapping[str, Any],
+    compute: Callable[[], T],
+    valid: Callable[[Any], bool] = lambda value: True,
+) -> T:
     """``compute()``'s JSON-serialisable result, read from the memo when it holds ``key``.
 
     Args:
         namespace: what kind of answer (a sub-folder), e.g. ``"grpo-config"``.
         key: everything the answer depends on, library versions included (:func:`versions`); JSON.
         compute: produces the answer on a miss; its exceptions propagate and nothing is stored.
+        valid: whether a stored value has the shape ``compute`` returns; an entry that fails it
+            (edited, or written by another schema) is recomputed and replaced.
     """
     path = _path(namespace, key)
     if path is not None:
         try:
-            return json.loads(path.read_text())["value"]
-        except (OSError, ValueError, KeyError, TypeError):
+            value = json.loads(path.read_text())["value"]
+            if valid(value):
+                return value
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # missing, torn by a crash, or unreadable: ask the library
     value = compute()
     if path is not None:
@@ -89,17 +105,19 @@ def memo(namespace: str, key: Mapping[str, Any], compute: Callable[[], T]) -> T:
 
 
 def _store(path: Path, value: Any) -> None:
+    text = json.dumps({"value": value})  # TypeError/ValueError for a value with no JSON form
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         with os.fdopen(fd, "w") as f:
-            json.dump({"value": value}, f)
+            f.write(text)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except OSError:
-        return  # read-only or full: the memo is an optimisation only
-    except (TypeError, ValueError):
-        os.unlink(tmp)  # not JSON: never cached
-        raise
+        if tmp is not None:  # read-only, full, or the entry's name taken by a folder: skip storing
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class NotJSON(ValueError):

@@ -89,6 +89,38 @@ def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
     assert all(json.loads(p.read_text()).keys() == {"value"} for p in memo.rglob("*.json"))
 
 
+@pytest.mark.parametrize(
+    "value",
+    [None, 5, "abc", {}, {"types": {"loss_type": "weird"}, "defaults": {}}, {"values": {}, "error": "x"}],
+)
+def test_entries_of_the_wrong_shape_are_recomputed(grid, tmp_path, value):
+    memo = tmp_path / "memo"
+    cold = _probe(grid, memo)
+    for path in memo.rglob("*.json"):
+        path.write_text(json.dumps({"value": value}))
+    again = _probe(grid, memo)
+    assert again["report"] == cold["report"]
+
+
+def test_values_json_cannot_hold_do_not_collide_with_their_repr(tmp_path, monkeypatch):
+    import datetime
+
+    monkeypatch.setenv(verdicts.ENV, str(tmp_path))
+    date = datetime.date(2024, 1, 1)
+    assert verdicts.memo("ns", {"v": date}, lambda: "date") == "date"
+    assert verdicts.memo("ns", {"v": repr(date)}, lambda: "string") == "string"
+
+
+def test_an_entry_path_taken_by_a_folder_leaves_no_temporary_files(tmp_path, monkeypatch):
+    monkeypatch.setenv(verdicts.ENV, str(tmp_path))
+    verdicts.memo("ns", {"k": 1}, lambda: 1)
+    (entry,) = (tmp_path / "ns").glob("*.json")
+    entry.unlink()
+    entry.mkdir()
+    assert verdicts.memo("ns", {"k": 1}, lambda: 2) == 2
+    assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == [entry.name]
+
+
 def test_memo_off_stores_nothing(grid, tmp_path):
     memo = tmp_path / "memo"
     env_off = "off"
