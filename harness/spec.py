@@ -432,6 +432,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise SpecError([f"-o {text!r}: the value is not valid YAML ({yaml_problem(e)})."]) from e
+    bad_keys = _non_string_keys(value, key)
+    if bad_keys:
+        raise SpecError([f"-o {text!r}: {bad_keys[0]}"])
     return normalize_key(key), value
 
 
@@ -621,6 +624,47 @@ def _check_section_keys(config: Mapping, problems: list[str]) -> None:
                 problems.append(p)
 
 
+def _non_string_keys(node: Any, where: str) -> list[str]:
+    out = []
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            here = f"{where}.{k}" if where else str(k)
+            if not isinstance(k, str):
+                out.append(
+                    f"{where or 'top level'}: key {k!r} is not a string ({type(k).__name__}); keys are "
+                    f"names, so quote it ('{k}': ...)."
+                )
+            out += _non_string_keys(v, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _non_string_keys(v, f"{where}[{i}]")
+    return out
+
+
+def _shape_problems(config: Mapping[str, Any]) -> list[str]:
+    """Structure the rest of loading relies on: string keys, and the grid language's containers."""
+    out = _non_string_keys(config, "")
+    if out:
+        return out
+
+    def expect(value: Any, kind: type, where: str, what: str) -> bool:
+        if value is None or isinstance(value, kind):
+            return True
+        out.append(f"{where} must be {what}, got {type(value).__name__} {value!r}.")
+        return False
+
+    expect(config.get("grid"), Mapping, "grid", "a mapping of key: [values]")
+    expect(config.get("zip"), list, "zip", "a list of mappings of key: [values] (axes that move together)")
+    if expect(config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip}"):
+        for name, sub in (config.get("subgrids") or {}).items():
+            where = f"subgrids.{name}"
+            if expect(sub, Mapping, where, "a mapping with set, grid and zip"):
+                expect(sub.get("set"), Mapping, f"{where}.set", "a mapping of key: value")
+                expect(sub.get("grid"), Mapping, f"{where}.grid", "a mapping of key: [values]")
+                expect(sub.get("zip"), list, f"{where}.zip", "a list of mappings of key: [values]")
+    return out
+
+
 def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | None = None) -> GridSpec:
     """Load a grid file, apply a profile and ``-o`` overrides, and check every key and type.
 
@@ -632,6 +676,9 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     """
     path = Path(path)
     config = read_yaml(path)
+    shape = _shape_problems(config)
+    if shape:
+        raise SpecError(shape, path)
     problems: list[str] = []
     profiles = config.get("profiles") or {}
     if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):

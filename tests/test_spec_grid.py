@@ -227,3 +227,27 @@ def test_an_unnamed_grid_is_named_after_its_file_not_its_include(tmp_path):
     child.write_text("include: base.yaml\ngrid: {loss_type: [dapo]}\n")
     grid = load_grid(child)
     assert grid.name == "my_dapo" and grid.description == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"zip": 5}, "zip must be a list"),
+        ({"grid": ["seed", "loss_type"]}, "grid must be a mapping"),
+        ({"subgrids": {"a": {"set": ["beta", 0.1]}}}, "subgrids.a.set must be a mapping"),
+        ({"subgrids": {"a": {"grid": 5}}}, "subgrids.a.grid must be a mapping"),
+        ({"subgrids": {"a": {"zip": 5}}}, "subgrids.a.zip must be a list"),
+        (
+            {"trainer": {"generation_kwargs": {"top_k": 5, 1: 3}}},
+            "trainer.generation_kwargs: key 1 is not a string",
+        ),
+        ({"profiles": {1: {"seed": 1}}}, "profiles: key 1 is not a string"),
+    ],
+)
+def test_malformed_structure_is_one_clear_problem(tmp_path, extra, expected):
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **extra}))
+    msgs = problems(path, "grid.seed=[0]")
+    assert any(expected in m for m in msgs), msgs
+    (msg,) = problems(write(tmp_path, BASE), "task.kwargs={1: 2}")
+    assert "key 1 is not a string" in msg
