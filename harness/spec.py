@@ -70,7 +70,7 @@ class SpecError(ValueError):
     """One or more problems with a grid file; ``problems`` lists each as a full sentence."""
 
     def __init__(self, problems: Sequence[str], source: str | Path | None = None):
-        self.problems = list(problems)
+        self.problems = list(dict.fromkeys(problems))  # an axis repeats a key's problem per value
         self.source = str(source) if source is not None else None
         head = f"{self.source}: " if self.source else ""
         n = len(self.problems)
@@ -327,6 +327,13 @@ def normalize_key(key: str) -> str:
     return key
 
 
+#: GRPOConfig fields the harness sets for every run, and what to do instead.
+HARNESS_OWNED = {
+    "trainer.seed": "use the top-level seed (or a seed axis), which seeds the trainer, data and sampling.",
+    "trainer.output_dir": "checkpoints go to runs/<run_id>/checkpoints; drop it.",
+}
+
+
 def check_setting(key: str, value: Any, where: str) -> str | None:
     """Problem with setting dotted ``key`` to ``value`` (unknown key, wrong type), or None.
 
@@ -364,6 +371,8 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
             if type_ok({}, hint)
             else f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
         )
+    if key in HARNESS_OWNED:
+        return f"{where}: {key} is set by the harness; {HARNESS_OWNED[key]}"
     if key == "trainer.ref_model_sync_steps" and value == EPOCH:
         return None
     if not type_ok(value, fields[name]):

@@ -300,6 +300,9 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
         ("learning_rate", lambda v: math.isfinite(v), "must be finite"),
         ("temperature", lambda v: math.isfinite(v), "must be finite"),
         ("top_p", lambda v: v is None or 0 < v <= 1, "must lie in (0, 1]"),
+        ("top_k", lambda v: v is None or v >= 0, "must be >= 0 (0 turns top-k filtering off)"),
+        ("repetition_penalty", lambda v: v > 0, "must be > 0 (1.0 = no penalty)"),
+        ("min_p", lambda v: v is None or 0 <= v <= 1, "must lie in [0, 1]"),
         ("vespo_k_pos", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
         ("vespo_k_neg", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
     ]
@@ -311,6 +314,14 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
             good = False
         if not good:
             out += _err(f"trainer.{name} = {v!r} {why}.")
+    for name, v in ctx.trainer.items():  # NaN passes every comparison above, and TRL's own checks
+        if isinstance(v, float) and math.isnan(v):
+            out += _err(f"trainer.{name} = nan is not a number; give a value.")
+    if ctx.value("scale_rewards") not in ("group", "batch", "none", True, False):
+        out += _err(
+            f"trainer.scale_rewards = {ctx.value('scale_rewards')!r}; use 'group', 'batch' or 'none' "
+            "(TRL's advantage scaling)."
+        )
     for name in ("vespo_lambda_pos", "vespo_lambda_neg"):
         v = ctx.value(name)
         if v is not None and v <= 0:
@@ -426,10 +437,69 @@ def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
 
 
 def rule_seed(ctx: RunContext) -> list[Finding]:
+    from harness.tasks import SFT_SEED_BASE, TaskSpec
+
+    out: list[Finding] = []
     seed = ctx.run.config.get("seed", 0)
-    if not 0 <= seed <= 2**32 - 1:
-        return _err(f"seed = {seed!r} must lie in [0, 2**32 - 1] (numpy and torch seeds).")
-    return []
+    train_size = ctx.run.config.get("task", {}).get(
+        "train_size", TaskSpec.__dataclass_fields__["train_size"].default
+    )
+    top = SFT_SEED_BASE - train_size if isinstance(train_size, int) else SFT_SEED_BASE
+    if not 0 <= seed <= top:
+        out += _err(
+            f"seed = {seed!r} must lie in [0, {top}]: it also seeds the task's training split, whose "
+            f"{train_size} prompts must not reach the SFT warm start's seeds ({SFT_SEED_BASE} and up)."
+        )
+    return out
+
+
+#: report_to names and the module each integration needs (transformers' integrations).
+_REPORTERS = {
+    "wandb": "wandb",
+    "tensorboard": "tensorboard",
+    "mlflow": "mlflow",
+    "comet_ml": "comet_ml",
+    "trackio": "trackio",
+    "clearml": "clearml",
+    "neptune": "neptune",
+    "dvclive": "dvclive",
+    "swanlab": "swanlab",
+}
+
+
+def rule_trainer_features(ctx: RunContext) -> list[Finding]:
+    """Settings TRL accepts that fail once the trainer starts: a TRL eval loop without an eval
+    dataset, reward weights that do not match the task's rewards, missing optional packages."""
+    import importlib.util
+
+    out: list[Finding] = []
+    strategy = ctx.value("eval_strategy")
+    if strategy not in (None, "no"):
+        out += _err(
+            f"trainer.eval_strategy = {strategy!r}: the harness gives TRL no eval dataset; it evaluates "
+            "held-out prompts itself every harness.eval_steps. Drop eval_strategy."
+        )
+    weights = ctx.value("reward_weights")
+    rewards = ctx.run.config.get("task", {}).get("rewards", ["correctness"])
+    if weights is not None and isinstance(rewards, list | tuple) and len(weights) != len(rewards):
+        out += _err(
+            f"trainer.reward_weights = {weights!r} has {len(weights)} weight(s) but task.rewards = {rewards!r} "
+            f"has {len(rewards)} function(s); give one weight per reward."
+        )
+    if ctx.executor.name == "slurm":
+        return out  # the job's environment, not this one, must have the packages
+    if ctx.value("use_liger_kernel") and importlib.util.find_spec("liger_kernel") is None:
+        out += _err(
+            "trainer.use_liger_kernel = true but liger-kernel is not installed here; install it or drop it."
+        )
+    report_to = ctx.value("report_to") or []
+    for name in [report_to] if isinstance(report_to, str) else report_to:
+        module = _REPORTERS.get(name)
+        if module and importlib.util.find_spec(module) is None:
+            out += _err(
+                f"trainer.report_to names {name!r} but {module} is not installed here; install it or drop it."
+            )
+    return out
 
 
 def rule_vllm(ctx: RunContext) -> list[Finding]:
@@ -503,6 +573,16 @@ def rule_harness(ctx: RunContext) -> list[Finding]:
     return out
 
 
+def rule_tiny_template(ctx: RunContext) -> list[Finding]:
+    task = ctx.run.config.get("task", {})
+    if ctx.run.config.get("model", "tiny") == "tiny" and task.get("template") == "chat":
+        return _err(
+            "task.template = 'chat' with model 'tiny': the tiny model's character tokenizer has no chat "
+            "template; use 'bare' or 'auto', or an instruct model."
+        )
+    return []
+
+
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:
     from harness.models import check_model
     from harness.tasks import TaskSpec
@@ -545,6 +625,8 @@ RULES: tuple[Rule, ...] = (
     rule_harness,
     rule_task_and_model,
     rule_seed,
+    rule_trainer_features,
+    rule_tiny_template,
     rule_vllm,
     rule_tiny,
 )

@@ -251,3 +251,10 @@ def test_malformed_structure_is_one_clear_problem(tmp_path, extra, expected):
     assert any(expected in m for m in msgs), msgs
     (msg,) = problems(write(tmp_path, BASE), "task.kwargs={1: 2}")
     assert "key 1 is not a string" in msg
+
+
+def test_fields_the_harness_sets_are_refused_with_the_alternative(tmp_path):
+    (msg,) = problems(write(tmp_path, {**BASE, "trainer": {**BASE["trainer"], "seed": 5}}))
+    assert "trainer.seed is set by the harness" in msg and "top-level seed" in msg
+    (msg,) = problems(write(tmp_path, {**BASE, "grid": {"output_dir": ["a", "b"]}}))  # once, not per value
+    assert "trainer.output_dir is set by the harness" in msg
