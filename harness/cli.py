@@ -223,14 +223,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"error: {grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)
         return 2
     try:
-        rows = slurm.grid_status(grid_dir, all_runs=args.all)
-    except (ValueError, TypeError, KeyError) as e:  # a damaged grid.json
+        slurm.grid_run_dirs(grid_dir, all_runs=args.all)
+    except ValueError as e:  # a damaged grid.json; run files are read leniently by grid_status
         print(
             f"error: {grid_dir / layout.GRID_FILE} is not a grid file ({e}); use --all to list every run folder.",
             file=sys.stderr,
         )
         return 2
-    print(format_status(rows))
+    print(format_status(slurm.grid_status(grid_dir, all_runs=args.all)))
     return 0
 
 

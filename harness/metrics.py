@@ -119,8 +119,11 @@ def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> p
 def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]:
     """The run's last logged step and its latest logged ``reward`` (TRL logs reward only on the steps
     that generate, so the last row may have none); (None, None) without metrics."""
-    table = read_metrics(run_dir)
-    if table is None or not table.num_rows:
+    try:
+        table = read_metrics(run_dir)
+    except (pa.ArrowException, ValueError, KeyError):  # clashing parts, no step column: nothing to show
+        return None, None
+    if table is None or not table.num_rows or layout.STEP not in table.column_names:
         return None, None
     reward = None
     if "reward" in table.column_names:

@@ -131,13 +131,22 @@ class RunStatus:
     varying: dict | None = None
 
 
-def read_job(run_dir: Path) -> dict | None:
-    """The run's submission record (job id, snapshot, log folder), or None if never submitted."""
-    path = run_dir / JOB_FILE
+def read_json_object(path: Path) -> dict | None:
+    """A JSON object file's content; None when it is missing, unreadable, not JSON or not an object."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):  # ValueError covers bad JSON and bad UTF-8
         return None
+    return obj if isinstance(obj, dict) else None
+
+
+def read_job(run_dir: Path) -> dict | None:
+    """The run's submission record (job id, snapshot, log folder), or None if never submitted
+    (or the record is damaged: the run then counts as not submitted)."""
+    job = read_json_object(run_dir / JOB_FILE)
+    if job is None or not isinstance(job.get("job_id", ""), str):
+        return None
+    return job
 
 
 def run_status(
@@ -161,9 +170,9 @@ def run_status(
 
     step, reward = last_step_and_reward(run_dir)
     log = job.get("stderr", "")
-    config = planned or {}
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        config = json.loads((run_dir / layout.CONFIG_FILE).read_text()).get("varying", {})
+    config = (read_json_object(run_dir / layout.CONFIG_FILE) or {}).get("varying")
+    if not isinstance(config, dict):
+        config = planned if isinstance(planned, dict) else {}
     base = {"run_id": run_id, "job_id": job_id, "last_step": step, "last_reward": reward, "varying": config}
     if (run_dir / layout.DONE_FILE).exists():
         return RunStatus(state="done", **base)
@@ -171,9 +180,7 @@ def run_status(
         return RunStatus(state="diverged", log=log, **base)
     failed = run_dir / FAILED_FILE
     if failed.exists() and job_id not in queue:
-        info = {}
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            info = json.loads(failed.read_text())
+        info = read_json_object(failed) or {}
         return RunStatus(state="failed", log=info.get("log", log), error=info.get("error", ""), **base)
     if job_id and job_id in queue:
         q = queue[job_id]
@@ -214,9 +221,8 @@ def run_status(
 
 def _owner_alive(run_dir: Path) -> bool:
     """Whether the process that wrote the run's owner file (a local run) is alive on this host."""
-    try:
-        owner = json.loads((run_dir / layout.OWNER_FILE).read_text())
-    except (OSError, ValueError):
+    owner = read_json_object(run_dir / layout.OWNER_FILE)
+    if owner is None:
         return False
     if owner.get("host") != socket.gethostname():
         return True  # another machine's process: cannot tell, trust the file (removed at exit)
@@ -234,7 +240,9 @@ def grid_run_dirs(grid_dir: Path, all_runs: bool = False) -> list[Path]:
     runs = grid_dir / layout.RUNS_DIR
     grid_file = grid_dir / layout.GRID_FILE
     if not all_runs and grid_file.exists():
-        ids = json.loads(grid_file.read_text())["run_ids"]
+        ids = (read_json_object(grid_file) or {}).get("run_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) and "/" not in i for i in ids):
+            raise ValueError("no list of run ids")
         return [runs / i for i in ids]
     return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
 
@@ -246,9 +254,8 @@ def grid_status(grid_dir: Path, all_runs: bool = False) -> list[RunStatus]:
     queue = queue_states(jobs)
     pending_ids = [j for d, j in zip(dirs, jobs, strict=True) if j and not (d / layout.DONE_FILE).exists()]
     accounting = accounting_states(j for j in pending_ids if j not in queue)
-    planned: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        planned = json.loads((grid_dir / layout.GRID_FILE).read_text()).get("runs", {})
+    planned = (read_json_object(grid_dir / layout.GRID_FILE) or {}).get("runs")
+    planned = planned if isinstance(planned, dict) else {}
     return [run_status(d, queue, accounting, planned.get(d.name)) for d in dirs]
 
 

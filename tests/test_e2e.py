@@ -107,3 +107,41 @@ def test_two_processes_per_run(tmp_path, model_cache):
     assert len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 1
     logs = sorted(p.name for p in (run_dir / layout.LOGS_DIR).glob("*_log.out"))
     assert len(logs) == 2  # one per task
+
+
+def test_status_and_cancel_survive_damaged_run_files(tmp_path):
+    """Every run file damaged a different way: status lists them all, cancel runs; no traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    grid = tmp_path / "results" / "g"
+    damage = {
+        "a": {layout.CONFIG_FILE: b"[1, 2]"},
+        "b": {layout.CONFIG_FILE: b'{"varying": [1]}', layout.JOB_FILE: b'{"job_id": 5}'},
+        "c": {layout.FAILED_FILE: b"[1]", layout.JOB_FILE: b"[1]"},
+        "d": {layout.OWNER_FILE: b"[1]", layout.CONFIG_FILE: b'{"varying": {}}'},
+        "e": {layout.CONFIG_FILE: b"\xff\xfe not utf-8", layout.JOB_FILE: b"\xff\xfe"},
+        "f": {},
+    }
+    for rid, files in damage.items():
+        rdir = grid / layout.RUNS_DIR / rid
+        rdir.mkdir(parents=True)
+        for name, data in files.items():
+            (rdir / name).write_bytes(data)
+    (grid / layout.RUNS_DIR / "f" / layout.METRICS_DIR).mkdir()
+    pq.write_table(
+        pa.table({"reward": [1.0]}), grid / layout.RUNS_DIR / "f" / layout.METRICS_DIR / "part-000001.parquet"
+    )
+    (grid / layout.GRID_FILE).write_text(
+        '{"run_ids": ["a", "b", "c", "d", "e", "f"], "runs": {"a": {"loss_type": "grpo"}}}'
+    )
+    proc = cli("status", str(grid))
+    assert "Traceback" not in proc.stderr
+    rows = [line.split()[0] for line in proc.stdout.splitlines()[1:7]]
+    assert rows == ["a", "b", "c", "d", "e", "f"]
+    assert '"grpo"' in proc.stdout.splitlines()[1]  # run a: its planned values from grid.json
+    assert cli("cancel", str(grid)).returncode == 0
+    (grid / layout.GRID_FILE).unlink()
+    (grid / layout.GRID_FILE).mkdir()
+    proc = cli("status", str(grid), check=False)
+    assert proc.returncode == 2 and "is not a grid file" in proc.stderr and "Traceback" not in proc.stderr
