@@ -11,10 +11,10 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.spec import EPOCH, Axis, GridSpec, SubGrid, deep_merge, get_dotted, set_dotted
+from harness.spec import EPOCH, Axis, GridSpec, SubGrid, coerce_numbers, deep_merge, get_dotted, set_dotted
 
 RUN_ID_LENGTH = 10
 
@@ -128,6 +128,7 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
     for section in ("task", "tiny", "trainer", "harness"):
         config.setdefault(section, {})
     config["trainer"]["seed"] = config["seed"]
+    coerce_numbers(config)
     if config["trainer"].get("ref_model_sync_steps") == EPOCH:
         from harness.tasks import TaskSpec
 
@@ -145,7 +146,7 @@ def expand(grid: GridSpec) -> Plan:
     """Expand a grid into unique runs (pure: no I/O).
 
     Two cells that resolve to the same settings are one run; the later is reported in
-    ``Plan.duplicates``. ``varying_keys`` are the dotted keys whose value differs between runs.
+    ``Plan.duplicates`` as (dropped, kept), each with ``varying`` set to its cell as written. ``varying_keys`` are the dotted keys whose value differs between runs.
     """
     runs: list[RunSpec] = []
     dups: list[tuple[RunSpec, RunSpec]] = []
@@ -161,7 +162,8 @@ def expand(grid: GridSpec) -> Plan:
                 keys.append(k)
     varying = tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for _, _, c in raw}) > 1)
     varying = tuple(k for k in varying if not k.startswith("executor."))
-    for sub, _, config in raw:
+    written: dict[str, dict] = {}
+    for sub, cell, config in raw:
         executor = config.pop("executor", {})  # where a run executes is not what it is
         rid = run_id_of(config)
         run = RunSpec(
@@ -172,9 +174,10 @@ def expand(grid: GridSpec) -> Plan:
             subgrid=sub,
             executor=executor,
         )
-        if rid in seen:
-            dups.append((run, seen[rid]))
+        if rid in seen:  # shown with the values as written: that is where they differ
+            dups.append((replace(run, varying=dict(cell)), replace(seen[rid], varying=written[rid])))
             continue
         seen[rid] = run
+        written[rid] = dict(cell)
         runs.append(run)
     return Plan(grid=grid, runs=tuple(runs), duplicates=tuple(dups), varying_keys=varying)

@@ -307,6 +307,26 @@ def section_fields(section: str) -> dict[str, Any]:
     return _describe_fields(section_type(section))
 
 
+def _float_only(desc: Any) -> bool:
+    """A described type that takes floats but not ints (``float``, ``float | None``)."""
+    if isinstance(desc, dict) and "union" in desc:
+        return "float" in desc["union"] and "int" not in desc["union"]
+    return desc == "float"
+
+
+def coerce_numbers(config: dict[str, Any]) -> None:
+    """Turn ints into floats, in place, where a section's field is a float: ``epsilon: 1`` and
+    ``epsilon: 1.0`` are one setting and must make one run id (task kwargs are left as written)."""
+    for section in ("trainer", "tiny", "harness"):
+        values = config.get(section)
+        if not isinstance(values, dict):
+            continue
+        fields = section_fields(section)
+        for k, v in values.items():
+            if isinstance(v, int) and not isinstance(v, bool) and _float_only(fields.get(k)):
+                values[k] = float(v)
+
+
 @functools.cache
 def grpo_config_defaults() -> dict[str, Any]:
     """``{field: default}`` of TRL's ``GRPOConfig`` for the fields whose default is JSON data."""
@@ -568,6 +588,20 @@ class GridSpec:
     profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
 
 
+def _given_twice(where: str, axes: Sequence[Axis]) -> list[str]:
+    """Keys set more than once in one place (``loss_type`` and ``trainer.loss_type`` are one key):
+    only one of the values could ever apply."""
+    counts: dict[str, int] = {}
+    for a in axes:
+        counts[a.key] = counts.get(a.key, 0) + 1
+    return [
+        f"{where}: {key} is given {n} times (bare and dotted names are one key); only one could apply, "
+        "so give it once (list every value in one axis)."
+        for key, n in counts.items()
+        if n > 1
+    ]
+
+
 def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...]:
     if section is None:
         return ()
@@ -791,6 +825,10 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
                 _zip_list(sub.get("zip"), f"{where}.zip", problems),
             )
         )
+    problems += _given_twice("grid and zip", [*axes, *(a for group in zips for a in group)])
+    for sub in subgrids:
+        given = [Axis(k, ()) for k, _ in sub.settings] + [*sub.axes, *(a for g in sub.zips for a in g)]
+        problems += _given_twice(f"subgrids.{sub.name}", given)
     if problems:
         raise SpecError(problems, path)
     executor = ExecutorSettings(**(config.get("executor") or {}))

@@ -716,8 +716,8 @@ def validate_plan(plan: Plan) -> Report:
         report.findings.append(
             Finding(
                 "warning",
-                f"cell ({_where(dropped, plan.varying_keys)}) is the same run as "
-                f"({_where(kept, plan.varying_keys)}), run {kept.run_id}; it runs once.",
+                f"cell ({_where(dropped, tuple(dropped.varying))}) is the same run as "
+                f"({_where(kept, tuple(kept.varying))}), run {kept.run_id}; it runs once.",
             )
         )
     return report

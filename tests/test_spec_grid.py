@@ -258,3 +258,21 @@ def test_fields_the_harness_sets_are_refused_with_the_alternative(tmp_path):
     assert "trainer.seed is set by the harness" in msg and "top-level seed" in msg
     (msg,) = problems(write(tmp_path, {**BASE, "grid": {"output_dir": ["a", "b"]}}))  # once, not per value
     assert "trainer.output_dir is set by the harness" in msg
+
+
+def test_one_key_given_twice_is_refused(tmp_path):
+    data = {**BASE, "grid": {"loss_type": ["grpo", "dapo"], "trainer.loss_type": ["vespo"]}}
+    (msg,) = problems(write(tmp_path, data))
+    assert "trainer.loss_type is given 2 times" in msg
+    data = {**BASE, "subgrids": {"a": {"set": {"loss_type": "dapo"}, "grid": {"loss_type": ["grpo"]}}}}
+    (msg,) = problems(write(tmp_path, data))
+    assert msg.startswith("subgrids.a: trainer.loss_type is given 2 times")
+
+
+def test_an_int_in_a_float_field_is_the_same_run_as_the_float(tmp_path):
+    plan = expand(load_grid(write(tmp_path, {**BASE, "grid": {"epsilon": [1, 1.0, 0.5]}})))
+    assert len(plan.runs) == 2 and plan.runs[0].config["trainer"]["epsilon"] == 1.0
+    ((dropped, kept),) = plan.duplicates
+    assert dropped.varying == {"trainer.epsilon": 1.0} and kept.varying == {"trainer.epsilon": 1}
+    via_override = expand(load_grid(write(tmp_path, BASE), ["trainer.epsilon=1"])).runs[0].run_id
+    assert via_override == expand(load_grid(write(tmp_path, BASE), ["trainer.epsilon=1.0"])).runs[0].run_id
