@@ -49,6 +49,17 @@ def _load_plan(args: argparse.Namespace):
     return plan, report
 
 
+def _results_problem(grid_dir: Path) -> bool:
+    """Print an error and return True when ``grid_dir`` (or a folder above it) is a file."""
+    for p in (grid_dir, *grid_dir.parents):
+        if p.exists() and not p.is_dir():
+            print(f"error: {p} is a file, not a folder; pass another --results folder.", file=sys.stderr)
+            return True
+        if p.exists():
+            return False
+    return False
+
+
 def format_plan(plan, grid_dir: Path | None = None) -> str:
     """The plan as a plain-text table: one line per run with its varying values (and state)."""
     from harness.executors import run_state
@@ -123,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("error: this grid's executor is slurm; use `grpo-harness submit`.", file=sys.stderr)
         return 2
     grid_dir = args.results / plan.grid.name
+    if _results_problem(grid_dir):
+        return 2
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
     grid_dir.mkdir(parents=True, exist_ok=True)
     write_grid_file(plan, grid_dir)
@@ -165,6 +178,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"error: no SLURM cluster reachable from here ({reason}).", file=sys.stderr)
         return 2
     grid_dir = args.results / plan.grid.name
+    if _results_problem(grid_dir):
+        return 2
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
     if not args.dry_run:
         grid_dir.mkdir(parents=True, exist_ok=True)

@@ -189,3 +189,23 @@ def test_settings_that_would_fail_once_training_starts(tmp_path, trainer, top, e
     report = report_for(tmp_path, trainer, **top)
     assert not report.ok
     assert expected in report.format(), report.format()
+
+
+def test_results_path_that_is_a_file_is_an_error_not_a_traceback(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep me")
+    for cmd in ("run", "submit"):
+        proc = cli(
+            cmd,
+            "ablations/smoke.yaml",
+            "--results",
+            str(blocker),
+            "--dry-run" if cmd == "submit" else "--no-report",
+            check=False,
+        )
+        assert (
+            proc.returncode == 2
+            and "is a file, not a folder" in proc.stderr
+            and "Traceback" not in proc.stderr
+        )
+    assert blocker.read_text() == "keep me"
