@@ -168,6 +168,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from harness import slurm
 
     plan, _ = _load_plan(args)
@@ -176,6 +178,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     reason = slurm.slurm_available() if not args.dry_run else None
     if reason:
         print(f"error: no SLURM cluster reachable from here ({reason}).", file=sys.stderr)
+        return 2
+    executors = [plan.grid.executor] + [
+        dataclasses.replace(plan.grid.executor, **dict(r.executor)) for r in plan.runs if r.executor
+    ]
+    unknown = slurm.unknown_partitions(executors) if not args.dry_run else []
+    if unknown:
+        print(
+            f"error: {args.grid}: executor.partition = {', '.join(unknown)}: this cluster has no such "
+            "partition (sinfo lists them); nothing was submitted.",
+            file=sys.stderr,
+        )
         return 2
     grid_dir = args.results / plan.grid.name
     if _results_problem(grid_dir):

@@ -69,6 +69,17 @@ def slurm_available() -> str | None:
     return None
 
 
+def unknown_partitions(executors: Iterable[ExecutorSettings]) -> list[str]:
+    """Partitions the executors name that this cluster's ``sinfo`` does not list ([] when sinfo
+    cannot tell). A comma-separated ``partition`` names several, as in sbatch."""
+    out = _run(["sinfo", "-h", "-o", "%R"], timeout=15)
+    if out is None or out.returncode != 0:
+        return []
+    known = {line.strip() for line in out.stdout.splitlines() if line.strip()}
+    wanted = {p.strip() for e in executors if e.partition for p in e.partition.split(",") if p.strip()}
+    return sorted(wanted - known)
+
+
 def max_array_size() -> int:
     """The cluster's ``MaxArraySize`` (scontrol show config); 1001, SLURM's default, when unknown."""
     out = _run(["scontrol", "show", "config"])

@@ -235,3 +235,17 @@ def test_two_simultaneous_submits_run_each_run_once(tmp_path, model_cache, tiny_
     assert [r.state for r in rows] == ["done"] * 3
     for r in rows:
         assert len(attempts(results / "concurrent" / layout.RUNS_DIR / r.run_id)) == 1
+
+
+def test_unknown_partition_is_refused_before_anything_is_written(tmp_path):
+    results = tmp_path / "results"
+    proc = cli(
+        "submit",
+        "ablations/smoke.yaml",
+        "--results",
+        str(results),
+        "-oexecutor.partition=nosuchpart",
+        check=False,
+    )
+    assert proc.returncode == 2 and "no such partition" in proc.stderr and "nosuchpart" in proc.stderr
+    assert not results.exists()
