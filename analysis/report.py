@@ -31,6 +31,10 @@ class ReportError(ValueError):
 _X_CHOICES = ("step", "tokens", "time")
 
 
+#: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
+REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
+
+
 def parse_baseline(text: str | None) -> tuple[str | None, str | None]:
     """``"loss_type=grpo"`` → ``("loss_type", "grpo")``; ``"grpo"`` → ``(None, "grpo")`` (the hue)."""
     if not text:
@@ -174,6 +178,9 @@ def make_report(
         raise ReportError(f"{grid_dir / layout.GRID_FILE}: {e}; fix or delete it, or use --all") from e
     out = grid_dir / layout.REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():  # a previous report's figures and tables must not outlive their data
+        if old.is_file() and old.suffix in REPORT_SUFFIXES:
+            old.unlink()
 
     if all_runs:
         ids = list_runs(grid_dir)
@@ -193,7 +200,7 @@ def make_report(
         df = load(grid_dir, ids)
     for w in caught:
         if issubclass(w.category, SkippedFileWarning):
-            print(f"report: skipped {w.message}", file=sys.stderr)
+            print(f"report: {w.message}", file=sys.stderr)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 

@@ -135,3 +135,13 @@ def test_variant_colours_stay_distinct_up_to_fifteen():
     labels = [f"epsilon={e}, num_iterations={m}" for e in (0.1, 0.2, 0.3) for m in (1, 2, 4, 8, 16)]
     colours = style.variant_colors(labels)
     assert len(set(colours.values())) == 15
+
+
+def test_a_new_report_replaces_the_previous_one(grid):
+    out = report.make_report(grid)
+    stale = out / "final_performance_old_metric.md"
+    stale.write_text("from an earlier report")
+    notes = out / "notes.txt"
+    notes.write_text("mine")
+    report.make_report(grid)
+    assert not stale.exists() and notes.read_text() == "mine"
