@@ -728,17 +728,17 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
     if not isinstance(config.get("subgrids") or {}, Mapping):
         raise SpecError(["subgrids: a mapping of sub-grid name -> {set, grid, zip}."], path)
-    pairs: list[tuple[str, Any]] = []
+    pairs: list[tuple[str, Any, str]] = []  # (key, value, where it was given)
     if profile is not None:
         if profile not in profiles:
             problems.append(
                 f"--profile {profile}: no such profile; this file has {', '.join(profiles) or 'none'}."
             )
         else:
-            pairs += [(normalize_key(k), v) for k, v in profiles[profile].items()]
+            pairs += [(normalize_key(k), v, f"profiles.{profile}.{k}") for k, v in profiles[profile].items()]
     for text in overrides:
         try:
-            pairs.append(parse_override(text))
+            pairs.append((*parse_override(text), "-o"))
         except SpecError as e:
             problems += e.problems
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
@@ -763,8 +763,8 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
             inner_keys.setdefault(k, "set by every sub-grid")
     for k in axis_keys & set(inner_keys):
         problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
-    for key, value in pairs:
-        where = f"-o {key}"
+    for key, value, given in pairs:
+        where = f"-o {key}" if given == "-o" else given
         if key in ("name", "description", "notes"):
             config[key] = value
             continue
