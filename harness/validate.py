@@ -682,9 +682,12 @@ def validate_run(
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
     findings: list[Finding] = []
-    verdict = _checked_grpo_config(
-        grpo_config_kwargs(run, device, _VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
-    )
+    if device in ("cpu", "cuda"):
+        verdict = _checked_grpo_config(
+            grpo_config_kwargs(run, device, _VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
+        )
+    else:  # an unknown harness.device: rule_harness names it; TRL cannot be asked about it
+        verdict = {"values": None, "error": None}
     if verdict["error"]:
         findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {verdict['error']}")
     trainer = dict(run.config.get("trainer", {}))
