@@ -417,10 +417,17 @@ def submit(
                 (layout.run_dir(grid_dir, rid) / marker).unlink(missing_ok=True)
         with code_snapshot(grid_dir) as (snap, commit):
             result.snapshot = snap
-            for settings, chunks in plans:
-                for chunk in chunks:
-                    _submit_array(settings, chunk, grid_dir, snap, commit, hold, result)
-                    printer(f"submitted array job {result.arrays[-1][0]} ({result.arrays[-1][1]} task(s))")
+            try:
+                for settings, chunks in plans:
+                    for chunk in chunks:
+                        _submit_array(settings, chunk, grid_dir, snap, commit, hold, result)
+                        printer(
+                            f"submitted array job {result.arrays[-1][0]} ({result.arrays[-1][1]} task(s))"
+                        )
+            except RuntimeError:
+                if not result.arrays:  # no job will ever read this snapshot
+                    shutil.rmtree(snap, ignore_errors=True)
+                raise
     return result
 
 
@@ -467,9 +474,14 @@ def _submit_array(
     params.setdefault("name", f"grpo-{grid_dir.name}")  # squeue shows the grid, not "submitit"
     ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
     jobs = [RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), settings.threads_per_run) for r in chunk]
+    logs = grid_dir / SLURM_LOGS_DIR
+    before = set(logs.iterdir()) if logs.exists() else set()
     try:
         submitted = ex.submit_array(jobs)
     except Exception as e:  # submitit raises its own error type carrying sbatch's stderr
+        for f in (set(logs.iterdir()) if logs.exists() else set()) - before:
+            if f.is_file():  # submitit's pickles and script for the array that was not submitted
+                f.unlink(missing_ok=True)
         raise RuntimeError(f"sbatch failed: {e}") from e
     array_id = submitted[0].job_id.split("_")[0]
     result.arrays.append((array_id, len(submitted)))

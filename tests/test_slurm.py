@@ -249,3 +249,21 @@ def test_unknown_partition_is_refused_before_anything_is_written(tmp_path):
     )
     assert proc.returncode == 2 and "no such partition" in proc.stderr and "nosuchpart" in proc.stderr
     assert not results.exists()
+
+
+def test_failed_sbatch_leaves_no_submission_debris(tmp_path):
+    results = tmp_path / "results"
+    proc = cli(
+        "submit",
+        "ablations/smoke.yaml",
+        "--results",
+        str(results),
+        "-ogrid.seed=[0]",
+        "-oexecutor.additional_parameters={nosuchflag: 1}",
+        check=False,
+    )
+    assert proc.returncode == 1 and "sbatch failed" in proc.stderr
+    grid_dir = results / "smoke"
+    assert not list(grid_dir.glob("runs/*/job.json"))
+    assert not [p for p in (grid_dir / "slurm_logs").rglob("*") if p.is_file()]
+    assert not list((grid_dir / ".snapshots").iterdir())
