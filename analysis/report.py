@@ -10,6 +10,7 @@ report.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
 from collections.abc import Sequence
@@ -104,6 +105,9 @@ def _baseline_label(df: pd.DataFrame, hue: str | None, key: str | None, value: s
     if value is None or hue is None:
         return None
     if key is None:
+        if value not in set(curves.variant_labels(df[hue]).astype(str)):
+            warnings.warn(f"no variant is labelled {value!r}; no baseline", stacklevel=3)
+            return None
         return value
     try:
         col = _resolve_column(df, key)
@@ -447,6 +451,10 @@ def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    target = getattr(args, "target", None)
+    if target is not None and not math.isfinite(target):
+        print(f"report: --target {target}: give a finite {args.metric} value (e.g. 0.5)", file=sys.stderr)
+        return 2
     try:
         out = make_report(
             args.grid,

@@ -127,9 +127,10 @@ def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]
         return None, None
     reward = None
     if "reward" in table.column_names:
-        values = [v for v in table.column("reward").to_pylist() if v is not None]
-        reward = values[-1] if values else None
-    return table.column(layout.STEP)[-1].as_py(), reward
+        values = [v for v in table.column("reward").to_pylist() if isinstance(v, int | float)]
+        reward = float(values[-1]) if values else None
+    step = table.column(layout.STEP)[-1].as_py()
+    return (step if isinstance(step, int) else None), reward
 
 
 def _dedupe_steps(table: pa.Table) -> pa.Table:

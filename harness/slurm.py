@@ -181,6 +181,7 @@ def run_status(
 
     step, reward = last_step_and_reward(run_dir)
     log = job.get("stderr", "")
+    log = log if isinstance(log, str) else ""
     config = (read_json_object(run_dir / layout.CONFIG_FILE) or {}).get("varying")
     if not isinstance(config, dict):
         config = planned if isinstance(planned, dict) else {}
@@ -208,7 +209,8 @@ def run_status(
 
         error = ""
         with contextlib.suppress(OSError):
-            error = last_error_line(Path(log).read_text()) if log else ""
+            # a log cut mid-write can end inside a multi-byte character
+            error = last_error_line(Path(log).read_text(errors="replace")) if log else ""
         if log and not Path(log).exists():
             log = ""  # the job never started, so SLURM wrote no log
         if final.startswith("CANCELLED"):
@@ -217,7 +219,7 @@ def run_status(
             )
         if final and final != "COMPLETED":
             return RunStatus(state="failed", log=log, error=error or f"slurm: {final}", **base)
-        if not (run_dir / layout.CONFIG_FILE).exists():
+        if not error and not (run_dir / layout.CONFIG_FILE).exists():
             error = f"job {job_id} left the queue before the run started (cancelled?); submit again to run it"
         return RunStatus(state="stopped", log=log, error=error, **base)
     if (run_dir / layout.CONFIG_FILE).exists():  # started by a local `run`
@@ -235,6 +237,8 @@ def _owner_alive(run_dir: Path) -> bool:
     owner = read_json_object(run_dir / layout.OWNER_FILE)
     if owner is None:
         return False
+    if not isinstance(owner.get("pid"), int) or owner["pid"] <= 0:
+        return False  # os.kill(0 or -1, 0) would signal a group and always succeed
     if owner.get("host") != socket.gethostname():
         return True  # another machine's process: cannot tell, trust the file (removed at exit)
     try:

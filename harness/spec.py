@@ -291,7 +291,7 @@ def _grpo_config_facts() -> dict[str, Any]:
             isinstance(facts, dict)
             and isinstance(facts.get("types"), dict)
             and isinstance(facts.get("defaults"), dict)
-            and "loss_type" in facts["types"]
+            and {"loss_type", "max_steps", "num_generations", "learning_rate"} <= set(facts["types"])
             and all(is_desc(d) for d in facts["types"].values())
         )
 
@@ -375,8 +375,11 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
             f"{where}: unknown key '{key}'.{_suggest(head, valid)} Keys start with one of "
             f"{', '.join(valid)}, or are a GRPOConfig field name."
         )
-    if len(parts) == 1:
-        return None if isinstance(value, Mapping) else f"{where}: '{key}' must be a mapping of settings."
+    if len(parts) == 1:  # from an axis, a sub-grid's set or -o; the file's own sections come key by key
+        return (
+            f"{where}: '{key}' as a whole would replace every {key} setting of the grid, the included "
+            f"ones too; set its keys one by one ({key}.NAME: value)."
+        )
     fields = section_fields(head)
     name = parts[1]
     if name not in fields:
@@ -696,15 +699,25 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
         out.append(f"{where} must be {what}, got {type(value).__name__} {value!r}.")
         return False
 
+    def zip_groups(value: Any, where: str) -> None:
+        if expect(value, list, where, "a list of mappings of key: [values] (axes that move together)"):
+            for i, group in enumerate(value or []):
+                if not isinstance(group, Mapping):
+                    out.append(f"{where}[{i}] must be a mapping of key: [values], got {group!r}.")
+
     expect(config.get("grid"), Mapping, "grid", "a mapping of key: [values]")
-    expect(config.get("zip"), list, "zip", "a list of mappings of key: [values] (axes that move together)")
+    zip_groups(config.get("zip"), "zip")
     if expect(config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip}"):
         for name, sub in (config.get("subgrids") or {}).items():
             where = f"subgrids.{name}"
-            if expect(sub, Mapping, where, "a mapping with set, grid and zip"):
-                expect(sub.get("set"), Mapping, f"{where}.set", "a mapping of key: value")
-                expect(sub.get("grid"), Mapping, f"{where}.grid", "a mapping of key: [values]")
-                expect(sub.get("zip"), list, f"{where}.zip", "a list of mappings of key: [values]")
+            if not isinstance(sub, Mapping):
+                out.append(
+                    f"{where} must be a mapping with set, grid and zip (write {{}} for none), got {sub!r}."
+                )
+                continue
+            expect(sub.get("set"), Mapping, f"{where}.set", "a mapping of key: value")
+            expect(sub.get("grid"), Mapping, f"{where}.grid", "a mapping of key: [values]")
+            zip_groups(sub.get("zip"), f"{where}.zip")
     return out
 
 
@@ -771,6 +784,12 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         if key.startswith("grid."):
             # -o grid.seed=[0,1]: replace (or add) a product axis's values.
             axis = normalize_key(key[len("grid.") :])
+            if axis in inner_keys:
+                problems.append(
+                    f"{where}: {axis} is {inner_keys[axis]} in this grid, so a top-level axis would be "
+                    "ignored; edit the grid file (or a copy) instead."
+                )
+                continue
             grid = {normalize_key(str(k)): v for k, v in (config.get("grid") or {}).items()}
             grid[axis] = value
             config["grid"] = grid

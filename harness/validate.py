@@ -239,6 +239,7 @@ def _is_verdict(v: Any) -> bool:
         and set(v) == {"values", "error"}
         and (isinstance(v["values"], dict) != isinstance(v["error"], str))
         and (v["values"] is None or v["error"] is None)
+        and (v["values"] is None or {"loss_type", "max_steps", "num_generations"} <= set(v["values"]))
     )
 
 

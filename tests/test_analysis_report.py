@@ -145,3 +145,13 @@ def test_a_new_report_replaces_the_previous_one(grid):
     notes.write_text("mine")
     report.make_report(grid)
     assert not stale.exists() and notes.read_text() == "mine"
+
+
+def test_report_refuses_a_nan_target_and_names_a_missing_baseline_label(grid, capsys):
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    assert report.main(parser.parse_args([str(grid), "--target", "nan"])) == 2
+    assert "--target nan" in capsys.readouterr().err
+    out = report.make_report(grid, baseline="bogus")
+    assert "no variant is labelled 'bogus'" in capsys.readouterr().err
+    assert "vs bogus" not in (out / "index.md").read_text()

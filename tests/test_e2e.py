@@ -122,7 +122,19 @@ def test_status_and_cancel_survive_damaged_run_files(tmp_path):
         "d": {layout.OWNER_FILE: b"[1]", layout.CONFIG_FILE: b'{"varying": {}}'},
         "e": {layout.CONFIG_FILE: b"\xff\xfe not utf-8", layout.JOB_FILE: b"\xff\xfe"},
         "f": {},
+        "g": {layout.JOB_FILE: b'{"job_id": "999999_0", "stderr": 5}'},
+        "h": {layout.JOB_FILE: b'{"job_id": "999998_0", "stderr": "LOG"}'},
+        "i": {layout.CONFIG_FILE: b'{"varying": {}}'},
+        "j": {layout.OWNER_FILE: b'{"host": "HOST", "pid": 0}', layout.CONFIG_FILE: b'{"varying": {}}'},
     }
+    import socket
+
+    log = tmp_path / "cut.log"
+    log.write_bytes(b"Traceback\nValueError: boom \xf0\x9f")  # cut inside a 4-byte character
+    damage["h"][layout.JOB_FILE] = damage["h"][layout.JOB_FILE].replace(b"LOG", str(log).encode())
+    damage["j"][layout.OWNER_FILE] = damage["j"][layout.OWNER_FILE].replace(
+        b"HOST", socket.gethostname().encode()
+    )
     for rid, files in damage.items():
         rdir = grid / layout.RUNS_DIR / rid
         rdir.mkdir(parents=True)
@@ -132,13 +144,20 @@ def test_status_and_cancel_survive_damaged_run_files(tmp_path):
     pq.write_table(
         pa.table({"reward": [1.0]}), grid / layout.RUNS_DIR / "f" / layout.METRICS_DIR / "part-000001.parquet"
     )
-    (grid / layout.GRID_FILE).write_text(
-        '{"run_ids": ["a", "b", "c", "d", "e", "f"], "runs": {"a": {"loss_type": "grpo"}}}'
+    (grid / layout.RUNS_DIR / "i" / layout.METRICS_DIR).mkdir()
+    pq.write_table(
+        pa.table({"step": [1, 2], "reward": ["a", "b"]}),
+        grid / layout.RUNS_DIR / "i" / layout.METRICS_DIR / "part-000001.parquet",
     )
+    ids = list(damage)
+    (grid / layout.GRID_FILE).write_text(json.dumps({"run_ids": ids, "runs": {"a": {"loss_type": "grpo"}}}))
     proc = cli("status", str(grid))
     assert "Traceback" not in proc.stderr
-    rows = [line.split()[0] for line in proc.stdout.splitlines()[1:7]]
-    assert rows == ["a", "b", "c", "d", "e", "f"]
+    lines = proc.stdout.splitlines()
+    rows = {line.split()[0]: line for line in lines[1 : len(ids) + 1]}
+    assert list(rows) == ids
+    assert "running" not in rows["j"]  # pid 0 is no process
+    assert "ValueError: boom" in proc.stdout  # the cut log's error line, read despite the bad byte
     assert '"grpo"' in proc.stdout.splitlines()[1]  # run a: its planned values from grid.json
     assert cli("cancel", str(grid)).returncode == 0
     (grid / layout.GRID_FILE).unlink()

@@ -276,3 +276,18 @@ def test_an_int_in_a_float_field_is_the_same_run_as_the_float(tmp_path):
     assert dropped.varying == {"trainer.epsilon": 1.0} and kept.varying == {"trainer.epsilon": 1}
     via_override = expand(load_grid(write(tmp_path, BASE), ["trainer.epsilon=1"])).runs[0].run_id
     assert via_override == expand(load_grid(write(tmp_path, BASE), ["trainer.epsilon=1.0"])).runs[0].run_id
+
+
+def test_empty_subgrid_and_whole_section_values_are_refused(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(BASE) + "subgrids:\n  a:\n  b: {set: {loss_type: dapo}}\n")
+    (msg,) = problems(path)
+    assert "subgrids.a must be a mapping" in msg and "{}" in msg
+    (msg,) = problems(write(tmp_path, BASE), "trainer={max_steps: 2}")
+    assert "'trainer' as a whole would replace every trainer setting" in msg
+
+
+def test_top_level_axis_override_of_a_key_every_subgrid_sets_is_refused(tmp_path):
+    data = {**BASE, "subgrids": {"a": {"set": {"loss_type": "dapo"}}, "b": {"set": {"loss_type": "grpo"}}}}
+    (msg,) = problems(write(tmp_path, data), "grid.loss_type=[vespo]")
+    assert "-o grid.loss_type" in msg and "set by every sub-grid" in msg
