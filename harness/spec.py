@@ -299,11 +299,18 @@ def _grpo_config_facts() -> dict[str, Any]:
     return verdicts.memo("grpo-config-fields", key, ask, valid)
 
 
+#: GRPOConfig fields whose declared type is narrower than what TRL accepts (its field help and
+#: ``__post_init__``): ``scale_rewards`` takes True/False for "group"/"none".
+_TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
+
+
 @functools.cache
 def section_fields(section: str) -> dict[str, Any]:
     """``{field name: described type}`` (:func:`describe_hint`) of a section's dataclass."""
     if section == "trainer":
-        return _grpo_config_facts()["types"]
+        types = dict(_grpo_config_facts()["types"])
+        types.update({k: v for k, v in _TRAINER_TYPE_FIXES.items() if k in types})
+        return types
     return _describe_fields(section_type(section))
 
 

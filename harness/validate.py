@@ -480,6 +480,13 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
             f"trainer.eval_strategy = {strategy!r}: the harness gives TRL no eval dataset; it evaluates "
             "held-out prompts itself every harness.eval_steps. Drop eval_strategy."
         )
+    if ctx.value("lr_scheduler_type") == "cosine_with_min_lr":
+        kwargs = ctx.value("lr_scheduler_kwargs") or {}
+        if not isinstance(kwargs, dict) or not {"min_lr", "min_lr_rate"} & set(kwargs):
+            out += _err(
+                "trainer.lr_scheduler_type = 'cosine_with_min_lr' needs trainer.lr_scheduler_kwargs with "
+                "min_lr or min_lr_rate (e.g. {min_lr_rate: 0.1}); transformers raises at the first step."
+            )
     weights = ctx.value("reward_weights")
     rewards = ctx.run.config.get("task", {}).get("rewards", ["correctness"])
     if weights is not None and isinstance(rewards, list | tuple) and len(weights) != len(rewards):

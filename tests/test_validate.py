@@ -177,6 +177,7 @@ def test_missing_task_name_is_named_with_the_fix(tmp_path):
         ({"eval_strategy": "steps"}, {}, "eval_strategy = 'steps'"),
         ({"report_to": ["wandb"]}, {}, "wandb is not installed here"),
         ({"use_liger_kernel": True}, {}, "liger-kernel is not installed here"),
+        ({"lr_scheduler_type": "cosine_with_min_lr"}, {}, "needs trainer.lr_scheduler_kwargs with min_lr"),
         ({}, {"seed": 1_000_000_000}, "seed = 1000000000 must lie in [0, "),
         ({}, {"task": {**BASE["task"], "template": "chat"}}, "no chat template"),
     ],
@@ -209,3 +210,10 @@ def test_results_path_that_is_a_file_is_an_error_not_a_traceback(tmp_path):
             and "Traceback" not in proc.stderr
         )
     assert blocker.read_text() == "keep me"
+
+
+def test_scale_rewards_takes_the_booleans_trl_maps(tmp_path):
+    assert report_for(tmp_path, {"scale_rewards": True}).ok
+    assert report_for(tmp_path, {"scale_rewards": False}).ok
+    ok = {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": 0.1}}
+    assert report_for(tmp_path, ok).ok
