@@ -168,8 +168,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from harness import slurm
 
     plan, _ = _load_plan(args)
@@ -179,9 +177,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if reason:
         print(f"error: no SLURM cluster reachable from here ({reason}).", file=sys.stderr)
         return 2
-    executors = [plan.grid.executor] + [
-        dataclasses.replace(plan.grid.executor, **dict(r.executor)) for r in plan.runs if r.executor
-    ]
+    executors = [plan.grid.executor] + [r.executor_settings(plan.grid.executor) for r in plan.runs]
     unknown = slurm.unknown_partitions(executors) if not args.dry_run else []
     if unknown:
         print(

@@ -14,7 +14,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.spec import EPOCH, Axis, GridSpec, SubGrid, coerce_numbers, deep_merge, get_dotted, set_dotted
+from harness.spec import (
+    EPOCH,
+    Axis,
+    ExecutorSettings,
+    GridSpec,
+    SubGrid,
+    coerce_numbers,
+    deep_merge,
+    get_dotted,
+    set_dotted,
+)
 
 RUN_ID_LENGTH = 10
 
@@ -45,6 +55,10 @@ class RunSpec:
     def get(self, key: str, default: Any = None) -> Any:
         """A dotted setting of this run, e.g. ``run.get("trainer.loss_type")``."""
         return get_dotted(self.config, key, default)
+
+    def executor_settings(self, grid_executor: ExecutorSettings) -> ExecutorSettings:
+        """The grid's executor block updated by this run's own ``executor.*`` settings."""
+        return replace(grid_executor, **dict(self.executor)) if self.executor else grid_executor
 
 
 @dataclass(frozen=True)

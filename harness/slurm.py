@@ -237,15 +237,16 @@ def _owner_alive(run_dir: Path) -> bool:
     owner = read_json_object(run_dir / layout.OWNER_FILE)
     if owner is None:
         return False
-    if not isinstance(owner.get("pid"), int) or owner["pid"] <= 0:
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
         return False  # os.kill(0 or -1, 0) would signal a group and always succeed
     if owner.get("host") != socket.gethostname():
         return True  # another machine's process: cannot tell, trust the file (removed at exit)
     try:
-        os.kill(int(owner["pid"]), 0)
+        os.kill(pid, 0)
     except PermissionError:
         return True  # alive, another user's
-    except (ProcessLookupError, KeyError, TypeError, ValueError, OverflowError):
+    except (ProcessLookupError, OverflowError):
         return False
     return True
 
@@ -445,7 +446,7 @@ def group_by_resources(
 
     groups: dict[str, tuple[ExecutorSettings, list]] = {}
     for run in runs:
-        settings = dataclasses.replace(executor, **dict(run.executor)) if run.executor else executor
+        settings = run.executor_settings(executor)
         groups.setdefault(canonical_json(dataclasses.asdict(settings)), (settings, []))[1].append(run)
     return list(groups.values())
 

@@ -470,9 +470,7 @@ _REPORTERS = {
 
 def rule_trainer_features(ctx: RunContext) -> list[Finding]:
     """Settings TRL accepts that fail once the trainer starts: a TRL eval loop without an eval
-    dataset, reward weights that do not match the task's rewards, missing optional packages."""
-    import importlib.util
-
+    dataset, a scheduler without its arguments, reward weights that do not match the task's rewards."""
     out: list[Finding] = []
     strategy = ctx.value("eval_strategy")
     if strategy not in (None, "no"):
@@ -494,32 +492,30 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
             f"trainer.reward_weights = {weights!r} has {len(weights)} weight(s) but task.rewards = {rewards!r} "
             f"has {len(rewards)} function(s); give one weight per reward."
         )
-    if ctx.executor.name == "slurm":
-        return out  # the job's environment, not this one, must have the packages
-    if ctx.value("use_liger_kernel") and importlib.util.find_spec("liger_kernel") is None:
-        out += _err(
-            "trainer.use_liger_kernel = true but liger-kernel is not installed here; install it or drop it."
-        )
-    report_to = ctx.value("report_to") or []
-    for name in [report_to] if isinstance(report_to, str) else report_to:
-        module = _REPORTERS.get(name)
-        if module and importlib.util.find_spec(module) is None:
-            out += _err(
-                f"trainer.report_to names {name!r} but {module} is not installed here; install it or drop it."
-            )
     return out
 
 
-def rule_vllm(ctx: RunContext) -> list[Finding]:
-    if not ctx.value("use_vllm") or ctx.executor.name == "slurm":
-        return []  # on a cluster, vLLM is the job environment's business
+def rule_packages(ctx: RunContext) -> list[Finding]:
+    """Optional packages the settings need that this machine lacks (vLLM, liger-kernel, report_to
+    integrations); on a cluster they are the job environment's business, so SLURM runs are not checked."""
+    if ctx.executor.name == "slurm":
+        return []
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        return _err(
-            "trainer.use_vllm = true but vllm is not installed here; install it or set use_vllm: false."
-        )
-    return []
+    needed = []  # (the setting, as written in a message; module; distribution)
+    if ctx.value("use_vllm"):
+        needed.append(("trainer.use_vllm = true", "vllm", "vllm"))
+    if ctx.value("use_liger_kernel"):
+        needed.append(("trainer.use_liger_kernel = true", "liger_kernel", "liger-kernel"))
+    report_to = ctx.value("report_to") or []
+    for name in [report_to] if isinstance(report_to, str) else report_to:
+        if name in _REPORTERS:
+            needed.append((f"trainer.report_to names {name!r}", _REPORTERS[name], _REPORTERS[name]))
+    out: list[Finding] = []
+    for setting, module, dist in needed:
+        if importlib.util.find_spec(module) is None:
+            out += _err(f"{setting} but {dist} is not installed here; install it or drop the setting.")
+    return out
 
 
 def rule_tiny(ctx: RunContext) -> list[Finding]:
@@ -635,7 +631,7 @@ RULES: tuple[Rule, ...] = (
     rule_seed,
     rule_trainer_features,
     rule_tiny_template,
-    rule_vllm,
+    rule_packages,
     rule_tiny,
 )
 
@@ -715,9 +711,8 @@ def validate_plan(plan: Plan) -> Report:
     siblings = clip_sibling_counts(plan.runs)
     checked: set[str] = set()
     for run in plan.runs:
-        executor = plan.grid.executor
+        executor = run.executor_settings(plan.grid.executor)
         if run.executor:
-            executor = dataclasses.replace(executor, **dict(run.executor))
             key = repr(sorted(run.executor.items()))
             if key not in checked:
                 checked.add(key)

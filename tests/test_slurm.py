@@ -237,31 +237,21 @@ def test_two_simultaneous_submits_run_each_run_once(tmp_path, model_cache, tiny_
         assert len(attempts(results / "concurrent" / layout.RUNS_DIR / r.run_id)) == 1
 
 
+def _submit_smoke(results: Path, *overrides: str):
+    """``submit ablations/smoke.yaml`` into ``results`` with ``overrides``; the CompletedProcess."""
+    return cli("submit", "ablations/smoke.yaml", "--results", str(results), *overrides, check=False)
+
+
 def test_unknown_partition_is_refused_before_anything_is_written(tmp_path):
     results = tmp_path / "results"
-    proc = cli(
-        "submit",
-        "ablations/smoke.yaml",
-        "--results",
-        str(results),
-        "-oexecutor.partition=nosuchpart",
-        check=False,
-    )
+    proc = _submit_smoke(results, "-oexecutor.partition=nosuchpart")
     assert proc.returncode == 2 and "no such partition" in proc.stderr and "nosuchpart" in proc.stderr
     assert not results.exists()
 
 
 def test_failed_sbatch_leaves_no_submission_debris(tmp_path):
     results = tmp_path / "results"
-    proc = cli(
-        "submit",
-        "ablations/smoke.yaml",
-        "--results",
-        str(results),
-        "-ogrid.seed=[0]",
-        "-oexecutor.additional_parameters={nosuchflag: 1}",
-        check=False,
-    )
+    proc = _submit_smoke(results, "-ogrid.seed=[0]", "-oexecutor.additional_parameters={nosuchflag: 1}")
     assert proc.returncode == 1 and "sbatch failed" in proc.stderr
     grid_dir = results / "smoke"
     assert not list(grid_dir.glob("runs/*/job.json"))
