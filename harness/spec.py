@@ -33,7 +33,7 @@ import functools
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,8 @@ def _tiny_spec_type():
     return TinyModelSpec
 
 
-def _grpo_config_type():
+def grpo_config_type() -> type:
+    """TRL's ``GRPOConfig`` class (importing TRL, torch and transformers on first use)."""
     from trl import GRPOConfig
 
     return GRPOConfig
@@ -169,7 +170,7 @@ def section_type(section: str) -> type:
     return {
         "task": _task_spec_type,
         "tiny": _tiny_spec_type,
-        "trainer": _grpo_config_type,
+        "trainer": grpo_config_type,
         "harness": lambda: HarnessSettings,
         "executor": lambda: ExecutorSettings,
     }[section]()
@@ -226,27 +227,26 @@ def type_ok(value: Any, desc: Any) -> bool:
         if "enum" in desc:
             return isinstance(value, str | enum.Enum)
         return False
-    if desc == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if desc == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    return {
-        "any": lambda: True,
-        "none": lambda: value is None,
-        "bool": lambda: isinstance(value, bool),
-        "str": lambda: isinstance(value, str),
-        "list": lambda: isinstance(value, list | tuple),
-        "dict": lambda: isinstance(value, Mapping),
-    }[desc]()
+    return _SIMPLE_CHECKS[desc](value)
 
 
-_SIMPLE_DESCS = ("any", "none", "bool", "int", "float", "str", "list", "dict")
+#: The simple described types and what each accepts.
+_SIMPLE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "any": lambda v: True,
+    "none": lambda v: v is None,
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, list | tuple),
+    "dict": lambda v: isinstance(v, Mapping),
+}
 
 
 def is_desc(desc: Any) -> bool:
     """Whether ``desc`` is a described hint (:func:`describe_hint`'s grammar); checks memo entries."""
     if isinstance(desc, str):
-        return desc in _SIMPLE_DESCS
+        return desc in _SIMPLE_CHECKS
     if not isinstance(desc, dict) or len(desc) != 1:
         return False
     ((kind, arg),) = desc.items()
@@ -278,7 +278,7 @@ def _grpo_config_facts() -> dict[str, Any]:
     from harness import verdicts
 
     def ask() -> dict[str, Any]:
-        cls = _grpo_config_type()
+        cls = grpo_config_type()
         defaults = verdicts.jsonable_items(
             (f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
             for f in dataclasses.fields(cls)
@@ -295,7 +295,7 @@ def _grpo_config_facts() -> dict[str, Any]:
             and all(is_desc(d) for d in facts["types"].values())
         )
 
-    key = verdicts.versions("trl", "transformers", "accelerate", "torch")
+    key = verdicts.versions(*verdicts.TRL_STACK)
     return verdicts.memo("grpo-config-fields", key, ask, valid)
 
 
@@ -746,8 +746,6 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     profiles = config.get("profiles") or {}
     if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):
         raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
-    if not isinstance(config.get("subgrids") or {}, Mapping):
-        raise SpecError(["subgrids: a mapping of sub-grid name -> {set, grid, zip}."], path)
     pairs: list[tuple[str, Any, str]] = []  # (key, value, where it was given)
     if profile is not None:
         if profile not in profiles:
@@ -785,7 +783,7 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
     for key, value, given in pairs:
         where = f"-o {key}" if given == "-o" else given
-        if key in ("name", "description", "notes"):
+        if key in OWN_KEYS:
             config[key] = value
             continue
         if key.startswith("grid."):
@@ -872,7 +870,5 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         notes=str(config.get("notes") or ""),
         overrides=tuple(overrides),
         profile=profile,
-        profile_settings=tuple((normalize_key(str(k)), v) for k, v in profiles.get(profile, {}).items())
-        if profile
-        else (),
+        profile_settings=tuple((k, v) for k, v, given in pairs if given != "-o"),
     )

@@ -26,7 +26,7 @@ from typing import Any
 from unittest import mock
 
 from harness.grid import Plan, RunSpec
-from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings, grpo_config_defaults
+from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings, grpo_config_defaults, grpo_config_type
 
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -173,20 +173,13 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     return kwargs
 
 
-@functools.cache
-def _grpo_config_cls():
-    from trl import GRPOConfig
-
-    return GRPOConfig
-
-
 def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False):
     """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
 
     For a CUDA run that executes elsewhere (``elsewhere=True``: a SLURM job validated on the login
     node), or on a machine without CUDA, TRL's "no bf16 on this GPU" check is told the GPU has bf16.
     """
-    cls = _grpo_config_cls()
+    cls = grpo_config_type()
     patch: contextlib.AbstractContextManager = contextlib.nullcontext()
     if device == "cuda":
         import torch
@@ -226,7 +219,7 @@ def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool 
     except verdicts.NotJSON:  # e.g. a YAML date: ask TRL every time
         return ask()
     key = {
-        **verdicts.versions("trl", "transformers", "accelerate", "torch"),
+        **verdicts.versions(*verdicts.TRL_STACK),
         "device": device,
         "kwargs": settings,
     }
@@ -234,12 +227,16 @@ def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool 
 
 
 def _is_verdict(v: Any) -> bool:
+    """Whether a memo entry has one of :func:`grpo_config_verdict`'s two shapes."""
+    if not isinstance(v, dict) or set(v) != {"values", "error"}:
+        return False
+    values, error = v["values"], v["error"]
+    if values is None:
+        return isinstance(error, str)
     return (
-        isinstance(v, dict)
-        and set(v) == {"values", "error"}
-        and (isinstance(v["values"], dict) != isinstance(v["error"], str))
-        and (v["values"] is None or v["error"] is None)
-        and (v["values"] is None or {"loss_type", "max_steps", "num_generations"} <= set(v["values"]))
+        error is None
+        and isinstance(values, dict)
+        and {"loss_type", "max_steps", "num_generations"} <= set(values)
     )
 
 

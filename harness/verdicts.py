@@ -37,6 +37,9 @@ ENV = "GRPO_HARNESS_VERDICTS"
 #: Bump when what is stored for an existing key changes meaning, so old entries are not reused.
 SCHEMA = 1
 
+#: The distributions whose versions key every answer about TRL's ``GRPOConfig``.
+TRL_STACK = ("trl", "transformers", "accelerate", "torch")
+
 T = TypeVar("T")
 
 
