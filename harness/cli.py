@@ -88,6 +88,8 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
         applied.append(f"profile {g.profile}: {settings or 'no settings'}")
     if g.overrides:
         applied.append(f"overrides: {' '.join(g.overrides)}")
+    if g.report:
+        applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in g.report.items()))
     description = [g.description.strip()] if g.description else []
     return "\n".join([title, *description, *applied, *lines])
 
@@ -102,7 +104,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def write_grid_file(plan, grid_dir: Path) -> None:
-    """``grid.json``: the plan as currently specified, so ``report`` covers exactly these runs."""
+    """``grid.json``: the plan as currently specified, so ``report`` covers exactly these runs, and
+    the grid's ``report:`` layout (``{}`` when it has none), so the report needs no YAML."""
     from harness.metrics import atomic_write_json
 
     atomic_write_json(
@@ -115,6 +118,7 @@ def write_grid_file(plan, grid_dir: Path) -> None:
             "run_ids": [r.run_id for r in plan.runs],
             "varying": list(plan.varying_keys),
             "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
+            "report": dict(plan.grid.report),
         },
     )
 

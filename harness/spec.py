@@ -17,6 +17,8 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     zip: [{key: [values], key2: [values]}]         # axes that move together
     subgrids: {name: {set: {...}, grid: {...}, zip: [...]}}   # union of named sub-grids
     profiles: {name: {key: value}}                  # named override sets, e.g. "paper"
+    report: {hue, col, row, baseline, x, smoothing, metric, curves, metrics, target, lead, seeds}
+                              # how the grid's report is laid out; no run setting (see REPORT_KEYS)
 
 Keys in ``grid``/``zip``/``set``/overrides are dotted paths (``trainer.loss_type``,
 ``task.kwargs.max_digits``, ``tiny.sft_steps``, ``seed``); a bare ``GRPOConfig`` field name stands
@@ -30,6 +32,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import math
 import re
 import types
 import typing
@@ -56,6 +59,7 @@ TOP_LEVEL_KEYS = (
     "zip",
     "subgrids",
     "profiles",
+    "report",
 )
 #: Sections that hold run settings (what a dotted key may point into).
 SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
@@ -361,32 +365,27 @@ HARNESS_OWNED = {
 }
 
 
-def check_setting(key: str, value: Any, where: str) -> str | None:
-    """Problem with setting dotted ``key`` to ``value`` (unknown key, wrong type), or None.
-
-    ``where`` names the place in the file (e.g. "grid", "-o") for the message.
-    """
+def check_key(key: str, where: str) -> str | None:
+    """Problem with dotted ``key`` as the name of a run setting (unknown section or field, sub-keys
+    of a single value, a whole section), or None. ``where`` names the place for the message."""
     parts = key.split(".")
     head = parts[0]
     if head in SCALAR_SETTINGS:
-        if len(parts) > 1:
-            return f"{where}: '{key}': '{head}' takes a single value, not sub-keys."
-        if head == "seed" and not type_ok(value, "int"):
-            return f"{where}: seed = {value!r} is a {type(value).__name__}; it must be an integer."
-        if head == "model" and not isinstance(value, str):
-            return f"{where}: model = {value!r} must be a string: 'tiny', a local path or a model id."
-        return None
+        return f"{where}: '{key}': '{head}' takes a single value, not sub-keys." if len(parts) > 1 else None
+    if head == "report":
+        return (
+            f"{where}: '{key}' lays out the report and is not a run setting; set it in the top-level "
+            f"report: section (or with -o {key}=VALUE)."
+        )
     if head not in SETTING_SECTIONS:
         valid = [*SCALAR_SETTINGS, *SETTING_SECTIONS]
+        options = valid if len(parts) > 1 else [*valid, *section_fields("trainer")]
         return (
-            f"{where}: unknown key '{key}'.{_suggest(head, valid)} Keys start with one of "
+            f"{where}: unknown key '{key}'.{_suggest(head, options)} Keys start with one of "
             f"{', '.join(valid)}, or are a GRPOConfig field name."
         )
-    if len(parts) == 1:  # from an axis, a sub-grid's set or -o; the file's own sections come key by key
-        return (
-            f"{where}: '{key}' as a whole would replace every {key} setting of the grid, the included "
-            f"ones too; set its keys one by one ({key}.NAME: value)."
-        )
+    if len(parts) == 1:
+        return f"{where}: '{key}' is a whole section, not one setting; name one of its keys ({key}.NAME)."
     fields = section_fields(head)
     name = parts[1]
     if name not in fields:
@@ -394,13 +393,37 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
             f"{where}: unknown key '{key}': {SECTION_CLASS_NAMES[head]} has no field '{name}'."
             f"{_suggest(name, list(fields))}" + ("" if head == "trainer" else f" Valid: {', '.join(fields)}.")
         )
-    if len(parts) > 2:
-        hint = fields[name]
+    if len(parts) > 2 and not type_ok({}, fields[name]):
+        return f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
+    return None
+
+
+def check_setting(key: str, value: Any, where: str) -> str | None:
+    """Problem with setting dotted ``key`` to ``value`` (unknown key, wrong type), or None.
+
+    ``where`` names the place in the file (e.g. "grid", "-o") for the message.
+    """
+    parts = key.split(".")
+    head = parts[0]
+    if head in SETTING_SECTIONS and len(parts) == 1:
+        # from an axis, a sub-grid's set or -o; the file's own sections come key by key
         return (
-            None
-            if type_ok({}, hint)
-            else f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
+            f"{where}: '{key}' as a whole would replace every {key} setting of the grid, the included "
+            f"ones too; set its keys one by one ({key}.NAME: value)."
         )
+    problem = check_key(key, where)
+    if problem:
+        return problem
+    if head in SCALAR_SETTINGS:
+        if head == "seed" and not type_ok(value, "int"):
+            return f"{where}: seed = {value!r} is a {type(value).__name__}; it must be an integer."
+        if head == "model" and not isinstance(value, str):
+            return f"{where}: model = {value!r} must be a string: 'tiny', a local path or a model id."
+        return None
+    if len(parts) > 2:
+        return None
+    fields = section_fields(head)
+    name = parts[1]
     if key in HARNESS_OWNED:
         return f"{where}: {key} is set by the harness; {HARNESS_OWNED[key]}"
     if key == "trainer.ref_model_sync_steps" and value == EPOCH:
@@ -553,9 +576,18 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
         included = read_yaml(path.parent / inc, (*_seen, path.resolve()))
         # a file's identity is its own: an unnamed grid is named after its file, not after its base
         included = {k: v for k, v in included.items() if k not in OWN_KEYS}
-        merged = deep_merge(merged, included)
+        merged = _merge_files(merged, included)
     # Axes are not merged key by key with the included file's axes: a grid names its own axes.
-    return deep_merge(merged, {k: v for k, v in data.items() if k != "include"})
+    return _merge_files(merged, {k: v for k, v in data.items() if k != "include"})
+
+
+def _merge_files(base: Mapping, top: Mapping) -> dict:
+    """One grid file's keys over another's: :func:`deep_merge`, except that ``report.smoothing`` is
+    one choice (``{window: n}`` or ``{ema: a}``) and replaces the other file's whole."""
+    report, under = top.get("report"), base.get("report")
+    if isinstance(report, Mapping) and "smoothing" in report and isinstance(under, Mapping):
+        base = {**base, "report": {k: v for k, v in under.items() if k != "smoothing"}}
+    return deep_merge(base, top)
 
 
 @dataclass(frozen=True)
@@ -596,6 +628,7 @@ class GridSpec:
     overrides: tuple[str, ...] = ()
     profile: str | None = None
     profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
+    report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
 
 
 def _given_twice(where: str, axes: Sequence[Axis]) -> list[str]:
@@ -713,6 +746,7 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
                     out.append(f"{where}[{i}] must be a mapping of key: [values], got {group!r}.")
 
     expect(config.get("grid"), Mapping, "grid", "a mapping of key: [values]")
+    expect(config.get("report"), Mapping, "report", f"a mapping of layout keys ({', '.join(REPORT_KEYS)})")
     zip_groups(config.get("zip"), "zip")
     if expect(config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip}"):
         for name, sub in (config.get("subgrids") or {}).items():
@@ -726,6 +760,250 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
             expect(sub.get("grid"), Mapping, f"{where}.grid", "a mapping of key: [values]")
             zip_groups(sub.get("zip"), f"{where}.zip")
     return out
+
+
+#: Keys of the top-level ``report:`` section: how the grid's report is laid out (no run setting;
+#: no run id depends on it). Every key is optional; null leaves a key unset (also an included one).
+REPORT_KEYS = (
+    "hue",  # setting key(s) whose values are the compared variants (colours)
+    "col",  # setting key(s) faceted as columns
+    "row",  # setting key(s) faceted as rows
+    "baseline",  # KEY=VALUE, several joined by commas, or a variant label
+    "x",  # one of REPORT_X
+    "smoothing",  # auto | none | {window: N} | {ema: A}
+    "metric",  # the score of the tables (e.g. reward, eval/accuracy)
+    "curves",  # metrics drawn as curves, one figure each, in order
+    "metrics",  # training-dynamics panels
+    "target",  # a finite number: time to reach metric >= target
+    "lead",  # one of REPORT_LEAD: which figure comes first
+    "seeds",  # bool: draw each run faintly
+)
+REPORT_X = ("step", "tokens", "time")
+REPORT_LEAD = ("curves", "final")
+REPORT_SMOOTHING = ("auto", "none")
+
+
+def _override_report(
+    config: dict, key: str, value: Any, where: str, report_where: dict[str, str], problems: list[str]
+) -> None:
+    """Apply a profile's or ``-o``'s ``report.KEY`` (or a whole ``report`` mapping, key by key) to
+    ``config``, remembering where each key was given; values are checked with the file's."""
+    if key == "report":
+        if not isinstance(value, Mapping):
+            problems.append(
+                f"{where} = {value!r}: report is a mapping of layout keys ({', '.join(REPORT_KEYS)}); "
+                "set one with report.KEY=VALUE."
+            )
+            return
+        items = [(str(k), v, f"{where}.{k}") for k, v in value.items()]
+    else:
+        name = key[len("report.") :]
+        if "." in name:
+            head = name.split(".")[0]
+            problems.append(
+                f"{where}: '{key}': report keys have no sub-keys; set report.{head} whole "
+                "(e.g. report.smoothing={window: 5})."
+            )
+            return
+        items = [(name, value, where)]
+    section = dict(config.get("report") or {})
+    for name, v, w in items:
+        section[name] = copy.deepcopy(v)
+        report_where[name] = w
+    config["report"] = section
+
+
+def _run_setting_key(key: str, where: str) -> str | None:
+    """Problem with ``key`` (dotted) as a setting the report compares or facets runs by, or None."""
+    problem = check_key(key, where)
+    if problem is None and key.startswith("executor."):
+        problem = (
+            f"{where}: '{key}': where a run executes is not one of its settings, so runs cannot be "
+            "compared by it; name a run setting."
+        )
+    return problem
+
+
+def _report_setting_keys(value: Any, where: str, problems: list[str]) -> list[str] | None:
+    """``hue``/``col``/``row``: a setting key or a list of them, as dotted keys."""
+    raw = [value] if isinstance(value, str) else value
+    if not isinstance(raw, list) or not raw or not all(isinstance(k, str) and k.strip() for k in raw):
+        problems.append(
+            f"{where} = {value!r}: give a setting key or a non-empty list of them, written like grid "
+            "keys (epsilon, task.kwargs.max_digits, seed), e.g. [epsilon, epsilon_high]; null for none."
+        )
+        return None
+    keys: list[str] = []
+    ok = True
+    for k in raw:
+        key = normalize_key(k.strip())
+        problem = _run_setting_key(key, where)
+        if problem is None and key in keys:
+            problem = f"{where}: {key} is given twice (bare and dotted names are one key); give it once."
+        if problem:
+            problems.append(problem)
+            ok = False
+        else:
+            keys.append(key)
+    return keys if ok else None
+
+
+def _report_baseline(value: Any, where: str, problems: list[str], grid_keys: Sequence[str]) -> str | None:
+    """``baseline``: a variant label, or KEY=VALUE pairs joined by commas (spacing normalised).
+
+    Keys are written like grid keys, or by the last part of a key the grid varies (as variant labels
+    name it: ``max_digits=1``); they are kept as written, since the text may be a variant's label.
+    """
+    fix = (
+        "write KEY=VALUE, several joined by commas ('epsilon=0.2, epsilon_high=0.2'), or a variant "
+        "label (quoted when YAML would read it as a number)"
+    )
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{where} = {value!r}: the baseline is a non-empty string; {fix}.")
+        return None
+    text = value.strip()
+    if "=" not in text:
+        return text
+    short = {k.rsplit(".", 1)[-1] for k in grid_keys}
+    parts = []
+    ok = True
+    for part in text.split(","):
+        k, sep, v = (s.strip() for s in part.partition("="))
+        if not sep or not k or not v:
+            problems.append(f"{where} = {value!r}: {part.strip()!r} is not KEY=VALUE; {fix}.")
+            ok = False
+            continue
+        problem = None if k in short else _run_setting_key(normalize_key(k), where)
+        if problem:
+            problems.append(problem)
+            ok = False
+        parts.append(f"{k}={v}")
+    return ", ".join(parts) if ok else None
+
+
+def _report_smoothing(value: Any, where: str, problems: list[str]) -> Any:
+    """``smoothing``: "auto", "none", ``{"window": n}`` (int n >= 1) or ``{"ema": a}`` (0 < a <= 1)."""
+    allowed = "auto, none, {window: N} (N logged points, an integer >= 1) or {ema: A} (0 < A <= 1)"
+    if isinstance(value, str) and value in REPORT_SMOOTHING:
+        return value
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((kind, n),) = value.items()
+        number = isinstance(n, int | float) and not isinstance(n, bool)
+        if kind == "window":
+            if number and isinstance(n, int) and n >= 1:
+                return {"window": n}
+            problems.append(
+                f"{where}.window = {n!r}: the window is a number of logged points, an integer >= 1; "
+                "write e.g. {window: 5}, or none for no smoothing."
+            )
+            return None
+        if kind == "ema":
+            if number and math.isfinite(n) and 0 < n <= 1:
+                return {"ema": float(n)}
+            problems.append(
+                f"{where}.ema = {n!r}: the EMA weight of the newest point is a number with 0 < A <= 1; "
+                "write e.g. {ema: 0.3}, or none for no smoothing."
+            )
+            return None
+    problems.append(f"{where} = {value!r}: smoothing is one of {allowed}; e.g. smoothing: {{window: 5}}.")
+    return None
+
+
+def _report_target(value: Any, where: str, problems: list[str]) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str) and _is_number(value) and math.isfinite(float(value)):
+        fix = f"write it bare: target: {float(value)!r}"
+    else:
+        fix = "write e.g. target: 0.9 (the metric value runs must reach), or leave it out"
+    problems.append(f"{where} = {value!r}: the target is a finite number; {fix}.")
+    return None
+
+
+def _report_names(value: Any, where: str, problems: list[str], many: bool) -> Any:
+    """``metric`` (``many`` False): a metric name; ``curves``/``metrics``: a list of them."""
+    if not many:
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        problems.append(f"{where} = {value!r}: give a metric name, e.g. reward or eval/accuracy.")
+        return None
+    if not isinstance(value, list) or not all(isinstance(m, str) and m.strip() for m in value):
+        example = f"[{value}]" if isinstance(value, str) else "[reward, eval/accuracy]"
+        problems.append(f"{where} = {value!r}: give a list of metric names, e.g. {example}.")
+        return None
+    names = [m.strip() for m in value]
+    twice = sorted({m for m in names if names.count(m) > 1})
+    if twice:
+        problems.append(f"{where}: {', '.join(twice)} is listed more than once; list each metric once.")
+        return None
+    return names
+
+
+def _report_choice(value: Any, where: str, problems: list[str], choices: Sequence[str], what: str) -> Any:
+    if isinstance(value, str) and value in choices:
+        return value
+    name = where.rsplit(".", 1)[-1]
+    example = f"-o report.{name}={choices[0]}" if where.startswith("-o") else f"{name}: {choices[0]}"
+    problems.append(f"{where} = {value!r}: {what} is one of {', '.join(choices)}; write e.g. {example}.")
+    return None
+
+
+def check_report(
+    section: Any,
+    problems: list[str],
+    given_at: Mapping[str, str] | None = None,
+    grid_keys: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``report:`` section checked and normalised, as JSON data; problems go to ``problems``.
+
+    ``hue``/``col``/``row`` become lists of dotted setting keys; ``smoothing`` one of "auto", "none",
+    ``{"window": n}``, ``{"ema": a}``; ``target`` a float; other keys as given. Keys left out or null
+    are absent. ``given_at`` names where a key was set when not in the file (``-o report.x``,
+    ``profiles.quick.report.hue``); ``grid_keys`` are the grid's varying keys (a baseline may name
+    them by their last part, as variant labels do).
+    """
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        problems.append(
+            f"report = {section!r}: report is a mapping of layout keys ({', '.join(REPORT_KEYS)}), "
+            "e.g. report: {hue: loss_type, x: tokens}."
+        )
+        return {}
+    given_at = given_at or {}
+    out: dict[str, Any] = {}
+    for name, value in section.items():
+        where = given_at.get(name, f"report.{name}")
+        if name not in REPORT_KEYS:
+            problems.append(
+                f"{where}: unknown report key '{name}'.{_suggest(str(name), REPORT_KEYS)} "
+                f"Valid: {', '.join(REPORT_KEYS)}."
+            )
+            continue
+        if value is None:
+            continue
+        if name in ("hue", "col", "row"):
+            checked = _report_setting_keys(value, where, problems)
+        elif name == "baseline":
+            checked = _report_baseline(value, where, problems, grid_keys)
+        elif name == "x":
+            checked = _report_choice(value, where, problems, REPORT_X, "the x axis")
+        elif name == "lead":
+            checked = _report_choice(value, where, problems, REPORT_LEAD, "the figure shown first")
+        elif name == "smoothing":
+            checked = _report_smoothing(value, where, problems)
+        elif name in ("metric", "curves", "metrics"):
+            checked = _report_names(value, where, problems, many=name != "metric")
+        elif name == "target":
+            checked = _report_target(value, where, problems)
+        elif isinstance(value, bool):  # seeds
+            checked = value
+        else:
+            problems.append(f"{where} = {value!r}: seeds is true or false (draw each run faintly).")
+            checked = None
+        if checked is not None:
+            out[name] = checked
+    return {k: out[k] for k in REPORT_KEYS if k in out}
 
 
 def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | None = None) -> GridSpec:
@@ -781,8 +1059,12 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
             inner_keys.setdefault(k, "set by every sub-grid")
     for k in axis_keys & set(inner_keys):
         problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
+    report_where: dict[str, str] = {}  # report key -> where its value was last given (a profile, -o)
     for key, value, given in pairs:
         where = f"-o {key}" if given == "-o" else given
+        if key == "report" or key.startswith("report."):
+            _override_report(config, key, value, where, report_where, problems)
+            continue
         if key in OWN_KEYS:
             config[key] = value
             continue
@@ -853,6 +1135,12 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     for sub in subgrids:
         given = [Axis(k, ()) for k, _ in sub.settings] + [*sub.axes, *(a for g in sub.zips for a in g)]
         problems += _given_twice(f"subgrids.{sub.name}", given)
+    grid_keys = [a.key for a in (*axes, *(a for g in zips for a in g))]
+    for sub in subgrids:
+        grid_keys += [k for k, _ in sub.settings] + [
+            a.key for a in (*sub.axes, *(a for g in sub.zips for a in g))
+        ]
+    report = check_report(config.get("report"), problems, report_where, grid_keys)
     if problems:
         raise SpecError(problems, path)
     executor = ExecutorSettings(**(config.get("executor") or {}))
@@ -871,4 +1159,5 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         overrides=tuple(overrides),
         profile=profile,
         profile_settings=tuple((k, v) for k, v, given in pairs if given != "-o"),
+        report=report,
     )
