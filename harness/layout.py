@@ -14,7 +14,7 @@ Layout of one grid's results folder::
             metrics/metrics.parquet the parts compacted when the run ends; when present, parts are ignored
             samples.jsonl          a few sampled completions every N steps
             DONE                   JSON marker: the run finished (steps, seconds)
-            DIVERGED               JSON marker: loss or reward became NaN/inf (step)
+            DIVERGED               JSON marker: loss, reward or grad_norm became NaN/inf (step, metric, value)
             FAILED                 JSON marker: the run raised (error, log path)
             job.json               SLURM submission record
             attempts.jsonl         one line per start of the run (requeues and re-runs show here)
@@ -60,6 +60,11 @@ TOKENS_TRAINED = "tokens/trained"  # completion tokens that entered the loss thi
 TOKENS_GENERATED_TOTAL = "tokens/generated_total"  # cumulative completion tokens generated
 PEAK_MEMORY_MB = "memory/peak_mb"  # peak resident memory (CPU: RSS of the process; CUDA: max allocated)
 EVAL_ACCURACY = "eval/accuracy"  # greedy accuracy on the held-out split, only on eval steps
+# Off-policy state of the step, from what TRL did (harness.trainer), 0.0/1.0 and counts as floats:
+OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of an older policy, else 0.0
+REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
+POLICY_LAG = "policy_lag"  # max optimizer updates between the old log-probs' policy and the loss's (0 = none)
+CONCURRENT_RUNS = "machine/concurrent_runs"  # live runs sharing this run's GPU (or CPUs), itself included
 
 # w_seq statistics (harness.wseq): exp(sum_t mask_t (logp_theta - logp_old)) per completion.
 WSEQ_PREFIX = "w_seq/"

@@ -34,7 +34,7 @@ class RunBusy(RuntimeError):
 
 
 class RunDiverged(RuntimeError):
-    """Loss or reward became NaN or infinite; the run stopped and left a DIVERGED marker."""
+    """Loss, reward or grad_norm became NaN or infinite; the run stopped and left a DIVERGED marker."""
 
 
 def model_cache_dir(grid_dir: Path) -> Path:
@@ -89,6 +89,27 @@ def _peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON values: dicts (string keys), lists, strings, numbers, booleans, None.
+
+    Chat messages stay a list of ``{"role", "content"}`` dicts; numpy and torch scalars become numbers,
+    arrays and tensors lists; anything else JSON cannot hold becomes its ``str``. Raises nothing.
+    """
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    tolist = getattr(value, "tolist", None)  # numpy / torch scalars and arrays
+    if callable(tolist):
+        try:
+            return jsonable(tolist())
+        except Exception:
+            pass
+    return str(value)
+
+
 def _make_callback(**kwargs):
     """The TrainerCallback class is defined lazily so importing this module stays light."""
     from transformers import TrainerCallback
@@ -99,7 +120,8 @@ def _make_callback(**kwargs):
         """Writes one parquet row per logged optimizer step: TRL's logs + w_seq stats + time/tokens/memory.
 
         Also runs the greedy eval every ``eval_steps`` (time excluded from the step's wall time),
-        writes sampled completions, and stops training when loss or reward turns non-finite.
+        writes sampled completions, and stops training when loss, reward or grad_norm turns
+        non-finite (remembering the first such step, metric and value).
         """
 
         def __init__(
@@ -113,6 +135,7 @@ def _make_callback(**kwargs):
             offsets: dict[str, float],
             max_steps: int,
             stop_requested: Callable[[], bool] | None = None,
+            machine_lease: Any = None,
         ):
             self.trainer = trainer
             self.writer = writer
@@ -125,7 +148,10 @@ def _make_callback(**kwargs):
             self.max_steps = max_steps
             self.stop_requested = stop_requested
             self.stopped_step: int | None = None
+            self.machine_lease = machine_lease  # harness.sharing.MachineLease of rank 0, or None
             self.diverged_step: int | None = None
+            self.diverged_metric: str | None = None
+            self.diverged_value: str | None = None
             self._pending: dict[str, float] = {}
             self._interval_s = 0.0
             self._interval_steps = 0
@@ -174,9 +200,9 @@ def _make_callback(**kwargs):
                         json.dumps(
                             {
                                 "step": step,
-                                "prompt": str(logs["prompt"][j]),
-                                "completion": str(logs["completion"][j]),
-                                "rewards": {k: v[i] for k, v in rewards.items()},
+                                "prompt": jsonable(logs["prompt"][j]),
+                                "completion": jsonable(logs["completion"][j]),
+                                "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
                                 "advantage": float(logs["advantages"][j]),
                             }
                         )
@@ -209,6 +235,10 @@ def _make_callback(**kwargs):
                     layout.TOKENS_TRAINED: records[layout.TOKENS_TRAINED],
                     layout.TOKENS_GENERATED_TOTAL: self.generated_total,
                     layout.PEAK_MEMORY_MB: _peak_memory_mb(self.device),
+                    layout.OFF_POLICY: records[layout.OFF_POLICY],
+                    layout.POLICY_LAG: records[layout.POLICY_LAG],
+                    layout.REUSE_INDEX: records[layout.REUSE_INDEX],
+                    layout.CONCURRENT_RUNS: self._concurrent_runs(),
                 }
             )
             self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
@@ -219,8 +249,20 @@ def _make_callback(**kwargs):
             for key in ("loss", "reward", "grad_norm"):
                 v = row.get(key)
                 if v is not None and not math.isfinite(v):
-                    self.diverged_step = state.global_step
+                    if self.diverged_step is None:
+                        self.diverged_step, self.diverged_metric = state.global_step, key
+                        self.diverged_value = repr(float(v))
                     control.should_training_stop = True
+
+        def _concurrent_runs(self) -> float | None:
+            """Runs sharing the machine now (time-throttled recount); None when unknown."""
+            if self.machine_lease is None:
+                return None
+            try:
+                n = self.machine_lease.count()
+            except Exception:  # counting is a nicety: never fail a run over it
+                return None
+            return None if n is None else float(n)
 
     return RecordingCallback(**kwargs)
 
@@ -243,7 +285,8 @@ def run(
             checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
 
     Raises:
-        RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step).
+        RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step, the
+            first non-finite metric and its value).
         Anything the trainer raises; the run's files stay readable.
     """
     run_dir = Path(run_dir)
@@ -352,6 +395,10 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     def eval_fn(model) -> float:
         return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
 
+    from harness.sharing import MachineLease
+
+    # rank 0 tells other runs on this machine that it trains here (harness.sharing)
+    lease = MachineLease(spec.run_id, device) if state.is_main_process else None
     trainer = HarnessGRPOTrainer(
         model=model_path,
         reward_funcs=task.reward_funcs,
@@ -369,10 +416,17 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         offsets=offsets,
         max_steps=config.max_steps,
         stop_requested=stop_requested,
+        machine_lease=lease,
     )
     trainer.add_callback(callback)
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+    try:
+        if lease is not None:
+            lease.register()  # a folder that cannot be written leaves the count empty, nothing else
+        trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+    finally:
+        if lease is not None:
+            lease.release()
     seconds = time.perf_counter() - t0
     if writer is not None:
         writer.flush()
@@ -388,9 +442,18 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     if callback.diverged_step is not None:
         if writer is not None:
             writer.compact()
-            atomic_write_json(run_dir / layout.DIVERGED_FILE, {**summary, "step": callback.diverged_step})
+            atomic_write_json(
+                run_dir / layout.DIVERGED_FILE,
+                {
+                    **summary,
+                    "step": callback.diverged_step,
+                    "metric": callback.diverged_metric,
+                    "value": callback.diverged_value,
+                },
+            )
         raise RunDiverged(
-            f"run {spec.run_id} diverged at step {callback.diverged_step}: loss or reward is NaN/inf"
+            f"run {spec.run_id} diverged at step {callback.diverged_step}: "
+            f"{callback.diverged_metric} is {callback.diverged_value}"
         )
     return _finish(writer, run_dir, summary)
 

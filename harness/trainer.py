@@ -1,6 +1,6 @@
-"""TRL's GRPOTrainer, observed: w_seq statistics and token counts per optimizer step.
+"""TRL's GRPOTrainer, observed: w_seq statistics, token counts and off-policy state per optimizer step.
 
-The loss code stays TRL's. The subclass only wraps two methods:
+The loss code stays TRL's. The subclass only wraps methods:
 
 * ``_compute_loss``: while it runs, the log-probs that TRL's ``_get_per_token_logps_and_entropies``
   returns are kept (detached) and turned into per-completion ``log w_seq`` together with
@@ -8,6 +8,11 @@ The loss code stays TRL's. The subclass only wraps two methods:
 * ``training_step``: at each optimizer-step boundary (every ``current_gradient_accumulation_steps``
   micro-batches, TRL's own rule) the completions of the step are gathered from every rank, so the
   statistics cover every completion of the step, not an average of per-micro-batch statistics.
+* ``_prepare_inputs`` / ``_generate_and_score_completions``: whether this micro-batch generated, how
+  many micro-batches used the generation batch before it, and whether TRL handed the loss
+  ``old_per_token_logps``. From what TRL did (not from its formula) each micro-batch gets a policy lag
+  (optimizer updates between the policy whose log-probs are the ratio's denominator and the current
+  one) and a reuse index (1-based pass over its generation batch).
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` that records ``w_seq`` per completion and tokens generated / trained per step.
 
     After each optimizer step, :meth:`pop_step_records` returns the pooled arrays since the last call:
-    ``log_w``, ``log_s``, ``advantages`` (each (N,) float64 over all ranks), ``n_masked`` and the token
-    counts. Everything else behaves exactly as TRL's trainer.
+    ``log_w``, ``log_s``, ``advantages`` (each (N,) float64 over all ranks), ``n_masked``, the token
+    counts and the step's off-policy state. Everything else behaves exactly as TRL's trainer.
     """
 
     def __init__(self, *args, **kwargs):
@@ -36,6 +41,14 @@ class HarnessGRPOTrainer(GRPOTrainer):
         self._local_generated_tokens = 0
         self._pooled: list[torch.Tensor] = []
         self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+        # Off-policy state, plain Python values (no device work): set by the generation wrapper, read
+        # by the _prepare_inputs wrapper, pooled per optimizer step. Same on every rank.
+        self._generated_now = False
+        self._generation_global_step = 0  # optimizer updates of the policy that generated the batch
+        self._micro_batches_since_generation = 0  # 0 = the micro-batch that generated
+        self._step_off_policy = self._pooled_off_policy = False
+        self._step_policy_lag = self._pooled_policy_lag = 0
+        self._step_reuse_index = self._pooled_reuse_index = 0
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
@@ -71,7 +84,27 @@ class HarnessGRPOTrainer(GRPOTrainer):
         out = super()._generate_and_score_completions(inputs)
         if self.model.training:
             self._local_generated_tokens += int(out["completion_mask"].sum())
+            self._generated_now = True
+            self._generation_global_step = self.state.global_step
         return out
+
+    def _prepare_inputs(self, generation_batch):
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        self._generated_now = False
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._generated_now:
+            self._micro_batches_since_generation = 0
+        else:
+            self._micro_batches_since_generation += 1
+        # TRL's loss uses old_per_token_logps when it has them, else the detached current log-probs
+        # (every ratio exactly 1, whatever policy generated): only the former can be off-policy.
+        has_old = inputs.get("old_per_token_logps") is not None
+        lag = self.state.global_step - self._generation_global_step if has_old else 0
+        self._step_off_policy = self._step_off_policy or (has_old and lag > 0)
+        self._step_policy_lag = max(self._step_policy_lag, lag)
+        self._step_reuse_index = self._micro_batches_since_generation // self.args.steps_per_generation + 1
+        return inputs
 
     def training_step(self, model, inputs, num_items_in_batch):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -105,6 +138,10 @@ class HarnessGRPOTrainer(GRPOTrainer):
         valid = local[:, 3] > 0
         self._pooled.append(local[valid][:, :3])
         self._pooled_counts += torch.cat([(~valid).sum().reshape(1).to(torch.float64), counts.cpu()])
+        self._pooled_off_policy = self._pooled_off_policy or self._step_off_policy
+        self._pooled_policy_lag = max(self._pooled_policy_lag, self._step_policy_lag)
+        self._pooled_reuse_index = self._step_reuse_index
+        self._step_off_policy, self._step_policy_lag, self._step_reuse_index = False, 0, 0
 
     def pop_step_records(self) -> dict:
         """Pooled per-completion records since the last call (every rank holds the same).
@@ -118,6 +155,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
         masked, trained, generated = (int(x) for x in self._pooled_counts.tolist())
         self._pooled = []
         self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+        off_policy, lag, reuse = self._pooled_off_policy, self._pooled_policy_lag, self._pooled_reuse_index
+        self._pooled_off_policy, self._pooled_policy_lag, self._pooled_reuse_index = False, 0, 0
         return {
             "log_w": rows[:, 0],
             "log_s": rows[:, 1],
@@ -125,4 +164,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
             "n_masked": masked,
             layout.TOKENS_TRAINED: trained,
             layout.TOKENS_GENERATED: generated,
+            layout.OFF_POLICY: float(off_policy),
+            layout.POLICY_LAG: float(lag),
+            layout.REUSE_INDEX: float(reuse),
         }

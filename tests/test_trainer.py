@@ -68,6 +68,72 @@ def test_off_policy_ratio_moves_and_clips(tmp_path, tiny_model, chain_sum_task):
     assert (df["tokens/trained"] > 0).all()
 
 
+@pytest.mark.parametrize(
+    ("trainer", "off_policy", "reuse_index", "policy_lag"),
+    [
+        ({}, [0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]),
+        # GA a multiple of steps_per_generation * num_iterations: TRL keeps no old log-probs
+        (
+            {"gradient_accumulation_steps": 4, "steps_per_generation": 2, "num_iterations": 2},
+            [0, 0, 0, 0],
+            [2, 2, 2, 2],
+            [0, 0, 0, 0],
+        ),
+        ({"num_iterations": 2}, [0, 1, 0, 1], [1, 2, 1, 2], [0, 1, 0, 1]),
+        ({"steps_per_generation": 2, "num_iterations": 2}, [0, 1, 1, 1], [1, 1, 2, 2], [0, 1, 2, 3]),
+    ],
+    ids=["mu1", "ga4-spg2-mu2", "mu2", "spg2-mu2"],
+)
+def test_off_policy_columns(
+    tmp_path, tiny_model, chain_sum_task, trainer, off_policy, reuse_index, policy_lag
+):
+    """off_policy / reuse_index / policy_lag follow what TRL did, and off_policy 0 means ratios of 1."""
+    df = metrics_of(tmp_path, make_spec(tiny_model, chain_sum_task, **trainer))
+    assert list(df["step"]) == [1, 2, 3, 4]
+    assert list(df[layout.OFF_POLICY]) == off_policy
+    assert list(df[layout.REUSE_INDEX]) == reuse_index
+    assert list(df[layout.POLICY_LAG]) == policy_lag
+    on = df[df[layout.OFF_POLICY] == 0.0]
+    assert len(on) > 0
+    assert (on["w_seq/min"] == 1.0).all() and (on["w_seq/max"] == 1.0).all()
+
+
+def test_samples_are_json_values(tmp_path, tiny_model, chain_sum_task):
+    """samples.jsonl lines hold the prompt and completion as the JSON values TRL logged."""
+    import json
+
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
+    spec.config["harness"].update(samples_steps=1, samples_n=2)
+    spec.config["task"]["template"] = "bare"
+    rdir = tmp_path / spec.run_id
+    run(spec, rdir)
+    lines = [json.loads(line) for line in (rdir / layout.SAMPLES_FILE).read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 1, 2, 2]
+    for line in lines:
+        assert isinstance(line["prompt"], str) and isinstance(line["completion"], str)
+        assert isinstance(line["advantage"], float)
+        assert all(isinstance(v, int | float) for v in line["rewards"].values())
+
+
+def test_jsonable_keeps_chat_messages():
+    import json
+
+    import numpy as np
+    import torch
+
+    from harness.run import jsonable
+
+    prompt = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "1 + 2 = ?"}]
+    back = json.loads(json.dumps(jsonable(prompt)))
+    assert back == prompt and isinstance(back, list) and isinstance(back[0], dict)
+    assert jsonable("plain") == "plain"
+    assert jsonable({"a": (np.float32(0.5), torch.tensor(2)), 3: np.arange(2)}) == {
+        "a": [0.5, 2],
+        "3": [0, 1],
+    }
+    assert jsonable(object.__new__(object)).startswith("<object")
+
+
 def test_same_run_same_metrics(tmp_path, tiny_model, chain_sum_task):
     spec = make_spec(tiny_model, chain_sum_task, num_iterations=2, max_steps=3)
     a = metrics_of(tmp_path / "a", spec)
@@ -140,12 +206,15 @@ def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkey
 
     monkeypatch.setattr(run_mod, "_make_callback", poisoned)
     rdir = tmp_path / spec.run_id
-    with pytest.raises(run_mod.RunDiverged, match="step 3"):
+    with pytest.raises(run_mod.RunDiverged, match="step 3: loss is nan"):
         run(spec, rdir)
     assert not (rdir / layout.DONE_FILE).exists()
     import json
 
-    assert json.loads((rdir / layout.DIVERGED_FILE).read_text())["step"] == 3
+    marker = json.loads((rdir / layout.DIVERGED_FILE).read_text())
+    assert marker["step"] == 3
+    assert marker["metric"] == "loss"
+    assert marker["value"] == "nan"
     df = pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert df["step"].max() == 3
 
