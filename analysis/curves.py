@@ -1,55 +1,71 @@
-"""Learning curves: a metric against steps, generated tokens or wall-clock time, over seeds.
+"""Learning-curve figures: a metric against steps, generated tokens or seconds, over seeds.
 
-The band is computed once per (variant, x) from a (points × runs) matrix per variant, never per
-plot call: a Student-t interval over runs by default (``ci="t"``), or a seeded percentile
-bootstrap over runs on request (``ci="bootstrap"``). Runs are the independent samples; with 3-5
-seeds the t quantile (2.8-4.3) matters, so a normal ``±1.96·se`` band is never used.
+The numbers come from :mod:`analysis.aggregate` (mean over runs, band, smoothing); this module only
+draws them. Plots return ``(fig, axes)`` and never save; see :func:`analysis.style.save`.
 
-Plots return ``(fig, axes)`` and never save; see :func:`analysis.style.save`.
+What every figure here does for its reader:
+
+* y-limits from robust quantiles of what is drawn (:func:`analysis.aggregate.robust_limits`), so
+  one early spike or a diverging seed does not flatten every other curve;
+* a legend below the panels with as many columns as fit the figure's width, never wider;
+* importance-ratio metrics (w_seq, clip fractions, ``phi_seq``) over off-policy steps only: on a
+  step whose old log-probs are the current ones they are exactly 1 or 0 and carry no information,
+  and drawing them makes a panel alternate between the two every step;
+* facets that are on-policy throughout say so in their title.
 """
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-from scipy.signal import lfilter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from analysis import stats, style
-from analysis.load import NONE_LABEL
+from analysis import style
+from analysis.aggregate import (
+    X_LABELS,
+    Curves,
+    XKind,
+    aggregate,
+    band_caption,
+    clamp_limits,
+    curves,
+    is_ratio_metric,
+    off_policy_rows,
+    robust_limits,
+    smooth,
+    variant_labels,
+    x_values,
+)
+from analysis.labels import format_value, metric_label
 from harness import layout
 
 __all__ = [
     "DYNAMICS_METRICS",
+    "Mark",
     "X_LABELS",
     "aggregate",
     "band_caption",
+    "fit_legend",
     "format_value",
     "metric_label",
+    "plot_curve_set",
     "plot_curves",
     "plot_panels",
     "plot_wseq",
     "smooth",
     "variant_labels",
+    "wseq_bands",
     "x_values",
 ]
-
-XKind = Literal["step", "tokens", "time"]
-
-#: Axis label per ``x`` choice (units included).
-X_LABELS: dict[str, str] = {
-    "step": "optimizer step",
-    "tokens": "generated tokens",
-    "time": "wall-clock time (s)",
-}
 
 #: Training-dynamics panels, in display order.
 DYNAMICS_METRICS: tuple[str, ...] = (
@@ -63,402 +79,76 @@ DYNAMICS_METRICS: tuple[str, ...] = (
     "vespo/phi_seq_mean",
 )
 
-_METRIC_LABELS: dict[str, str] = {
-    "reward": "reward",
-    "reward_std": "reward std within group",
-    layout.EVAL_ACCURACY: "eval accuracy (greedy)",
-    "entropy": "token entropy (nats)",
-    "kl": "KL to reference",
-    "clip_ratio/region_mean": "clipped fraction (any)",
-    "clip_ratio/low_mean": "clipped fraction (low)",
-    "clip_ratio/high_mean": "clipped fraction (high)",
-    "completions/mean_length": "completion length (tokens)",
-    "vespo/phi_seq_mean": "VESPO phi_seq (mean)",
-    "loss": "loss",
-    layout.STEP_WALL_S: "seconds per step",
-}
+ON_POLICY_NOTE = "on-policy throughout:\nratio ≡ 1, not drawn"
 
 
-def metric_label(metric: str) -> str:
-    """Human-readable axis label for a metric column (the column name itself when unknown)."""
-    return _METRIC_LABELS.get(metric, metric)
+@dataclass(frozen=True)
+class Mark:
+    """A point to mark on a curve figure: a run that diverged, where it diverged.
+
+    Attributes:
+        hue, col, row: the labels of the run's variant and facets (None when not faceted).
+        x: where (in the figure's x units).
+        y: the run's last finite (smoothed) value before it, or NaN (then drawn at the panel's top).
+        label: legend text of the marker kind, e.g. ``"diverged"``.
+    """
+
+    hue: str | None
+    col: str | None
+    row: str | None
+    x: float
+    y: float
+    label: str = "diverged"
 
 
-def band_caption(
-    ci: str = "t",
-    confidence: float = 0.95,
-    n_boot: int = 1000,
-    seed: int = 0,
-    smoothing: Mapping[str, float] | None = None,
-) -> str:
-    """One sentence saying what a curve's line and band are, for captions and the report index."""
-    pct = f"{100 * confidence:g}%"
-    if ci == "t":
-        band = f"{pct} Student-t interval over runs (df = runs - 1)"
-    else:
-        band = f"{pct} percentile bootstrap interval over runs ({n_boot} resamples, seed {seed})"
-    text = f"Line: mean over runs (seeds); band: {band}; no band where fewer than 2 runs have data."
-    if smoothing:
-        kind, value = next(iter(smoothing.items()))
-        what = (
-            f"EMA with alpha = {value:g}" if kind == "ema" else f"trailing rolling mean over {value:g} points"
-        )
-        text += f" Each run smoothed before averaging ({what})."
+def fit_legend(
+    fig: Figure,
+    handles: Sequence[Any],
+    title: str | None = None,
+    *,
+    max_cols: int | None = None,
+) -> Legend | None:
+    """A figure legend below the panels, with as many columns as fit within the figure's width.
+
+    The legend is laid out once with one column to measure its widest entry, then with
+    ``floor(figure width / entry width)`` columns (at most ``max_cols``), and checked again after
+    layout; it is never wider than the figure, so long labels wrap into more rows instead of
+    widening the image.
+
+    Returns:
+        The legend, or None when there are no handles.
+    """
+    handles = list(handles)
+    if not handles:
+        return None
+    n = len(handles)
+    leg = fig.legend(handles=handles, loc="outside lower center", ncols=1, title=title)
+    fig.draw_without_rendering()
+    entry = leg.get_window_extent().width
+    width = fig.bbox.width * 0.98
+    ncols = max(1, min(n, max_cols or n, int(width // max(entry, 1.0))))
+    while True:
+        leg.remove()
+        leg = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, title=title)
+        fig.draw_without_rendering()
+        if leg.get_window_extent().width <= fig.bbox.width or ncols == 1:
+            return leg
+        ncols -= 1
+
+
+def line_handles(labels: Sequence[str], colors: Mapping[str, str]) -> list[Line2D]:
+    return [Line2D([], [], color=colors[lab], label=lab) for lab in labels]
+
+
+def _panel_title(parts: Sequence[str | None], on_policy: bool) -> str:
+    text = ", ".join(p for p in parts if p)
+    if on_policy:
+        text = f"{text} (on-policy)" if text else "on-policy"
     return text
 
 
-def format_value(v: Any) -> str:
-    """A config value as a short label: ``1.0`` → ``"1"``, ``1e-05`` → ``"1e-05"``, ``True`` → ``"True"``."""
-    if isinstance(v, (bool, np.bool_)):
-        return str(bool(v))
-    if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 1e15:
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):g}"
-    return str(v)
-
-
-def variant_labels(values: pd.Series | Sequence[Any]) -> pd.Categorical:
-    """Values of a grid axis as display labels: strings in natural order, missing as ``"(none)"``.
-
-    Numbers sort numerically (so ``1e-6`` precedes ``1e-5``), strings lexically, and the missing
-    label comes last. A missing value is never dropped: it is a variant like any other.
-
-    Args:
-        values: one value per row (any dtype, including categorical).
-
-    Returns:
-        A categorical of strings with ordered categories, same length as ``values``.
-    """
-    s = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
-    codes, uniques = pd.factorize(s)
-    uniq = list(uniques)
-    rendered = [format_value(v) for v in uniq]
-    order = sorted(range(len(uniq)), key=lambda i: _sort_key(uniq[i]))
-    labels = list(dict.fromkeys(rendered[i] for i in order))
-    position = {lab: k for k, lab in enumerate(labels)}
-    # Index -1 (a missing value's code) lands on the extra last slot: the "(none)" label.
-    remap = np.array([position[r] for r in rendered] + [len(labels)], dtype=np.int64)
-    if (codes < 0).any():
-        labels.append(NONE_LABEL)
-    return pd.Categorical.from_codes(remap[codes], categories=labels, ordered=True)
-
-
-def _sort_key(v: Any) -> tuple[int, Any]:
-    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
-        return (0, float(v))
-    return (1, str(v))
-
-
-def x_values(df: pd.DataFrame, x: XKind) -> np.ndarray:
-    """The x coordinate of every row: optimizer step, cumulative generated tokens, or seconds.
-
-    ``tokens`` uses ``tokens/generated_total`` and ``time`` uses ``time/elapsed_s`` (both carried
-    across resumes by the harness); rows where those are missing use the per-run cumulative sum
-    of ``tokens/generated`` or ``time/step_s`` (rows must then be sorted by run and step, as
-    :func:`analysis.load.load` returns them).
-
-    Args:
-        df: frame from :func:`analysis.load.load`.
-        x: ``"step"``, ``"tokens"`` or ``"time"``.
-
-    Returns:
-        float64 array, shape ``(len(df),)``: steps, tokens, or seconds.
-
-    Raises:
-        ValueError: for another ``x``.
-        KeyError: if the columns needed for ``x`` are missing.
-    """
-    if x == "step":
-        return df[layout.STEP].to_numpy(dtype=np.float64)
-    if x == "tokens":
-        total, per_step = layout.TOKENS_GENERATED_TOTAL, layout.TOKENS_GENERATED
-    elif x == "time":
-        total, per_step = layout.ELAPSED_S, layout.STEP_WALL_S
-    else:
-        raise ValueError(f"x must be 'step', 'tokens' or 'time', got {x!r}")
-    has_total = total in df.columns and df[total].notna().any()
-    has_step = per_step in df.columns and df[per_step].notna().any()
-    if not (has_total or has_step):
-        raise KeyError(f"x={x!r} needs column {total!r} or {per_step!r}")
-    out = df[total].to_numpy(dtype=np.float64) if has_total else np.full(len(df), np.nan)
-    gaps = np.isnan(out)
-    if has_step and gaps.any():
-        # Runs (or rows) without the cumulative column fall back to the per-run running sum.
-        v = np.nan_to_num(df[per_step].to_numpy(dtype=np.float64))
-        run = _run_codes(df)
-        cs = np.cumsum(v)
-        starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
-        offset = np.repeat(cs[starts] - v[starts], np.diff(np.r_[starts, len(v)]))
-        out = np.where(gaps, cs - offset, out)
-    return out
-
-
-def _run_codes(df: pd.DataFrame) -> np.ndarray:
-    rid = df[layout.RUN_ID]
-    if isinstance(rid.dtype, pd.CategoricalDtype):
-        return rid.cat.codes.to_numpy()
-    return pd.factorize(rid)[0]
-
-
-def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None) -> np.ndarray:
-    """Smooth one run's series along axis 0 (columns are independent runs).
-
-    ``ema``: exponential moving average ``s_t = a·y_t + (1-a)·s_{t-1}``, ``s_0 = y_0`` (pandas
-    ``ewm(alpha=a, adjust=False)``). ``window``: trailing mean over the last ``window`` points
-    (fewer at the start). Give at most one.
-
-    Args:
-        y: shape ``(n_points,)`` or ``(n_points, n_runs)``, no NaNs.
-        ema: smoothing weight in (0, 1]; 1 means no smoothing.
-        window: points in the rolling window, >= 1.
-
-    Returns:
-        Array of ``y``'s shape.
-
-    Raises:
-        ValueError: if both or an invalid value are given.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    if ema is not None and window is not None:
-        raise ValueError("give either ema or window, not both")
-    if y.shape[0] == 0:
-        return y
-    if ema is not None:
-        if not 0.0 < ema <= 1.0:
-            raise ValueError(f"ema must be in (0, 1], got {ema}")
-        zi = ((1.0 - ema) * y[:1])[None] if y.ndim > 1 else np.array([(1.0 - ema) * y[0]])
-        out, _ = lfilter([ema], [1.0, -(1.0 - ema)], y, axis=0, zi=zi.reshape((1, *y.shape[1:])))
-        return out
-    if window is not None:
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
-        cs = np.cumsum(np.concatenate([np.zeros((1, *y.shape[1:])), y]), axis=0)
-        idx = np.arange(1, y.shape[0] + 1)
-        lo = np.maximum(idx - int(window), 0)
-        count = (idx - lo).reshape((-1,) + (1,) * (y.ndim - 1))
-        return (cs[idx] - cs[lo]) / count
-    return y
-
-
-def _smoothing_kwargs(smoothing: Mapping[str, float] | None) -> dict[str, Any]:
-    if not smoothing:
-        return {}
-    unknown = set(smoothing) - {"ema", "window"}
-    if unknown or len(smoothing) != 1:
-        raise ValueError(f"smoothing must be {{'ema': alpha}} or {{'window': n}}, got {dict(smoothing)}")
-    kind, value = next(iter(smoothing.items()))
-    return {"ema": float(value)} if kind == "ema" else {"window": int(value)}
-
-
-def aggregate(
-    df: pd.DataFrame,
-    metric: str,
-    *,
-    x: XKind = "step",
-    by: Sequence[str] = ("loss_type",),
-    ci: Literal["t", "bootstrap"] = "t",
-    confidence: float = 0.95,
-    smoothing: Mapping[str, float] | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-    grid_points: int = 200,
-) -> pd.DataFrame:
-    """Mean curve over runs and its confidence band, per group of ``by`` and per x.
-
-    With ``x="step"`` runs are aligned on their logged steps. With ``x="tokens"`` or ``"time"``
-    runs are logged at different x, so each run is linearly interpolated onto ``grid_points``
-    evenly spaced points spanning its group's x range; a run contributes only inside its own range
-    (no extrapolation). ``n`` says how many runs cover each point.
-
-    Args:
-        df: frame from :func:`analysis.load.load` (``run_id``, ``step``, ``metric``, ``by`` columns).
-        metric: column to aggregate; NaN rows (e.g. non-eval steps) are ignored.
-        x: ``"step"``, ``"tokens"`` or ``"time"`` (see :func:`x_values`).
-        by: grouping columns (hue and facets); missing values form their own ``"(none)"`` group.
-        ci: ``"t"``: Student-t interval, df = n - 1 (:func:`analysis.stats.t_interval_from_moments`);
-            ``"bootstrap"``: percentile bootstrap over runs
-            (:func:`analysis.stats.bootstrap_mean_interval`).
-        confidence: two-sided coverage.
-        smoothing: ``{"ema": alpha}`` or ``{"window": n_points}``, applied to each run before
-            averaging (see :func:`smooth`); None for raw values.
-        n_boot: bootstrap replicates (``ci="bootstrap"`` only).
-        seed: bootstrap seed; the same seed gives the same band.
-        grid_points: interpolation points per group for ``x`` other than ``"step"``.
-
-    Returns:
-        One row per (group, x point), sorted by group then x, with columns ``*by`` (categorical
-        labels, see :func:`variant_labels`), ``x`` (float64: steps, tokens or seconds),
-        ``mean``, ``lo``, ``hi``, ``std`` (ddof=1) and ``n`` (int64, runs with data). ``lo``/``hi``
-        are NaN where ``n < 2``. ``attrs["caption"]`` describes the band.
-
-    Raises:
-        KeyError: if ``metric`` or a ``by`` column is missing.
-        ValueError: for an unknown ``x``/``ci`` or bad smoothing.
-    """
-    if ci not in ("t", "bootstrap"):
-        raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
-    by = [b for b in dict.fromkeys(by)]
-    missing = [c for c in [metric, *by] if c not in df.columns]
-    if missing:
-        raise KeyError(f"columns not in frame: {missing}")
-    skw = _smoothing_kwargs(smoothing)
-
-    y_all = df[metric].to_numpy(dtype=np.float64)
-    x_all = x_values(df, x)
-    run_all = _run_codes(df)
-    n_codes = int(run_all.max()) + 1 if run_all.size else 0
-    # Group keys are per-run values (grid axes), so they are read from each run's first row and
-    # grouped over runs rather than over every row.
-    first = np.full(n_codes, -1, dtype=np.int64)
-    first[run_all[::-1]] = np.arange(len(df) - 1, -1, -1)
-    runs_present = np.flatnonzero(first >= 0)
-    keys = df[by].iloc[first[runs_present]].reset_index(drop=True) if by else pd.DataFrame(index=runs_present)
-    if by and len(keys):
-        gid = keys.groupby(by, observed=True, dropna=False, sort=False).ngroup().to_numpy()
-    else:
-        gid = np.zeros(len(runs_present), dtype=np.int64)
-    n_groups = int(gid.max()) + 1 if gid.size else 0
-    group_of_run = np.full(n_codes, -1, dtype=np.int64)
-    group_of_run[runs_present] = gid
-
-    keep = ~np.isnan(y_all)
-    if x != "step":
-        keep &= ~np.isnan(x_all)
-    if keep.all():
-        r, xv, yv = run_all, x_all, y_all
-    else:
-        r, xv, yv = run_all[keep], x_all[keep], y_all[keep]
-
-    matrices: list[tuple[np.ndarray, np.ndarray]] = []
-    dense = None
-    if x == "step" and not skw and r.size:
-        dense = _dense_step_matrix(r, xv, yv, n_codes)
-    if dense is not None:
-        steps, full = dense
-        for k in range(n_groups):
-            mat = full[group_of_run == k].T
-            has = ~np.all(np.isnan(mat), axis=1)
-            matrices.append((steps[has], mat[has]))
-    else:
-        if not _sorted_within_runs(r, xv):
-            order = np.lexsort((xv, r))
-            r, xv, yv = r[order], xv[order], yv[order]
-        g = group_of_run[r]
-        # Stable sort by group keeps each run's rows contiguous and in x order.
-        order = np.argsort(g, kind="stable")
-        g, r, xv, yv = g[order], r[order], xv[order], yv[order]
-        bounds = np.searchsorted(g, np.arange(n_groups + 1))
-        for k in range(n_groups):
-            a, b = bounds[k], bounds[k + 1]
-            matrices.append(_group_matrix(r[a:b], xv[a:b], yv[a:b], x, skw, grid_points))
-
-    group_first = np.zeros(n_groups, dtype=np.int64)
-    group_first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
-    labels = {col: variant_labels(keys[col].iloc[group_first].astype(object)) for col in by}
-    order_groups = np.lexsort([labels[c].codes for c in reversed(by)]) if by else np.arange(n_groups)
-
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("x", "mean", "lo", "hi", "std", "n")}
-    lengths = []
-    for k in order_groups:
-        xs, mat = matrices[k]
-        mean, std, n = stats.nan_moments(mat, axis=1)
-        if ci == "t":
-            lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
-        else:
-            lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
-        for name, arr in (("x", xs), ("mean", mean), ("lo", lo), ("hi", hi), ("std", std), ("n", n)):
-            cols[name].append(np.asarray(arr))
-        lengths.append(len(xs))
-    data: dict[str, Any] = {}
-    for col in by:
-        cat = labels[col]
-        data[col] = pd.Categorical.from_codes(
-            np.repeat(cat.codes[order_groups], lengths), categories=cat.categories, ordered=True
-        )
-    for name, parts in cols.items():
-        dtype = np.int64 if name == "n" else np.float64
-        data[name] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-    out = pd.DataFrame(data)
-    out.attrs["caption"] = band_caption(ci, confidence, n_boot, seed, smoothing)
-    out.attrs["metric"] = metric
-    out.attrs["x"] = x
-    return out
-
-
-def _dense_step_matrix(
-    r: np.ndarray, xv: np.ndarray, yv: np.ndarray, n_runs: int
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(steps,) and (runs, steps) matrix of values, or None when steps are too sparse for one."""
-    lo, hi = xv.min(), xv.max()
-    width = hi - lo + 1
-    # Optimizer steps are integers, so a step's column is an offset and no sort is needed.
-    if width <= 4 * xv.size + 1024 and np.all(xv == np.round(xv)):
-        steps = np.arange(lo, hi + 1)
-        col = (xv - lo).astype(np.int64)
-    else:
-        steps, col = np.unique(xv, return_inverse=True)
-        col = np.asarray(col).ravel()
-    if n_runs * steps.size > 50_000_000:
-        return None
-    full = np.full((n_runs, steps.size), np.nan)
-    full[r, col] = yv
-    return steps, full
-
-
-def _sorted_within_runs(r: np.ndarray, xv: np.ndarray) -> bool:
-    if r.size < 2:
-        return True
-    dr = np.diff(r)
-    return bool(np.all((dr > 0) | ((dr == 0) & (np.diff(xv) >= 0))))
-
-
-def _group_matrix(
-    r: np.ndarray,
-    xv: np.ndarray,
-    yv: np.ndarray,
-    x: str,
-    skw: dict[str, Any],
-    grid_points: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(points,) x coordinates and (points, runs) values of one group; NaN where a run has no data."""
-    if r.size == 0:
-        return np.zeros(0), np.zeros((0, 0))
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-    ends = np.r_[starts[1:], r.size]
-    if skw:
-        yv = yv.copy()
-        for a, b in zip(starts, ends, strict=True):
-            yv[a:b] = smooth(yv[a:b], **skw)
-    run_index = np.repeat(np.arange(starts.size), ends - starts)
-    if x == "step":
-        xs, inverse = np.unique(xv, return_inverse=True)
-        mat = np.full((xs.size, starts.size), np.nan)
-        mat[inverse, run_index] = yv
-        return xs, mat
-    xs = np.linspace(xv.min(), xv.max(), grid_points) if xv.size else np.zeros(0)
-    mat = np.full((xs.size, starts.size), np.nan)
-    for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
-        mat[:, j] = np.interp(xs, xv[a:b], yv[a:b], left=np.nan, right=np.nan)
-    return xs, mat
-
-
-def _facet_values(df: pd.DataFrame, agg: pd.DataFrame, col: str | None) -> list[Any]:
-    """Facet labels from the whole frame, so a facet whose metric is all-missing still appears."""
-    if col is None:
-        return [None]
-    if col in df.columns and len(df):
-        return list(variant_labels(df[col].drop_duplicates()).categories)
-    return list(agg[col].cat.categories) if len(agg) else [None]
-
-
-def _panel_title(col: str | None, cv: Any, row: str | None, rv: Any) -> str:
-    parts = []
-    if row is not None and rv is not None:
-        parts.append(f"{row}={rv}")
-    if col is not None and cv is not None:
-        parts.append(f"{col}={cv}")
-    return ", ".join(parts)
+def no_data(ax: Axes, text: str = "no data") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=7)
 
 
 def _draw(ax: Axes, part: pd.DataFrame, color: str, label: str, band: bool = True) -> None:
@@ -471,25 +161,167 @@ def _draw(ax: Axes, part: pd.DataFrame, color: str, label: str, band: bool = Tru
             ax.fill_between(xs, lo, hi, where=ok, color=color, alpha=0.2, linewidth=0, interpolate=False)
 
 
-def _no_data(ax: Axes) -> None:
-    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.4")
+def _select(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:
+    sel = np.ones(len(frame), dtype=bool)
+    if col is not None and cv is not None:
+        sel &= (frame[col] == cv).to_numpy()
+    if row is not None and rv is not None:
+        sel &= (frame[row] == rv).to_numpy()
+    return frame[sel]
 
 
-def _legend(
-    fig: Figure, labels: Sequence[str], colors: Mapping[str, str], title: str | None, extra: Sequence = ()
-):
-    handles = [Line2D([], [], color=colors[lab], label=lab) for lab in labels]
-    handles.extend(extra)
-    if not handles:
-        return None
-    # Long labels (several differing keys) go in one column to the right, so neither the legend
-    # overlaps the axes nor the figure grows one label-width per variant.
-    longest = max(len(h.get_label()) for h in handles)
-    if longest > 24:
-        width, height = fig.get_size_inches()
-        fig.set_size_inches(width + 0.055 * longest + 0.6, height)  # room for the legend (8 pt text)
-        return fig.legend(handles=handles, loc="outside right upper", ncols=1, title=title)
-    return fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), title=title)
+def _facet_values(frame: pd.DataFrame | None, col: str | None, given: Sequence[Any] | None) -> list[Any]:
+    if col is None:
+        return [None]
+    if given is not None:
+        return list(given) or [None]
+    if frame is not None and col in frame.columns and len(frame):
+        return list(variant_labels(frame[col].drop_duplicates()).categories)
+    return [None]
+
+
+def _hue_order(frame: pd.DataFrame, hue: str | None, given: Sequence[str] | None) -> list[str]:
+    if hue is None:
+        return []
+    if given is not None:
+        return list(given)
+    if hue in frame.columns and len(frame):
+        return [str(c) for c in variant_labels(frame[hue].drop_duplicates()).categories]
+    return []
+
+
+def plot_curve_set(
+    c: Curves,
+    *,
+    hue: str | None,
+    col: str | None = None,
+    row: str | None = None,
+    colors: Mapping[str, str] | None = None,
+    hue_order: Sequence[str] | None = None,
+    col_values: Sequence[Any] | None = None,
+    row_values: Sequence[Any] | None = None,
+    on_policy: Sequence[tuple[Any, Any]] = (),
+    marks: Sequence[Mark] = (),
+    mark_runs: pd.DataFrame | None = None,
+    syncs: Mapping[tuple[Any, Any], Sequence[float]] | None = None,
+    seeds: bool = False,
+    legend_title: str | None = None,
+    ylabel: str | None = None,
+    sharey: bool = True,
+) -> tuple[Figure, np.ndarray]:
+    """Draw a :class:`~analysis.aggregate.Curves`: one line per hue label, faceted by col/row.
+
+    Args:
+        c: the curves (``c.mean``; ``c.runs`` too with ``seeds``).
+        hue, col, row: columns of ``c.mean`` (labels), or None.
+        colors: ``{hue label: colour}``; default :func:`analysis.style.variant_colors`.
+        hue_order, col_values, row_values: the labels in display order (default: those present).
+        on_policy: ``(col value, row value)`` facets whose runs are on-policy throughout (titled so).
+        marks: points to mark (diverged runs), drawn as ``x`` in the hue's colour.
+        mark_runs: the marked runs' own curves (``Curves.runs`` layout), drawn faint and dashed.
+        syncs: ``{(col value, row value): [x, ...]}`` reference-model syncs to mark with thin
+            vertical lines (``x="step"`` figures).
+        seeds: also draw each run's (smoothed) curve faintly; needs ``c.runs``.
+        legend_title: title of the legend (e.g. the hue's keys).
+        ylabel: y-axis label; default the metric's label.
+        sharey: share y limits across facets (limits from robust quantiles of all drawn values).
+
+    Returns:
+        ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. Facets without data say "no data"
+        (or that they are on-policy, for an importance-ratio metric).
+    """
+    agg = c.mean
+    hue_labels = _hue_order(agg, hue, hue_order)
+    colors = dict(colors) if colors is not None else {}
+    for lab, col_ in style.variant_colors(hue_labels or ["all"]).items():
+        colors.setdefault(lab, col_)
+    cols = _facet_values(agg, col, col_values)
+    rows = _facet_values(agg, row, row_values)
+    on_policy = {tuple(f) for f in on_policy}
+    ratio = is_ratio_metric(c.metric)
+    with style.context():
+        fig = style.figure(len(cols), len(rows))
+        axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=sharey)
+        drawn: list[str] = []
+        limit_values: list[np.ndarray] = []
+        for i, rv in enumerate(rows):
+            for j, cv in enumerate(cols):
+                ax = axes[i, j]
+                part = _select(agg, col, cv, row, rv)
+                facet_on_policy = (cv, rv) in on_policy
+                if part.empty or part["mean"].isna().all():
+                    no_data(ax, ON_POLICY_NOTE if ratio and facet_on_policy else "no data")
+                else:
+                    if seeds and c.runs is not None:
+                        rs = _select(c.runs, col, cv, row, rv)
+                        for _, p in rs.groupby(layout.RUN_ID, sort=False):
+                            lab = str(p[hue].iloc[0]) if hue else "all"
+                            ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
+                            limit_values.append(p["y"].to_numpy())
+                    for lab in hue_labels or [None]:
+                        p = part if lab is None else part[(part[hue] == lab).to_numpy()]
+                        if len(p) and p["mean"].notna().any():
+                            _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or c.metric)
+                            limit_values.append(p[["mean", "lo", "hi"]].to_numpy())
+                            if lab is not None and lab not in drawn:
+                                drawn.append(lab)
+                _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors)
+                for xs in (syncs or {}).get((cv, rv), ()):
+                    ax.axvline(xs, color="0.55", linewidth=0.5, linestyle=":", zorder=0)
+                ax.set_title(_panel_title([_str(rv), _str(cv)], facet_on_policy))
+                if i == len(rows) - 1:
+                    ax.set_xlabel(X_LABELS.get(c.x, c.x))
+                if j == 0:
+                    ax.set_ylabel(ylabel or metric_label(c.metric))
+        lim = robust_limits(np.concatenate([v.ravel() for v in limit_values])) if limit_values else None
+        lim = clamp_limits(lim, c.metric, agg["mean"].to_numpy())
+        if lim is not None and sharey:
+            axes[0, 0].set_ylim(*lim)
+        extra = []
+        if marks:
+            extra.append(
+                Line2D([], [], color="0.3", marker="x", linestyle="--", linewidth=0.6, label="diverged run")
+            )
+        if syncs:
+            extra.append(Line2D([], [], color="0.55", linestyle=":", linewidth=0.8, label="reference synced"))
+        if hue is not None or extra:
+            fit_legend(
+                fig, [*line_handles([h for h in hue_labels if h in drawn], colors), *extra], legend_title
+            )
+    return fig, axes
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors) -> None:
+    for m in marks:
+        if (col is not None and m.col != _str(cv)) or (row is not None and m.row != _str(rv)):
+            continue
+        color = colors.get(m.hue, "0.3") if m.hue is not None else "0.3"
+        if mark_runs is not None and len(mark_runs):
+            own = _select(mark_runs, col, cv, row, rv)
+            if hue is not None and m.hue is not None:
+                own = own[(own[hue].astype(str) == m.hue).to_numpy()]
+            for _, p in own.groupby(layout.RUN_ID, sort=False):
+                ax.plot(p["x"], p["y"], color=color, alpha=0.6, linewidth=0.7, linestyle="--")
+        if np.isfinite(m.y):
+            ax.plot(
+                [m.x], [m.y], marker="x", color=color, markersize=6, markeredgewidth=1.5, linestyle="none"
+            )
+        else:
+            ax.plot(
+                [m.x],
+                [1.0],
+                marker="x",
+                color=color,
+                markersize=6,
+                markeredgewidth=1.5,
+                linestyle="none",
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+            )
 
 
 def plot_curves(
@@ -502,7 +334,7 @@ def plot_curves(
     row: str | None = None,
     ci: Literal["t", "bootstrap"] = "t",
     confidence: float = 0.95,
-    smoothing: Mapping[str, float] | None = None,
+    smoothing: Any = None,
     n_boot: int = 1000,
     seed: int = 0,
     colors: Mapping[str, str] | None = None,
@@ -511,28 +343,21 @@ def plot_curves(
 ) -> tuple[Figure, np.ndarray]:
     """Mean ``metric`` over runs with its band, one line per ``hue`` value, faceted by ``col``/``row``.
 
-    Args:
-        df: frame from :func:`analysis.load.load`.
-        metric: the y column (e.g. ``"reward"``).
-        x: ``"step"``, ``"tokens"`` or ``"time"``.
-        hue: column whose values are the lines (grid axis such as ``loss_type``); None for one line.
-        col, row: columns whose values are facet columns/rows, or None.
-        ci, confidence, smoothing, n_boot, seed: see :func:`aggregate`.
-        colors: ``{label: colour}``; default :func:`analysis.style.variant_colors` of the labels.
-            Pass the same mapping to every figure of a report for consistent colours.
-        agg: a precomputed :func:`aggregate` result to draw instead of computing one.
-        sharey: share y limits across facets.
+    A convenience over :func:`analysis.aggregate.curves` and :func:`plot_curve_set` for a frame
+    from :func:`analysis.load.load`. An importance-ratio metric is drawn over off-policy steps
+    only. ``agg``: a precomputed :func:`analysis.aggregate.aggregate` frame to draw instead.
 
     Returns:
         ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. The figure legend lists every
         hue value drawn (a missing value as ``"(none)"``). Facets without data say "no data".
 
     Raises:
-        KeyError, ValueError: as :func:`aggregate`.
+        KeyError, ValueError: as :func:`analysis.aggregate.curves`.
     """
-    by = [c for c in (hue, col, row) if c is not None]
+    by = [b for b in (hue, col, row) if b is not None]
     if agg is None:
-        agg = aggregate(
+        rows = off_policy_rows(df)[0] if is_ratio_metric(metric) else None
+        c = curves(
             df,
             metric,
             x=x,
@@ -542,44 +367,23 @@ def plot_curves(
             smoothing=smoothing,
             n_boot=n_boot,
             seed=seed,
+            rows=rows,
         )
-    hue_labels = list(agg[hue].cat.categories) if hue is not None and len(agg) else []
-    colors = dict(colors) if colors is not None else {}
-    for lab, c in style.variant_colors(hue_labels or ["all"]).items():
-        colors.setdefault(lab, c)
-    cols, rows = _facet_values(df, agg, col), _facet_values(df, agg, row)
-    with style.context():
-        fig = style.figure(len(cols), len(rows))
-        axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=sharey)
-        drawn: list[str] = []
-        for i, rv in enumerate(rows):
-            for j, cv in enumerate(cols):
-                ax = axes[i, j]
-                sel = np.ones(len(agg), dtype=bool)
-                if row is not None and rv is not None:
-                    sel &= (agg[row] == rv).to_numpy()
-                if col is not None and cv is not None:
-                    sel &= (agg[col] == cv).to_numpy()
-                part = agg[sel]
-                if part.empty or part["mean"].isna().all():
-                    _no_data(ax)
-                elif hue is None:
-                    _draw(ax, part, colors["all"], metric)
-                else:
-                    for lab in hue_labels:
-                        p = part[(part[hue] == lab).to_numpy()]
-                        if len(p) and p["mean"].notna().any():
-                            _draw(ax, p, colors[lab], lab)
-                            if lab not in drawn:
-                                drawn.append(lab)
-                ax.set_title(_panel_title(col, cv, row, rv))
-                if i == len(rows) - 1:
-                    ax.set_xlabel(X_LABELS.get(x, x))
-                if j == 0:
-                    ax.set_ylabel(metric_label(metric))
-        if hue is not None:
-            _legend(fig, [lab for lab in hue_labels if lab in drawn], colors, hue)
-    return fig, axes
+    else:
+        c = Curves(agg, None, agg.attrs.get("caption", ""), metric, x, {}, 0)
+    cols = _facet_values(df, col, None)
+    rws = _facet_values(df, row, None)
+    return plot_curve_set(
+        c,
+        hue=hue,
+        col=col,
+        row=row,
+        colors=colors,
+        col_values=cols,
+        row_values=rws,
+        legend_title=hue,
+        sharey=sharey,
+    )
 
 
 def plot_panels(
@@ -591,16 +395,21 @@ def plot_panels(
     col: str | None = None,
     ci: Literal["t", "bootstrap"] = "t",
     confidence: float = 0.95,
-    smoothing: Mapping[str, float] | None = None,
+    smoothing: Any = None,
     colors: Mapping[str, str] | None = None,
     ncols: int = 3,
     skip_missing: bool = True,
+    on_policy: Sequence[Any] = (),
+    legend_title: str | None = None,
+    aggs: Mapping[str, Curves] | None = None,
 ) -> tuple[Figure, np.ndarray]:
     """Training-dynamics panels: one panel per metric (eval accuracy, entropy, KL, clipping, ...).
 
-    Each panel is :func:`aggregate` of one metric (mean over runs, band as ``ci``). A metric that
-    is absent or all-NaN in ``df`` is left out (``skip_missing``) or drawn as a "no data" panel; if
-    no metric has data, one "no data" panel is returned.
+    Each panel is :func:`analysis.aggregate.curves` of one metric (mean over runs, band as ``ci``);
+    importance-ratio metrics (:data:`analysis.aggregate.RATIO_PREFIXES`) count off-policy steps
+    only (:func:`analysis.aggregate.off_policy_rows`). A metric that is absent or all-NaN in ``df``
+    is left out (``skip_missing``) or drawn as a "no data" panel; if no metric has data, one "no
+    data" panel is returned. Each panel has its own robust y-limits.
 
     Args:
         df: frame from :func:`analysis.load.load`.
@@ -609,6 +418,9 @@ def plot_panels(
         col: with a column given, panels are laid out metrics × ``col`` values instead of wrapped.
         ncols: panels per row when ``col`` is None.
         skip_missing: drop metrics without data instead of drawing "no data".
+        on_policy: ``col`` values whose runs are on-policy throughout.
+        legend_title: legend title (default ``hue``).
+        aggs: precomputed curves per metric (as the report computes them), instead of computing.
 
     Returns:
         ``(fig, axes)``; ``axes`` is 2-D; unused trailing axes are hidden. The figure legend lists
@@ -617,23 +429,27 @@ def plot_panels(
     present = [m for m in metrics if m in df.columns and df[m].notna().any()]
     shown = present if skip_missing else list(metrics)
     by = [c for c in (hue, col) if c is not None]
-    aggs = {
-        m: aggregate(df, m, x=x, by=by, ci=ci, confidence=confidence, smoothing=smoothing) for m in present
-    }
-    hue_labels: list[str] = []
-    for a in aggs.values():
-        if hue is not None and len(a):
-            hue_labels.extend(c for c in a[hue].cat.categories if c not in hue_labels)
-    if hue is not None and hue in df.columns:
-        order = list(variant_labels(df[hue].drop_duplicates()).categories)
-        hue_labels = [h for h in order if h in hue_labels] + [h for h in hue_labels if h not in order]
+    if aggs is None:
+        off = off_policy_rows(df)[0]
+        aggs = {
+            m: curves(
+                df,
+                m,
+                x=x,
+                by=by,
+                ci=ci,
+                confidence=confidence,
+                smoothing=smoothing,
+                rows=off if is_ratio_metric(m) else None,
+            )
+            for m in present
+        }
+    hue_labels = _hue_order(df, hue, None)
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(hue_labels or ["all"]).items():
         colors.setdefault(lab, c)
-    if col is not None and col in df.columns:
-        col_values = list(variant_labels(df[col].drop_duplicates()).categories)
-    else:
-        col_values = [None]
+    col_values = _facet_values(df, col, None)
+    on_policy = set(on_policy)
 
     if col is None:
         n = max(len(shown), 1)
@@ -645,31 +461,43 @@ def plot_panels(
         cells = [(i, j, m, cv) for i, m in enumerate(shown) for j, cv in enumerate(col_values)]
 
     with style.context():
-        fig = style.figure(nc, nr, panel_height=1.8)
+        fig = style.figure(nc, nr, panel_height=1.7)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True)
         used = set()
         drawn: list[str] = []
         for i, j, m, cv in cells:
             ax = axes[i, j]
             used.add((i, j))
-            a = aggs.get(m)
+            c = aggs.get(m)
+            a = None if c is None else c.mean
             if a is not None and col is not None:
                 a = a[(a[col] == cv).to_numpy()]
+            ratio = is_ratio_metric(m)
             if a is None or a.empty or a["mean"].isna().all():
-                _no_data(ax)
-            elif hue is None:
-                _draw(ax, a, colors["all"], m)
+                no_data(
+                    ax,
+                    ON_POLICY_NOTE
+                    if ratio and (cv in on_policy or (col is None and on_policy))
+                    else "no data",
+                )
             else:
-                for lab in hue_labels:
-                    p = a[(a[hue] == lab).to_numpy()]
+                vals = []
+                for lab in hue_labels or [None]:
+                    p = a if lab is None else a[(a[hue] == lab).to_numpy()]
                     if len(p) and p["mean"].notna().any():
-                        _draw(ax, p, colors[lab], lab)
-                        if lab not in drawn:
+                        _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or m)
+                        vals.append(p[["mean", "lo", "hi"]].to_numpy())
+                        if lab is not None and lab not in drawn:
                             drawn.append(lab)
-            title = metric_label(m)
-            ax.set_title(title if cv is None else f"{title}\n{col}={cv}")
+                lim = robust_limits(np.concatenate([v.ravel() for v in vals])) if vals else None
+                lim = clamp_limits(lim, m, a["mean"].to_numpy())
+                if lim is not None:
+                    ax.set_ylim(*lim)
+            title = metric_label(m) + ("\noff-policy steps" if ratio else "")
+            facet = "" if cv is None else f"\n{cv}" + (" (on-policy)" if cv in on_policy else "")
+            ax.set_title(title + facet)
         if not cells:
-            _no_data(axes[0, 0])
+            no_data(axes[0, 0])
             used.add((0, 0))
         for i in range(nr):
             for j in range(nc):
@@ -679,109 +507,264 @@ def plot_panels(
                     axes[i, j].set_xlabel(X_LABELS.get(x, x))
                     axes[i, j].xaxis.set_tick_params(labelbottom=True)
         if hue is not None:
-            _legend(fig, [lab for lab in hue_labels if lab in drawn], colors, hue)
+            fit_legend(
+                fig, line_handles([lab for lab in hue_labels if lab in drawn], colors), legend_title or hue
+            )
     return fig, axes
 
 
-_WSEQ_Q = ("w_seq/p05", "w_seq/p50", "w_seq/p95")
+WSEQ_Q = ("w_seq/p05", "w_seq/p50", "w_seq/p95")
+
+
+def wseq_bands(
+    df: pd.DataFrame,
+    *,
+    by: Sequence[str],
+    x: XKind = "step",
+    rows: np.ndarray | None = None,
+    smoothing: Mapping[str, Any] | None = None,
+    split: str | None = None,
+) -> pd.DataFrame:
+    """Per (group, x): the median over runs of each run's per-step w_seq p05, p50 and p95.
+
+    Each run's quantile series is taken over ``rows`` only (off-policy steps), smoothed on the
+    log scale (``smoothing``: keywords of :func:`analysis.aggregate.smooth`), and the median over
+    the group's runs is taken at each x (the median, because ratios are heavy-tailed and one run's
+    blow-up should not move the summary). Zero (underflow) becomes NaN and infinity stays
+    infinite before smoothing; both are dropped from the median.
+
+    Args:
+        df: frame from :func:`analysis.load.load` with ``w_seq/p05``, ``w_seq/p50``, ``w_seq/p95``.
+        by: label columns (hue and facets).
+        x: x kind; for tokens and time each step is placed at the median x over runs at that step.
+        rows: bool mask over ``df``'s rows; None for every row.
+        smoothing: ``{}``/None, ``{"window": n}`` or ``{"ema": a}``.
+        split: a column (e.g. ``reuse_index``) whose values become separate series in each group.
+
+    Returns:
+        Columns ``*by``, (``split``), ``step``, ``x``, ``p05``, ``p50``, ``p95`` (w_seq units),
+        ``n`` (runs), sorted by group and step. Empty when no row has w_seq quantiles.
+    """
+    have = [q for q in WSEQ_Q if q in df.columns]
+    keys = [*by, *([split] if split else [])]
+    if len(have) < 3:
+        return pd.DataFrame(columns=[*keys, "step", "x", "p05", "p50", "p95", "n"])
+    mask = np.ones(len(df), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+    work = df.loc[mask, [layout.RUN_ID, layout.STEP, *keys, *WSEQ_Q]].copy()
+    try:
+        work["x"] = x_values(df, x)[mask]
+    except KeyError:
+        work["x"] = work[layout.STEP].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for q in WSEQ_Q:
+            v = work[q].to_numpy(dtype=np.float64)
+            work[q] = np.log(np.where(v > 0, v, np.nan))
+    work = work.dropna(subset=list(WSEQ_Q), how="all")
+    if smoothing:
+        parts = []
+        for _, p in work.groupby([layout.RUN_ID, *([split] if split else [])], observed=True, sort=False):
+            p = p.sort_values(layout.STEP)
+            for q in WSEQ_Q:
+                v = p[q].to_numpy()
+                ok = np.isfinite(v)
+                out = np.full(v.shape, np.nan)
+                if ok.any():
+                    out[ok] = smooth(v[ok], **smoothing)
+                p[q] = out
+            parts.append(p)
+        work = pd.concat(parts) if parts else work
+    for q in WSEQ_Q:
+        work[q] = work[q].where(np.isfinite(work[q]))
+    out = (
+        work.groupby([*keys, layout.STEP], observed=True, sort=True)
+        .agg(
+            x=("x", "median"),
+            p05=(WSEQ_Q[0], "median"),
+            p50=(WSEQ_Q[1], "median"),
+            p95=(WSEQ_Q[2], "median"),
+            n=(layout.RUN_ID, "nunique"),
+        )
+        .reset_index()
+    )
+    for q in ("p05", "p50", "p95"):
+        out[q] = np.exp(out[q].to_numpy(dtype=np.float64))
+    return out
 
 
 def plot_wseq(
-    df: pd.DataFrame,
+    df: pd.DataFrame | None = None,
     *,
     hue: str | None = "loss_type",
     x: XKind = "step",
     colors: Mapping[str, str] | None = None,
     ncols: int = 4,
+    col: str | None = None,
+    bands: pd.DataFrame | None = None,
+    split: str | None = None,
+    hue_order: Sequence[str] | None = None,
+    col_values: Sequence[Any] | None = None,
+    on_policy: Sequence[Any] = (),
+    smoothing: Mapping[str, Any] | None = None,
+    empty_text: str | None = None,
 ) -> tuple[Figure, np.ndarray]:
-    """Sequence importance ratio ``w_seq`` over training: one panel per ``hue`` value.
+    """The sequence importance ratio ``w_seq`` over training, one panel per variant (and facet).
 
-    Per (variant, step), the median over runs of each run's per-step ``w_seq/p05``, ``p50`` and
-    ``p95`` (the median, because ratios are heavy-tailed and a single run's blow-up should not
-    move the summary); the band spans p05 to p95, the line is p50, on a log y axis with a dashed
-    reference at ``w_seq = 1`` (on-policy). Values ``<= 0`` (underflow) and ``inf`` are clipped
-    to the plotted range; a run whose ratio is exactly 1 throughout gives a flat line at 1.
+    Per (variant, step): the median over runs of each run's per-step p05, p50 and p95 of
+    ``w_seq`` over its completions (:func:`wseq_bands`), over off-policy steps only. The band
+    spans p05 to p95, the line is p50, on a log axis limited to the range the plotted quantiles
+    actually take (robust 1%-99% of them), with a dashed reference at ``w_seq = 1``. With ``split``
+    (e.g. ``reuse_index``) each value gets its own line and band, darker for later passes.
 
     Args:
-        df: frame from :func:`analysis.load.load` with the ``w_seq/p05|p50|p95`` columns.
-        hue: column whose values get one panel each; None pools all runs into one panel.
-        x: ``"step"``, ``"tokens"`` or ``"time"``; for the latter two, each step is placed at the
-            mean x over runs at that step.
-        colors: ``{label: colour}`` as in :func:`plot_curves`.
-        ncols: panels per row.
+        df: frame from :func:`analysis.load.load`; not needed when ``bands`` is given.
+        hue: variant column; one panel per value (None pools all runs into one panel).
+        x: ``"step"``, ``"tokens"`` or ``"time"``.
+        colors: ``{label: colour}``.
+        ncols: panels per row without ``col``.
+        col: facet column: panels are then laid out ``col`` values (rows) × variants (columns).
+        bands: precomputed :func:`wseq_bands` (``by`` = [hue, col] present ones).
+        split: column of ``bands`` splitting each panel's series.
+        hue_order, col_values: display order of variants and facets.
+        on_policy: ``col`` values whose runs are on-policy throughout (their row is left out and
+            named in a note).
+        smoothing: smoothing keywords when ``bands`` is computed here.
+        empty_text: what a panel without data says (default: "no data" when ``df`` lacks the w_seq
+            quantiles, else "no off-policy steps").
 
     Returns:
-        ``(fig, axes)``, ``axes`` 2-D; a variant (or the whole frame) without w_seq data gets a
-        "no data" panel. The figure legend lists every variant panel.
+        ``(fig, axes)``, ``axes`` 2-D; a panel without off-policy w_seq data says so.
     """
-    cols = [c for c in _WSEQ_Q if c in df.columns]
-    work = pd.DataFrame({"step": df[layout.STEP].to_numpy()})
-    try:
-        work["x"] = x_values(df, x)
-    except KeyError:
-        work["x"] = work["step"].astype(np.float64)
-    for c in _WSEQ_Q:
-        work[c] = df[c].to_numpy(dtype=np.float64) if c in cols else np.nan
-    work["hue"] = variant_labels(df[hue]) if hue is not None else pd.Categorical(["all"] * len(df))
-    labels = list(work["hue"].cat.categories) if len(work) else ["all"]
-    med = (
-        work.dropna(subset=list(_WSEQ_Q), how="all")
-        .groupby(["hue", "step"], observed=True, sort=True)
-        .agg(x=("x", "mean"), **{c: (c, "median") for c in _WSEQ_Q})
-        .reset_index()
+    by = [b for b in (hue, col) if b is not None]
+    if empty_text is None:
+        have = df is None or all(q in df.columns and df[q].notna().any() for q in WSEQ_Q)
+        empty_text = "no off-policy steps" if have else "no data"
+    if bands is None:
+        if df is None:
+            raise ValueError("give df or bands")
+        rows = off_policy_rows(df)[0]
+        bands = wseq_bands(df, by=by, x=x, rows=rows, smoothing=smoothing, split=split)
+    labels = (
+        list(hue_order)
+        if hue_order is not None
+        else (
+            _hue_order(df, hue, None)
+            if df is not None and hue is not None
+            else (
+                [str(v) for v in bands[hue].drop_duplicates()] if hue is not None and len(bands) else ["all"]
+            )
+        )
     )
+    labels = labels or ["all"]
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(labels).items():
         colors.setdefault(lab, c)
+    facets = _facet_values(df if df is not None else bands, col, col_values)
+    skipped = [f for f in facets if f in set(on_policy)] if col is not None else []
+    facets = [f for f in facets if f not in skipped] or ([None] if col is None else facets)
 
-    vals = med[list(_WSEQ_Q)].to_numpy(dtype=np.float64).ravel()
-    finite_pos = vals[np.isfinite(vals) & (vals > 0)]
-    floor = min(float(finite_pos.min()), 1.0) if finite_pos.size else 1.0
-    ceil = max(float(finite_pos.max()), 1.0) if finite_pos.size else 1.0
-    if ceil / floor < 1.5:
-        # A ratio that is exactly (or nearly) 1 everywhere would give a degenerate log axis.
-        mid = np.sqrt(ceil * floor)
-        floor, ceil = mid / 1.5, mid * 1.5
+    if col is None:
+        n = len(labels)
+        nc = min(ncols, n)
+        nr = -(-n // nc)
+        cells = [(k // nc, k % nc, lab, None) for k, lab in enumerate(labels)]
+    else:
+        nc, nr = len(labels), max(len(facets), 1)
+        cells = [(i, j, lab, fv) for i, fv in enumerate(facets) for j, lab in enumerate(labels)]
 
-    n = max(len(labels), 1)
-    nc = min(ncols, n)
-    nr = -(-n // nc)
+    vals = bands[["p05", "p50", "p95"]].to_numpy(dtype=np.float64).ravel() if len(bands) else np.zeros(0)
+    logs = np.log(vals[np.isfinite(vals) & (vals > 0)])
+    lim = robust_limits(logs, q=0.01, pad=0.08)
+    if lim is None or lim[1] - lim[0] < 0.02:
+        mid = 0.0 if lim is None else (lim[0] + lim[1]) / 2
+        lim = (min(mid - 0.05, -0.01), max(mid + 0.05, 0.01))
+    lo_lim, hi_lim = float(np.exp(min(lim[0], -0.005))), float(np.exp(max(lim[1], 0.005)))
+    split_values = sorted(bands[split].dropna().unique()) if split and len(bands) else [None]
+
     with style.context():
-        fig = style.figure(nc, nr, panel_height=1.8)
+        fig = style.figure(nc, nr, panel_height=1.7)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True, sharey=True)
-        for k, lab in enumerate(labels):
-            ax = axes[k // nc, k % nc]
-            part = med[(med["hue"] == lab).to_numpy()]
+        used = set()
+        for i, j, lab, fv in cells:
+            ax = axes[i, j]
+            used.add((i, j))
+            part = bands
+            if hue is not None:
+                part = part[(part[hue].astype(str) == lab).to_numpy()]
+            if col is not None:
+                part = part[(part[col].astype(str) == str(fv)).to_numpy()]
             ax.set_yscale("log")
             ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8)
             if part.empty:
-                _no_data(ax)
+                no_data(ax, empty_text)
             else:
-                xs = part["x"].to_numpy()
-                q = {c: np.clip(part[c].to_numpy(dtype=np.float64), floor, ceil) for c in _WSEQ_Q}
-                ok = ~(np.isnan(q["w_seq/p05"]) | np.isnan(q["w_seq/p95"]))
-                if ok.any():
-                    ax.fill_between(
-                        xs, q["w_seq/p05"], q["w_seq/p95"], where=ok, color=colors[lab], alpha=0.25, lw=0
+                for k, sv in enumerate(split_values):
+                    p = part if sv is None else part[(part[split] == sv).to_numpy()]
+                    if p.empty:
+                        continue
+                    shade = _shade(colors[lab], k, len(split_values))
+                    xs = p["x"].to_numpy()
+                    q05, q50, q95 = (
+                        np.clip(p[q].to_numpy(dtype=np.float64), lo_lim, hi_lim)
+                        for q in ("p05", "p50", "p95")
                     )
-                ax.plot(xs, q["w_seq/p50"], color=colors[lab])
-            ax.set_ylim(floor / 1.2, ceil * 1.2)
-            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.set_title(textwrap.fill(lab, 28), fontsize="small" if len(lab) > 28 else None)
-            if k % nc == 0:
-                ax.set_ylabel("w_seq (median over runs)")
-        for k in range(len(labels), nr * nc):
-            axes[k // nc, k % nc].set_visible(False)
-        for j in range(nc):
-            last = max((k for k in range(len(labels)) if k % nc == j), default=None)
-            if last is not None:
-                axes[last // nc, j].set_xlabel(X_LABELS.get(x, x))
-                axes[last // nc, j].xaxis.set_tick_params(labelbottom=True)
-        extra = [
-            Patch(facecolor="0.6", alpha=0.4, label="p05-p95 band"),
+                    ok = ~(np.isnan(q05) | np.isnan(q95))
+                    if ok.any():
+                        ax.fill_between(xs, q05, q95, where=ok, color=shade, alpha=0.25, lw=0)
+                    ax.plot(xs, q50, color=shade, label=None if sv is None else f"{split} {format_value(sv)}")
+            ax.set_ylim(lo_lim, hi_lim)
+            _ratio_ticks(ax, lo_lim, hi_lim)
+            title = lab if hue is not None else "all runs"
+            ax.set_title(title if fv is None else f"{title}\n{fv}")
+            if j == 0:
+                ax.set_ylabel("w_seq")
+        for i in range(nr):
+            for j in range(nc):
+                if (i, j) not in used:
+                    axes[i, j].set_visible(False)
+                elif i == nr - 1 or (i + 1, j) not in used:
+                    axes[i, j].set_xlabel(X_LABELS.get(x, x))
+                    axes[i, j].xaxis.set_tick_params(labelbottom=True)
+        extra: list[Any] = [
+            Patch(facecolor="0.6", alpha=0.4, label="p05-p95 of w_seq"),
+            Line2D([], [], color="0.3", linewidth=1.2, label="median (p50)"),
             Line2D([], [], color="0.3", linestyle="--", linewidth=0.8, label="w_seq = 1"),
         ]
-        _legend(fig, labels if hue is not None else [], colors, hue, extra=extra)
+        if split and split_values != [None]:
+            extra.extend(
+                Line2D(
+                    [], [], color=_shade("#555555", k, len(split_values)), label=f"{split} {format_value(v)}"
+                )
+                for k, v in enumerate(split_values)
+            )
+        fit_legend(fig, extra, None)  # panels are titled by their variant
     return fig, axes
+
+
+def _ratio_ticks(ax: Axes, lo: float, hi: float) -> None:
+    """Readable ticks on a log axis of ratios: plain numbers (0.9, 1, 1.1) over a narrow range,
+    powers of ten with 2 and 5 between over a wide one; no minor tick labels."""
+    if hi / lo < 10:
+        ticks = [
+            t
+            for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+            if lo <= t <= hi and t > 0
+        ]
+        if 1.0 not in ticks and lo < 1.0 < hi:
+            ticks.append(1.0)
+        ax.yaxis.set_major_locator(FixedLocator(sorted(ticks)))
+    else:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=10))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _shade(color: str, k: int, n: int) -> str:
+    """``color`` darkened for the k-th of n series (k = 0 is the colour itself)."""
+    if n <= 1 or k == 0:
+        return color
+    from matplotlib.colors import to_hex, to_rgb
+
+    r, g, b = to_rgb(color)
+    f = 1.0 - 0.45 * k / (n - 1)
+    return to_hex((r * f, g * f, b * f))

@@ -174,12 +174,33 @@ def _config_column(values: list[Any], codes: np.ndarray) -> Any:
     return pd.Categorical.from_codes(run_codes[codes], categories=pd.Index(categories, dtype=object))
 
 
+class DamagedConfig(ValueError):
+    """A run's ``config.json`` is not the JSON object the harness writes."""
+
+
 def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """Flattened config, flattened varying values and grid name of one ``config.json``.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: not JSON, or not UTF-8.
+        DamagedConfig: JSON of the wrong shape (not an object; ``config`` or ``varying`` not an
+            object; a section of ``config`` that the harness writes as an object is not one).
+    """
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    cfg = data.get("config") or {}
+    if not isinstance(data, dict):
+        raise DamagedConfig(f"a JSON {type(data).__name__}, not an object")
+    cfg = data.get("config")
     varying = data.get("varying") or {}
-    flat = flatten_config(cfg) if isinstance(cfg, Mapping) else {}
+    if not isinstance(cfg, Mapping):
+        raise DamagedConfig(f"'config' is {type(cfg).__name__}, not an object")
+    if not isinstance(varying, Mapping):
+        raise DamagedConfig(f"'varying' is {type(varying).__name__}, not an object")
+    for section in ("task", "tiny", "trainer", "harness"):
+        if section in cfg and not isinstance(cfg[section], Mapping):
+            raise DamagedConfig(f"'config.{section}' is {type(cfg[section]).__name__}, not an object")
+    flat = flatten_config(cfg)
     varying_flat = {}
     for k, v in varying.items():
         varying_flat[k] = (
@@ -324,7 +345,9 @@ def load(
           int64, float64, or a categorical of strings; missing values are NaN.
 
         ``df.attrs`` holds ``skipped`` (list of ``(path, reason)`` for files not loaded),
-        ``missing_runs``, ``metric_columns``, ``config_columns``, ``constant_config``, ``varying``
+        ``missing_runs``, ``damaged_runs`` (``{run_id: reason}``: runs whose ``config.json``
+        cannot be read or is not the object the harness writes; with ``config`` they are left out
+        of the frame, since their metrics cannot be attributed to a variant), ``metric_columns``, ``config_columns``, ``constant_config``, ``varying``
         (dotted keys) and ``aliases`` (``{alias: dotted key}``). Repeated steps within a run (a
         resumed run that re-logged them) keep the last row written.
 
@@ -350,7 +373,13 @@ def load(
             warnings.warn(f"{len(missing)} requested run(s) not found in {grid_dir}: {shown}", stacklevel=2)
 
     skipped: list[tuple[str, str]] = []
-    cfg = _collect_config(grid_dir, ids, skipped) if config else None
+    damaged: dict[str, str] = {}
+    cfg = _collect_config(grid_dir, ids, skipped, damaged) if config else None
+    if damaged:
+        # Metrics of a run whose settings cannot be read cannot be attributed to a variant.
+        keep = [i for i, rid in enumerate(ids) if rid not in damaged]
+        ids = [ids[i] for i in keep]
+        cfg = _Configs([cfg.rows[i] for i in keep], cfg.keys, cfg.varying)
     requested_cols = (
         None
         if columns is None
@@ -408,6 +437,7 @@ def load(
     df.attrs.update(
         skipped=skipped,
         missing_runs=missing,
+        damaged_runs=damaged,
         metric_columns=metric_names,
         config_columns=config_cols,
         constant_config=constant,
@@ -426,7 +456,9 @@ class _Configs:
         self.varying = varying
 
 
-def _collect_config(grid_dir: Path, ids: list[str], skipped: list[tuple[str, str]]) -> _Configs:
+def _collect_config(
+    grid_dir: Path, ids: list[str], skipped: list[tuple[str, str]], damaged: dict[str, str]
+) -> _Configs:
     rows: list[dict[str, Any]] = []
     varying: dict[str, None] = {}
     try:
@@ -442,7 +474,9 @@ def _collect_config(grid_dir: Path, ids: list[str], skipped: list[tuple[str, str
         try:
             flat, run_varying, grid = _read_config(path)
         except (OSError, ValueError, AttributeError, TypeError) as e:
-            skipped.append((str(path), f"{type(e).__name__}: {e}"))
+            reason = f"{type(e).__name__}: {e}"
+            skipped.append((str(path), reason + "; run left out"))
+            damaged[rid] = f"{path}: {reason}"
             rows.append({})
             continue
         row = dict(flat)

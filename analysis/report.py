@@ -1,10 +1,22 @@
 """``grpo-harness report``: a grid's figures and tables, written to ``results/<grid>/report/``.
 
-:func:`make_report` loads the runs, draws the reward curve, the training-dynamics panels and the
-``w_seq`` dynamics (PNG + PDF), writes the timing, final-performance, learning-check (and, with a
-target, time-to-target) tables as markdown, CSV and LaTeX, and an ``index.md`` that shows each
-output with one line saying what it compares. Colours per variant are fixed once for the whole
-report.
+Three steps, so the numbers can be checked (and timed) apart from the drawing:
+
+1. :func:`load_report_inputs`: the runs' metrics (:func:`analysis.load.load`) and end states
+   (:func:`analysis.states.read_states`);
+2. :func:`compute_report`: every figure's and table's numbers (pure: frames in, a
+   :class:`ReportData` out);
+3. :func:`render_report`: figures (PNG + PDF), tables (markdown, CSV, LaTeX) and ``index.md``.
+
+What the report stands behind: tables and figures count finished runs only (``DONE``); every
+other run is listed with its state and step (diverged at step s in which metric, failed,
+unfinished at step s of ``max_steps``), and ``include_unfinished`` adds them, marked. A run
+whose ``config.json`` is damaged is named and left out. A run that never had a learning signal
+is flagged and never counts as improved. Curves are smoothed by a stated rule; importance-ratio
+metrics are drawn over off-policy steps only.
+
+Layout comes, in order of precedence, from the command line, the grid file's ``report:``
+section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
 """
 
 from __future__ import annotations
@@ -13,16 +25,33 @@ import argparse
 import math
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from analysis import curves, style, tables
+from analysis import aggregate as agg_mod
+from analysis import curves, finals, labels, states, style, tables
+from analysis.aggregate import Curves, off_policy_rows, x_values
+from analysis.curves import DYNAMICS_METRICS
 from analysis.load import SkippedFileWarning, list_runs, load, read_grid, seed_column
 from harness import layout
 
-__all__ = ["ReportError", "add_arguments", "main", "make_report", "parse_baseline"]
+__all__ = [
+    "ReportData",
+    "ReportError",
+    "ReportSettings",
+    "add_arguments",
+    "compute_report",
+    "load_report_inputs",
+    "main",
+    "make_report",
+    "parse_baseline",
+    "render_report",
+]
 
 
 class ReportError(ValueError):
@@ -31,27 +60,97 @@ class ReportError(ValueError):
 
 _X_CHOICES = ("step", "tokens", "time")
 
-
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
 REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
 
+#: Column names of the label columns the report adds to the metrics frame.
+VARIANT, PANEL, PANEL_ROW = "variant", "panel", "panel row"
+#: Per-run number of harness runs sharing the run's CPUs or GPU while it trained.
+AT_ONCE = "runs at once"
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """How a report is laid out. Keys are dotted config keys (``trainer.epsilon``), an alias
+    (``loss_type``) or a key's last component.
+
+    Attributes:
+        hue: keys whose values are the compared variants (colours); None: ``loss_type`` when it
+            varies, else every key that differs.
+        col, row: keys faceted into panel columns / rows.
+        baseline: ``KEY=VALUE[, KEY=VALUE]`` or a variant label; None for none.
+        x: ``step``, ``tokens`` or ``time``.
+        smoothing: ``auto`` (trailing mean over a tenth of each run's points), ``none``,
+            ``{"window": n}`` or ``{"ema": a}``.
+        metric: the score of the tables and final-score figures.
+        curves: one curve figure per metric (default: ``metric``).
+        metrics: training-dynamics panels.
+        target: also tabulate the time to reach ``metric >= target``.
+        lead: ``curves`` or ``final``: which figure comes first.
+        seeds: also draw each run's curve faintly.
+        ci: ``t`` or ``bootstrap`` bands.
+        include_unfinished: count runs that did not finish too (marked).
+        wseq_split: split the w_seq figure by this column (e.g. ``reuse_index``).
+    """
+
+    hue: tuple[str, ...] | None = None
+    col: tuple[str, ...] = ()
+    row: tuple[str, ...] = ()
+    baseline: str | None = "loss_type=grpo"
+    x: str = "step"
+    smoothing: Any = agg_mod.AUTO
+    metric: str = "reward"
+    curves: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = DYNAMICS_METRICS
+    target: float | None = None
+    lead: str = "curves"
+    seeds: bool = False
+    ci: str = "t"
+    include_unfinished: bool = False
+    wseq_split: str | None = None
+
+    @classmethod
+    def merged(cls, grid_section: Mapping[str, Any] | None, **given: Any) -> ReportSettings:
+        """Defaults, overridden by a grid file's ``report:`` section, overridden by ``given``
+        (keyword arguments that are None count as not given)."""
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for source in (grid_section or {}, {k: v for k, v in given.items() if v is not None}):
+            for k, v in source.items():
+                if k not in names:
+                    continue
+                if k in ("hue", "col", "row", "curves", "metrics"):
+                    v = (v,) if isinstance(v, str) else tuple(v)
+                values[k] = v
+        return replace(cls(), **values)
+
 
 def parse_baseline(text: str | None) -> tuple[str | None, str | None]:
-    """``"loss_type=grpo"`` → ``("loss_type", "grpo")``; ``"grpo"`` → ``(None, "grpo")`` (the hue)."""
+    """``"loss_type=grpo"`` → ``("loss_type", "grpo")``; ``"grpo"`` → ``(None, "grpo")`` (a label)."""
     if not text:
         return None, None
-    if "=" in text:
+    if "=" in text and "," not in text:
         key, value = text.split("=", 1)
         return key.strip() or None, value.strip()
     return None, text.strip()
 
 
+def _baseline_pairs(text: str) -> list[tuple[str, str]] | None:
+    """``"a=1, b=2"`` → ``[("a", "1"), ("b", "2")]``; None when the text is a label."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all("=" in p for p in parts):
+        return None
+    return [(k.strip(), v.strip()) for k, v in (p.split("=", 1) for p in parts)]
+
+
 def _resolve_column(df: pd.DataFrame, name: str | None) -> str | None:
-    """A column for a grid axis named as given, by alias, or by its last dotted component."""
+    """A column for a grid key named as given, by alias, or by its last dotted component."""
     if name is None:
         return None
     if name in df.columns:
         return name
+    if f"trainer.{name}" in df.columns:
+        return f"trainer.{name}"
     ends = [c for c in df.columns if isinstance(c, str) and c.endswith("." + name)]
     if len(ends) == 1:
         return ends[0]
@@ -61,117 +160,108 @@ def _resolve_column(df: pd.DataFrame, name: str | None) -> str | None:
     )
 
 
-def _differing_keys(df: pd.DataFrame, exclude: set[str]) -> list[str]:
-    """Config columns whose value differs between runs (seed-like and excluded keys left out)."""
-    per_run = df.drop_duplicates(layout.RUN_ID)
+def _key_column(df: pd.DataFrame, key: str, strict: bool) -> str:
+    """The frame column holding config key ``key``; a key no run sets becomes an all-NaN column
+    unless ``strict`` (a key typed on the command line must exist)."""
+    try:
+        return _resolve_column(df, key)
+    except ReportError:
+        if strict:
+            raise
+        df[key] = np.nan
+        return key
+
+
+def _dotted(df: pd.DataFrame, column: str) -> str:
+    return df.attrs.get("aliases", {}).get(column, column)
+
+
+def _differing_keys(runs: pd.DataFrame, config_columns: Sequence[str], exclude: set[str]) -> list[str]:
+    """Config columns whose value differs between runs (seed-like, harness bookkeeping and
+    excluded keys left out)."""
     out = []
-    for c in df.attrs.get("config_columns", []):
-        if c in exclude or c == "grid" or c == "seed" or c.endswith(".seed"):
+    for c in config_columns:
+        if c in exclude or c in ("grid", "seed") or c.endswith(".seed") or c.startswith("harness."):
             continue
-        if per_run[c].astype(object).map(repr).nunique() > 1:
+        if c not in runs.columns:
+            continue
+        if runs[c].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v)).nunique() > 1:
             out.append(c)
     return out
 
 
-def _short_names(keys: list[str], df: pd.DataFrame) -> dict[str, str]:
-    """Display name per key: its alias, else its last dotted component when unique among ``keys``."""
-    alias_of = {full: alias for alias, full in df.attrs.get("aliases", {}).items()}
-    last = [k.rsplit(".", 1)[-1] for k in keys]
-    return {k: alias_of.get(k) or (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
+@dataclass
+class ReportData:
+    """Every number a report shows, computed by :func:`compute_report`, drawn by :func:`render_report`.
 
-
-def _add_variant_column(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """A ``variant`` column naming each run by the values of ``keys`` ("loss_type=grpo, beta=0").
-
-    The loss type comes first when it is among the keys; keys a run leaves unset (the trainer's
-    default applies) are left out of its label rather than shown as missing. A run that sets none
-    of them is labelled "(defaults)".
+    Attributes:
+        title: the grid's name.
+        settings: the layout used.
+        lines: the report's opening lines (run set, what is compared, notes).
+        left_out: one line per run the tables and figures leave out (state and step).
+        runs: one row per run with metrics (index ``run_id``): labels, state, last step,
+            ``max_steps``, ``no_signal``, ``included``.
+        hue, col, row: label column names in the frames (None when not used).
+        hue_order, col_values, row_values: labels in display order.
+        colors: ``{variant label: colour}``.
+        baseline: the baseline's variant label, or None.
+        variants: one row per (variant, facet) with the full key values.
+        curve_sets: ``{metric: Curves}`` of the curve figures, in order.
+        marks, mark_runs: diverged runs to mark per curve metric.
+        syncs: reference-model sync steps per facet.
+        on_policy: facets whose runs are on-policy throughout.
+        dynamics: ``{metric: Curves}`` of the dynamics panels.
+        wseq: :func:`analysis.curves.wseq_bands` of the included runs' off-policy steps.
+        off_policy_how: how off-policy steps were told (see :func:`analysis.aggregate.off_policy_rows`).
+        scores: final score per included run, with labels.
+        timing, final, check, summary, ttt: tables.
+        profile: :func:`analysis.finals.profile_frame`.
     """
-    per_run = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)
-    names = _short_names(keys, df)
-    keys = sorted(keys, key=lambda k: names[k] != "loss_type")
-    labels = {}
-    for rid, row in per_run.iterrows():
-        parts = [f"{names[k]}={curves.format_value(row[k])}" for k in keys if not pd.isna(row[k])]
-        labels[rid] = ", ".join(parts) if parts else "(defaults)"
-    out = df.copy()
-    out["variant"] = df[layout.RUN_ID].astype(object).map(labels).astype("category")
-    out.attrs = dict(df.attrs)
-    return out
+
+    title: str
+    settings: ReportSettings
+    lines: list[str]
+    left_out: list[str]
+    runs: pd.DataFrame
+    hue: str | None = None
+    col: str | None = None
+    row: str | None = None
+    hue_order: list[str] = field(default_factory=list)
+    col_values: list[Any] = field(default_factory=lambda: [None])
+    row_values: list[Any] = field(default_factory=lambda: [None])
+    colors: dict[str, str] = field(default_factory=dict)
+    baseline: str | None = None
+    legend_title: str | None = None
+    variants: pd.DataFrame | None = None
+    curve_sets: dict[str, Curves] = field(default_factory=dict)
+    marks: dict[str, list[curves.Mark]] = field(default_factory=dict)
+    mark_runs: dict[str, pd.DataFrame | None] = field(default_factory=dict)
+    syncs: dict[tuple[Any, Any], list[float]] = field(default_factory=dict)
+    on_policy: list[tuple[Any, Any]] = field(default_factory=list)
+    dynamics: dict[str, Curves] = field(default_factory=dict)
+    dynamics_missing: list[str] = field(default_factory=list)
+    wseq: pd.DataFrame | None = None
+    off_policy_how: str = ""
+    scores: pd.DataFrame | None = None
+    timing: pd.DataFrame | None = None
+    final: pd.DataFrame | None = None
+    check: pd.DataFrame | None = None
+    summary: pd.DataFrame | None = None
+    ttt: pd.DataFrame | None = None
+    profile: pd.DataFrame | None = None
+    empty: bool = False
 
 
-def _baseline_label(df: pd.DataFrame, hue: str | None, key: str | None, value: str | None) -> str | None:
-    """The hue label of the baseline runs (the most common one among runs matching key=value)."""
-    if value is None or hue is None:
-        return None
-    if key is None:
-        if value not in set(curves.variant_labels(df[hue]).astype(str)):
-            warnings.warn(f"no variant is labelled {value!r}; no baseline", stacklevel=3)
-            return None
-        return value
-    try:
-        col = _resolve_column(df, key)
-    except ReportError:
-        warnings.warn(f"baseline key {key!r} is not a column; no baseline", stacklevel=3)
-        return None
-    per_run = df.drop_duplicates(layout.RUN_ID)
-    match = per_run[curves.variant_labels(per_run[col]).astype(str) == value]
-    if match.empty:
-        warnings.warn(f"no run has {key}={value}; no baseline", stacklevel=3)
-        return None
-    labels = pd.Series(curves.variant_labels(match[hue]).astype(str))
-    counts = labels.value_counts()
-    if len(counts) > 1:
-        warnings.warn(
-            f"baseline {key}={value} spans {len(counts)} variants; using {counts.index[0]!r}", stacklevel=3
-        )
-    return str(counts.index[0])
-
-
-def make_report(
-    grid_dir: str | Path,
-    *,
-    run_ids: Sequence[str] | None = None,
-    all_runs: bool = False,
-    baseline: str | None = "loss_type=grpo",
-    x: str = "step",
-    hue: str | None = "loss_type",
-    col: str | None = None,
-    row: str | None = None,
-    metric: str = "reward",
-    target: float | None = None,
-    ci: str = "t",
-    smoothing: dict[str, float] | None = None,
-) -> Path:
-    """Write the figures, tables and ``index.md`` of a grid to ``<grid_dir>/report/``.
-
-    Args:
-        grid_dir: ``results/<grid>``.
-        run_ids: runs to include; default the ``run_ids`` of ``grid.json`` (the grid as currently
-            specified), or every run folder when there is no ``grid.json``.
-        all_runs: include every run folder, and label runs by every config key that differs
-            between them (a ``variant`` column used as hue when more than the hue differs).
-        baseline: ``"key=value"`` (e.g. ``"loss_type=grpo"``) or a hue value; speedups and the
-            probability of improvement are relative to it. None for no baseline.
-        x: x axis of the curves: ``"step"``, ``"tokens"`` (generated) or ``"time"`` (seconds).
-        hue: grid axis whose values are the compared variants (alias or dotted key).
-        col, row: grid axes faceting the reward curve into columns/rows (also table keys).
-        metric: the reward-like metric of the curve and of the performance tables.
-        target: when given, also write the time-to-target table for ``metric >= target``.
-        ci: ``"t"`` (Student-t, default) or ``"bootstrap"`` for the curve bands.
-        smoothing: ``{"window": n}`` (rolling mean over n logged points) or ``{"ema": alpha}``, applied
-            to each run's reward curve before averaging over seeds; None (default) plots raw values.
-
-    Returns:
-        The report folder.
+def load_report_inputs(
+    grid_dir: str | Path, run_ids: Sequence[str] | None = None, *, all_runs: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None, str]:
+    """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set.
 
     Raises:
-        FileNotFoundError: if ``grid_dir`` has no ``runs/`` folder.
-        ReportError: (a ValueError) if ``x`` is unknown or ``hue``/``col``/``row`` is not a column.
+        FileNotFoundError: no ``runs/`` folder.
+        ReportError: a damaged ``grid.json``.
     """
     grid_dir = Path(grid_dir)
-    if x not in _X_CHOICES:
-        raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
     if not (grid_dir / layout.RUNS_DIR).is_dir():
         raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir} (is it results/<grid>?)")
     try:
@@ -180,203 +270,799 @@ def make_report(
             raise ValueError("not a JSON object")
     except ValueError as e:
         raise ReportError(f"{grid_dir / layout.GRID_FILE}: {e}; fix or delete it, or use --all") from e
-    out = grid_dir / layout.REPORT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.iterdir():  # a previous report's figures and tables must not outlive their data
-        if old.is_file() and old.suffix in REPORT_SUFFIXES:
-            old.unlink()
-
     if all_runs:
         ids = list_runs(grid_dir)
         run_set = f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
     elif run_ids is not None:
         ids = list(run_ids)
         run_set = f"{len(ids)} run(s) given on the command line"
-    elif grid_info and grid_info.get("run_ids") is not None:
-        ids = list(grid_info["run_ids"])
+    elif grid_info and isinstance(grid_info.get("run_ids"), list):
+        ids = [str(r) for r in grid_info["run_ids"]]
         run_set = f"the {len(ids)} run(s) of {layout.GRID_FILE} (the grid as currently specified)"
     else:
         ids = list_runs(grid_dir)
         run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
         df = load(grid_dir, ids)
     for w in caught:
         if issubclass(w.category, SkippedFileWarning):
             print(f"report: {w.message}", file=sys.stderr)
-        else:
+        elif "not found" not in str(w.message):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    present = set(list_runs(grid_dir))
+    st = states.read_states(grid_dir, [r for r in ids if r in present])
+    df.attrs["run_set"] = run_set
+    df.attrs["requested_runs"] = ids
+    return df, st, grid_info, run_set
 
-    lines = [f"# Report: {grid_info.get('name', grid_dir.name) if grid_info else grid_dir.name}", ""]
-    lines.append(f"Runs: {run_set}; {df[layout.RUN_ID].nunique()} with metrics, {len(df)} logged steps.")
-    if df.attrs.get("missing_runs"):
-        lines.append(f"Not found on disk (not started?): {len(df.attrs['missing_runs'])} run(s).")
-    lines.append("")
 
+def compute_report(
+    df: pd.DataFrame,
+    run_states: pd.DataFrame,
+    settings: ReportSettings,
+    *,
+    title: str = "grid",
+    strict_keys: Collection[str] = (),
+) -> ReportData:
+    """Every number of the report: curves, bands, w_seq bands, tables, final scores, profiles.
+
+    Args:
+        df: frame from :func:`analysis.load.load` (every requested run, finished or not).
+        run_states: :func:`analysis.states.read_states` of the same runs.
+        settings: the layout.
+        title: the grid's name.
+        strict_keys: layout keys that must name a column (typed on the command line); any other key
+            that no run sets is all-missing (every run uses TRL's default).
+
+    Returns:
+        A :class:`ReportData`.
+
+    Raises:
+        ReportError: ``x``, a layout key or the metric does not fit the results.
+    """
+    s = settings
+    if s.x not in _X_CHOICES:
+        raise ReportError(f"x must be one of {_X_CHOICES}, got {s.x!r}")
+    lines: list[str] = []
+    left_out: list[str] = []
+    data = ReportData(title=title, settings=s, lines=lines, left_out=left_out, runs=pd.DataFrame())
+    requested = df.attrs.get("requested_runs") or list(run_states.index)
+    missing_runs = list(df.attrs.get("missing_runs") or [])
+    damaged = dict(df.attrs.get("damaged_runs") or {})
+    with_metrics = set(df[layout.RUN_ID].astype(object).unique()) if len(df) else set()
+    for rid in requested:
+        if rid in damaged:
+            left_out.append(f"`{rid}`: damaged run file, left out ({damaged[rid]})")
+        elif rid in missing_runs:
+            left_out.append(f"`{rid}`: no run folder yet (not started)")
+        elif rid not in with_metrics:
+            state = run_states.loc[rid, "state"] if rid in run_states.index else states.UNFINISHED
+            what = "failed before its first step" if state == states.FAILED else "no metrics logged yet"
+            left_out.append(f"`{rid}`: {what}")
     if df.empty:
-        lines.append("No metrics yet: nothing to plot.")
-        _write_index(out, lines, df)
-        return out
+        data.empty = True
+        return data
 
     try:
-        curves.x_values(df, x)
+        x_values(df, s.x)
     except KeyError as e:
-        raise ReportError(f"--x {x}: {e.args[0]}") from e
-    if metric not in df.columns:
+        raise ReportError(f"--x {s.x}: {e.args[0]}") from e
+    if s.metric not in df.columns:
         known = sorted(c for c in df.columns if c.startswith(("reward", "eval/", "rewards/")))
-        raise ReportError(f"--metric {metric}: no run logged it; logged metrics include {', '.join(known)}")
-    hue_col = _resolve_hue(df, hue)
-    col_col = _resolve_column(df, col)
-    row_col = _resolve_column(df, row)
-    # A grid can vary more than the hue (the clip range with num_iterations, GSPO beside grpo): then
-    # lines are labelled by every key that differs, so no two variants share a line.
-    aliases = df.attrs.get("aliases", {})
-    faceted = {name for c in (col_col, row_col) if c for name in (c, aliases.get(c, c))}
-    differing = [k for k in _differing_keys(df, faceted) if not k.startswith("harness.")]
-    hue_key = aliases.get(hue_col, hue_col) if hue_col else None
-    others = [k for k in differing if k != hue_key]
-    if others:
-        df = _add_variant_column(df, differing)
-        hue_col = "variant"
-        lines.append(f"Variants are labelled by the config keys that differ: {', '.join(differing)}.")
-        if hue != "loss_type" and hue_key:  # an explicit --hue that cannot be the only label
-            note = (
-                f"runs differ in more than --hue {hue} ({', '.join(others)}), so lines are labelled by "
-                "every differing key; facet the others with --col/--row to colour by it alone"
-            )
-            print(f"report: {note}", file=sys.stderr)
-            lines.append(f"Note: {note}.")
-        lines.append("")
-    base_key, base_value = parse_baseline(baseline)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        base_label = _baseline_label(df, hue_col, base_key, base_value)
-    for w in caught:  # the user's to act on, not a code location: a line in the report and on stderr
-        print(f"report: {w.message}; pick one with --baseline KEY=VALUE", file=sys.stderr)
-        lines.append(f"Note: {w.message} (pick one with `--baseline KEY=VALUE`).")
-        lines.append("")
+        raise ReportError(f"--metric {s.metric}: no run logged it; logged metrics include {', '.join(known)}")
 
-    hue_labels = list(curves.variant_labels(df[hue_col]).categories) if hue_col else ["all"]
-    colors = style.variant_colors(hue_labels)
-    seeds = seed_column(df)
-    runs_frame = df.drop_duplicates(layout.RUN_ID)
-    if hue_col:
-        per_variant = pd.Series(curves.variant_labels(runs_frame[hue_col])).value_counts()
+    # One row per run: config values, state, progress.
+    first = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)
+    first.index = first.index.astype(object)
+    runs = first.copy()
+    last_step = df.groupby(layout.RUN_ID, observed=True)[layout.STEP].max()
+    last_step.index = last_step.index.astype(object)
+    runs["last_step"] = last_step.reindex(runs.index)
+    st = run_states.reindex(runs.index)
+    runs["state"] = st["state"].fillna(states.UNFINISHED)
+    runs["marker_step"] = st["marker_step"]
+    runs["diverged_metric"] = st["diverged_metric"]
+    runs["missing_steps"] = st["missing_steps"].fillna(0).astype(int)
+    ms = "trainer.max_steps" if "trainer.max_steps" in runs.columns else None
+    runs["max_steps"] = runs[ms] if ms else np.nan
+    flags = states.signal_flags(df)
+    flags.index = flags.index.astype(object)
+    runs["no_signal"] = flags["no_signal"].reindex(runs.index).fillna(False).astype(bool)
+    runs["zero_variance"] = flags["zero_variance"].reindex(runs.index).fillna(False).astype(bool)
+    done = runs["state"] == states.DONE
+    runs["included"] = done | (s.include_unfinished & ~done)
+
+    # Labels: variant (hue), panel (col), panel row (row).
+    col_keys = [_key_column(df, k, k in strict_keys) for k in s.col]
+    row_keys = [_key_column(df, k, k in strict_keys) for k in s.row]
+    for k in (*col_keys, *row_keys):
+        if k not in runs.columns:
+            runs[k] = first[k] if k in first.columns else np.nan
+    faceted = {_dotted(df, k) for k in (*col_keys, *row_keys)} | set(col_keys) | set(row_keys)
+    config_cols = [c for c in df.attrs.get("config_columns", []) if c in runs.columns]
+    # Labels come from every run with metrics, so a variant keeps its name whichever runs finished.
+    differing = _differing_keys(runs, config_cols, faceted)
+    if s.hue is None:
+        # The loss type names a variant even when it does not vary (a grid over other keys then
+        # reads "dapo, ε 0.2/0.28" rather than "all runs").
+        lt = "trainer.loss_type" if "trainer.loss_type" in runs.columns else None
+        hue_keys = [lt] if lt else list(differing)
+        explicit = False
     else:
-        per_variant = pd.Series([len(runs_frame)])
-    lo_n, hi_n = int(per_variant.min()), int(per_variant.max())
-    lines.append(
-        f"Compared: {hue_col or 'all runs'} ({' | '.join(hue_labels)})"
-        + (f"; baseline {base_label}" if base_label else "; no baseline")
-        + f"; {lo_n if lo_n == hi_n else f'{lo_n}-{hi_n}'} run(s) per variant"
-        + (f" (differing in {seeds})." if seeds and hi_n > 1 else ".")
+        hue_keys = [_key_column(df, k, k in strict_keys) for k in s.hue]
+        for k in hue_keys:
+            if k not in runs.columns:
+                runs[k] = first[k] if k in first.columns else np.nan
+        explicit = True
+    hue_keys = [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys]
+    extra = labels.distinguishing_keys(runs, hue_keys, [k for k in differing if k not in hue_keys])
+    if extra and explicit:
+        note = (
+            f"runs differ in more than the hue ({', '.join(labels.key_title(k) for k in extra)}), so those "
+            "keys are added to the variant labels; facet them with --col/--row to colour by the hue alone"
+        )
+        print(f"report: {note}", file=sys.stderr)
+        lines.append(f"Note: {note}.")
+    label_keys = [*hue_keys, *extra]
+    runs[VARIANT] = labels.label_runs(runs, label_keys)
+    data.hue = VARIANT if label_keys else None
+    data.legend_title = labels.titles(label_keys) if label_keys else None
+    if col_keys:
+        runs[PANEL] = labels.label_runs(
+            runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in col_keys]
+        )
+        data.col = PANEL
+    if row_keys:
+        runs[PANEL_ROW] = labels.label_runs(
+            runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in row_keys]
+        )
+        data.row = PANEL_ROW
+
+    # Runs left out, and notes on the included ones.
+    for rid, r in runs.iterrows():
+        where = _where(r, data)
+        step = None if pd.isna(r["last_step"]) else int(r["last_step"])
+        max_steps = None if pd.isna(r["max_steps"]) else int(r["max_steps"])
+        if r["state"] == states.DIVERGED:
+            marker = None if pd.isna(r["marker_step"]) else int(r["marker_step"])
+            dstep, dmetric = states.divergence_point(
+                df, rid, marker, r["diverged_metric"] if isinstance(r["diverged_metric"], str) else None
+            )
+            runs.at[rid, "marker_step"] = dstep
+            runs.at[rid, "diverged_metric"] = dmetric
+            text = states.describe(r["state"], step=dstep, max_steps=max_steps, metric=dmetric)
+        else:
+            text = states.describe(r["state"], step=step, max_steps=max_steps)
+        if r["state"] != states.DONE:
+            left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
+    notes = []
+    for rid, r in runs[runs["included"]].iterrows():
+        if r["missing_steps"]:
+            notes.append(
+                f"`{rid}` ({_where(r, data)}): {r['missing_steps']} step(s) without metrics "
+                "(a metrics file was unreadable and set aside)"
+            )
+        if r["no_signal"]:
+            why = "zero reward variance in every group" if r["zero_variance"] else "grad_norm 0 on every step"
+            notes.append(
+                f"`{rid}` ({_where(r, data)}): no learning signal ({why}); never counted as improved"
+            )
+    data.runs = runs
+
+    inc = runs[runs["included"]]
+    included_ids = set(inc.index)
+    rid_obj = df[layout.RUN_ID].astype(object)
+    mask = rid_obj.isin(included_ids).to_numpy()
+    work = df[mask].copy()
+    work.attrs = dict(df.attrs)
+    for name in (VARIANT, PANEL, PANEL_ROW):
+        if name in runs.columns:
+            work[name] = pd.Categorical(
+                work[layout.RUN_ID].astype(object).map(runs[name].astype(object)),
+                categories=runs[name].cat.categories,
+                ordered=True,
+            )
+    data.hue_order = (
+        [str(c) for c in runs[VARIANT].cat.categories if c in set(inc[VARIANT].astype(str))]
+        if data.hue
+        else []
     )
-    if hi_n < 2:
+    data.col_values = (
+        [str(c) for c in runs[PANEL].cat.categories if c in set(inc[PANEL].astype(str))]
+        if data.col
+        else [None]
+    )
+    data.row_values = (
+        [str(c) for c in runs[PANEL_ROW].cat.categories if c in set(inc[PANEL_ROW].astype(str))]
+        if data.row
+        else [None]
+    )
+    data.colors = style.variant_colors(data.hue_order or ["all"])
+    by = [c for c in (data.hue, data.col, data.row) if c]
+    data.baseline = _baseline_label(runs[runs["included"]], df, data.hue, s.baseline, lines)
+
+    per_variant = (
+        inc.groupby([VARIANT] if data.hue else [], observed=True).size()
+        if data.hue
+        else pd.Series([len(inc)])
+    )
+    seeds = seed_column(df)
+    lines.append(
+        "Compared: "
+        + (f"{data.legend_title} ({' | '.join(data.hue_order)})" if data.hue else "all runs")
+        + (f", in panels by {labels.titles([_dotted(df, k) for k in col_keys])}" if col_keys else "")
+        + (f" and rows by {labels.titles([_dotted(df, k) for k in row_keys])}" if row_keys else "")
+        + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
+        + (f"; {_count_range(per_variant)} finished run(s) per variant" if len(inc) else "; no finished run")
+        + (f" (differing in {seeds})." if seeds and len(per_variant) and per_variant.max() > 1 else ".")
+    )
+    if len(inc) and per_variant.max() < 2:
         lines.append("With one run per variant there are no confidence intervals.")
+    if s.include_unfinished:
+        lines.append(
+            "Runs that did not finish are included (`--include-unfinished`) and marked in the tables."
+        )
+    lines.extend(f"Note: {n}." for n in notes)
+
+    data.variants = _variants_table(runs, label_keys, data)
+    if work.empty:
+        data.empty = True
+        return data
+
+    # Off-policy steps, on-policy facets.
+    off, data.off_policy_how = off_policy_rows(work)
+    facet_cols = [c for c in (data.col, data.row) if c]
+    if facet_cols:
+        fkeys = (
+            work[facet_cols].astype(str).agg("\x1f".join, axis=1).to_numpy()
+            if len(facet_cols) > 1
+            else work[facet_cols[0]].astype(str).to_numpy()
+        )
+        any_off = pd.Series(off).groupby(fkeys).any()
+        for key, is_off in any_off.items():
+            if not is_off:
+                parts = key.split("\x1f") if len(facet_cols) > 1 else [key]
+                cv = parts[0] if data.col else None
+                rv = parts[-1] if data.row else None
+                data.on_policy.append((cv, rv))
+    elif not off.any():
+        data.on_policy.append((None, None))
+
+    # Curve figures.
+    diverged = runs[(runs["state"] == states.DIVERGED)]
+    curve_metrics = list(s.curves) or [s.metric]
+    for m in curve_metrics:
+        if m not in work.columns:
+            lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
+            continue
+        rows = off if agg_mod.is_ratio_metric(m) else None
+        data.curve_sets[m] = agg_mod.curves(
+            work, m, x=s.x, by=by, ci=s.ci, smoothing=s.smoothing, rows=rows, keep_runs=s.seeds
+        )
+        data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
+    data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
+
+    # Dynamics.
+    for m in s.metrics:
+        if m in work.columns and work[m].notna().any():
+            rows = off if agg_mod.is_ratio_metric(m) else None
+            c = agg_mod.curves(
+                work,
+                m,
+                x=s.x,
+                by=[b for b in (data.hue, data.col) if b],
+                ci=s.ci,
+                smoothing=s.smoothing,
+                rows=rows,
+            )
+            data.dynamics[m] = c
+        else:
+            data.dynamics_missing.append(m)
+
+    # w_seq.
+    split = s.wseq_split if s.wseq_split in work.columns else None
+    wseq_points = (
+        int(np.median(pd.Series(off).groupby(work[layout.RUN_ID].astype(object).to_numpy()).sum()))
+        if len(work)
+        else 0
+    )
+    data.wseq = curves.wseq_bands(
+        work,
+        by=[b for b in (data.hue, data.col) if b],
+        x=s.x,
+        rows=off,
+        smoothing=agg_mod.resolve_smoothing(s.smoothing, wseq_points),
+        split=split,
+    )
+
+    # Tables.
+    timing_by = list(by)
+    at_once = _at_once(work)
+    if at_once is not None:
+        work[AT_ONCE] = work[layout.RUN_ID].astype(object).map(at_once)
+        timing_by.append(AT_ONCE)
+    data.timing = tables.timing_table(work, by=timing_by, baseline=data.baseline)
+    data.timing.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
+    data.final = tables.final_performance_table(work, s.metric, by=by, baseline=data.baseline)
+    data.final.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
+    data.check = tables.learning_check(work, s.metric, by=by)
+    data.summary = tables.learning_summary(data.check, by=by)
+    data.summary.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
+    if s.include_unfinished:
+        for t in (data.timing, data.final, data.summary):
+            _mark_unfinished(t, runs, by)
+        data.check.insert(1, "state", data.check[layout.RUN_ID].map(runs["state"]))
+    if s.target is not None:
+        data.ttt = tables.time_to_target_table(work, s.target, metric=s.metric, by=by, baseline=data.baseline)
+        data.ttt.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
+    scores = tables._final_scores(work, s.metric, None)
+    scores.index = scores.index.astype(object)
+    sc = runs.loc[runs["included"], [b for b in by]].copy()
+    for b in by:
+        sc[b] = sc[b].astype(str)
+    sc["score"] = scores.reindex(sc.index)
+    data.scores = sc.dropna(subset=["score"])
+    data.profile = finals.profile_frame(data.scores, [b for b in (data.hue, data.col) if b])
+    return data
+
+
+def _count_range(counts: pd.Series) -> str:
+    lo, hi = int(counts.min()), int(counts.max())
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _where(r: pd.Series, data: ReportData) -> str:
+    parts = [
+        str(r[c])
+        for c in (VARIANT, PANEL, PANEL_ROW)
+        if c in r.index and getattr(data, {VARIANT: "hue", PANEL: "col", PANEL_ROW: "row"}[c])
+    ]
+    return "; ".join(parts) if parts else "all runs"
+
+
+def _display_names(data: ReportData, df: pd.DataFrame, col_keys, row_keys) -> dict[str, str]:
+    out = {}
+    if data.col:
+        out[PANEL] = labels.titles([_dotted(df, k) for k in col_keys])
+    if data.row:
+        out[PANEL_ROW] = labels.titles([_dotted(df, k) for k in row_keys])
+    return out
+
+
+def _mark_unfinished(table: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> None:
+    """Add a column counting the included runs that did not finish, per table row."""
+    if table is None or table.empty or not by:
+        return
+    inc = runs[runs["included"]]
+    key = inc[by].astype(str).agg("\x1f".join, axis=1)
+    unfinished = (inc["state"] != states.DONE).groupby(key.to_numpy()).sum()
+    tkey = table[by].astype(str).agg("\x1f".join, axis=1)
+    table["unfinished"] = tkey.map(unfinished).fillna(0).astype(int).to_numpy()
+    table.attrs.setdefault("display", {})["unfinished"] = "of which unfinished"
+
+
+def _at_once(work: pd.DataFrame) -> pd.Series | None:
+    """Per run: the median number of runs that shared its CPUs/GPU while it trained (rounded)."""
+    column = layout.CONCURRENT_RUNS
+    if column not in work.columns or work[column].isna().all():
+        return None
+    med = work.groupby(work[layout.RUN_ID].astype(object), sort=False)[column].median()
+    return med.map(lambda v: "unknown" if pd.isna(v) else str(int(round(v))))
+
+
+def _baseline_label(
+    inc: pd.DataFrame, df: pd.DataFrame, hue: str | None, text: str | None, lines: list[str]
+) -> str | None:
+    """The variant label of the baseline runs among the included runs, or None (with a note)."""
+    if not text or hue is None or inc.empty:
+        return None
+    variants = [str(v) for v in inc[VARIANT].astype(str).unique()]
+    pairs = _baseline_pairs(text)
+    if pairs is None:
+        if text in variants:
+            return text
+        _note(lines, f"no variant is labelled {text!r}; no baseline")
+        return None
+    match = np.ones(len(inc), dtype=bool)
+    for key, value in pairs:
+        try:
+            col = _resolve_column(df, key)
+        except ReportError:
+            if "loss_type" in text and text == "loss_type=grpo":
+                return None  # the default baseline on a grid that does not compare loss types
+            _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
+            return None
+        if col not in inc.columns:
+            _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
+            return None
+        match &= (
+            inc[col].map(lambda v: labels.format_value(v) if not labels.is_missing(v) else "") == value
+        ).to_numpy()
+    hit = inc.loc[match, VARIANT].astype(str)
+    if hit.empty:
+        if text != "loss_type=grpo" or "loss_type" in df.columns:
+            _note(lines, f"no finished run has {text}; no baseline")
+        return None
+    counts = hit.value_counts()
+    value = pairs[0][1] if len(pairs) == 1 else None
+    if value is not None and value in counts.index:
+        return value
+    if len(counts) > 1:
+        _note(lines, f"baseline {text} spans {len(counts)} variants; using {counts.index[0]!r}")
+    return str(counts.index[0])
+
+
+def _note(lines: list[str], text: str) -> None:
+    print(f"report: {text}; pick one with --baseline KEY=VALUE", file=sys.stderr)
+    lines.append(f"Note: {text} (pick one with `--baseline KEY=VALUE`).")
+
+
+def _variants_table(runs: pd.DataFrame, keys: list[str], data: ReportData) -> pd.DataFrame | None:
+    """Each (variant, facet) label with the full values of the keys behind it."""
+    if not keys and not data.col and not data.row:
+        return None
+    cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
+    rows = []
+    for key, part in runs.groupby(cols, observed=True, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        r = part.iloc[0]
+        rows.append(
+            {
+                **dict(zip(cols, (str(k) for k in key), strict=True)),
+                "settings": labels.describe_combo(keys, [r[k] for k in keys]) if keys else "",
+                "finished": int((part["state"] == states.DONE).sum()),
+                "other": int((part["state"] != states.DONE).sum()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _divergence_marks(
+    df: pd.DataFrame, runs: pd.DataFrame, diverged: pd.DataFrame, metric: str, data: ReportData
+) -> tuple[list[curves.Mark], pd.DataFrame | None]:
+    """A mark per diverged run at the step it diverged, and its own curve up to there."""
+    if diverged.empty or metric not in df.columns:
+        return [], None
+    s = data.settings
+    ids = set(diverged.index)
+    part = df[df[layout.RUN_ID].astype(object).isin(ids).to_numpy()].copy()
+    for name in (VARIANT, PANEL, PANEL_ROW):
+        if name in runs.columns:
+            part[name] = part[layout.RUN_ID].astype(object).map(runs[name].astype(str))
+    by = [b for b in (data.hue, data.col, data.row) if b]
+    c = agg_mod.curves(part, metric, x=s.x, by=by, smoothing=s.smoothing, keep_runs=True)
+    xs = x_values(part, s.x)
+    marks = []
+    for rid, r in diverged.iterrows():
+        own = c.runs[c.runs[layout.RUN_ID] == str(rid)] if c.runs is not None else pd.DataFrame()
+        step = int(r["marker_step"]) if not pd.isna(r["marker_step"]) else None
+        at = (part[layout.RUN_ID].astype(object) == rid).to_numpy() & (part[layout.STEP] == step).to_numpy()
+        x = float(xs[at][0]) if at.any() else (float(own["x"].max()) if len(own) else float("nan"))
+        y = float(own["y"].iloc[-1]) if len(own) else float("nan")
+        marks.append(
+            curves.Mark(
+                hue=str(r[VARIANT]) if data.hue else None,
+                col=str(r[PANEL]) if data.col else None,
+                row=str(r[PANEL_ROW]) if data.row else None,
+                x=x,
+                y=y,
+            )
+        )
+    return marks, c.runs
+
+
+def _sync_marks(inc: pd.DataFrame, data: ReportData, last: int) -> dict[tuple[Any, Any], list[float]]:
+    """Per facet: the steps at which TRL syncs the reference model, when every run there syncs alike.
+
+    TRL's ``SyncRefModelCallback`` copies (``ref_model_mixup_alpha`` = 1) or mixes the policy into the
+    reference after every ``ref_model_sync_steps``-th optimizer step.
+    """
+    sync, period = "trainer.sync_ref_model", "trainer.ref_model_sync_steps"
+    if sync not in inc.columns or period not in inc.columns:
+        return {}
+    out: dict[tuple[Any, Any], list[float]] = {}
+    keys = [c for c in (PANEL, PANEL_ROW) if c in inc.columns]
+    groups = inc.groupby(keys, observed=True) if keys else [((), inc)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        on = part[sync].map(lambda v: bool(v) if not labels.is_missing(v) else False)
+        periods = set(part.loc[on, period].dropna().astype(int))
+        if not on.all() or len(periods) != 1:
+            continue
+        n = periods.pop()
+        if n <= 0:
+            continue
+        cv = str(key[0]) if data.col else None
+        rv = str(key[-1]) if data.row else None
+        out[(cv, rv)] = [float(k) for k in range(n, last + 1, n)]
+    return out
+
+
+def render_report(data: ReportData, out: Path) -> list[str]:
+    """Draw and write everything of ``data`` into ``out``; returns ``index.md``'s lines."""
+    s = data.settings
+    lines = [f"# Report: {data.title}", ""]
+    lines.extend(data.lines)
     lines.append("")
+    if data.left_out:
+        lines.extend(["## Runs left out" if not s.include_unfinished else "## Runs that did not finish", ""])
+        lines.append(
+            "Tables and figures count finished runs only; these are "
+            + (
+                "included and marked (`--include-unfinished`):"
+                if s.include_unfinished
+                else "left out (`--include-unfinished` adds those with metrics, marked):"
+            )
+        )
+        lines.append("")
+        lines.extend(f"- {line}" for line in data.left_out)
+        lines.append("")
+    if data.empty:
+        lines.append(
+            "No metrics yet: nothing to plot."
+            if data.runs.empty
+            else "No metrics of finished runs yet: nothing to plot."
+        )
+        return lines
 
     def section(title: str, what: str) -> None:
         lines.extend([f"## {title}", "", what, ""])
 
-    # Reward curve.
-    agg = curves.aggregate(
-        df,
-        metric,
-        x=x,
-        by=list(dict.fromkeys(c for c in (hue_col, col_col, row_col) if c)),
-        ci=ci,
-        smoothing=smoothing,
-    )
-    fig, _ = curves.plot_curves(
-        df, metric, x=x, hue=hue_col, col=col_col, row=row_col, colors=colors, agg=agg
-    )
-    stem = f"{_safe(metric)}_{x}"
-    style.save(fig, out / stem)
-    section(
-        f"{metric} vs {curves.X_LABELS[x]}",
-        f"Compares the {metric} learning curves of the variants. {agg.attrs['caption']}",
-    )
-    lines.extend([f"![{metric}]({stem}.png)", "", f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
+    def curve_figures() -> None:
+        for m, c in data.curve_sets.items():
+            fig, _ = curves.plot_curve_set(
+                c,
+                hue=data.hue,
+                col=data.col,
+                row=data.row,
+                colors=data.colors,
+                hue_order=data.hue_order,
+                col_values=data.col_values,
+                row_values=data.row_values,
+                on_policy=data.on_policy,
+                marks=data.marks.get(m, []),
+                mark_runs=data.mark_runs.get(m),
+                syncs=data.syncs,
+                seeds=s.seeds,
+                legend_title=data.legend_title,
+            )
+            stem = f"{_safe(m)}_{s.x}"
+            style.save(fig, out / stem)
+            extra = ""
+            if data.marks.get(m):
+                extra += " Dashed with × : a run that diverged, up to the step it diverged (not in the mean)."
+            if data.syncs:
+                extra += " Dotted verticals: reference-model syncs."
+            if s.seeds:
+                extra += " Faint lines: each run."
+            if agg_mod.is_ratio_metric(m):
+                extra += " Off-policy steps only."
+            section(
+                f"{m} vs {agg_mod.X_LABELS[s.x]}",
+                f"Compares the {m} learning curves of the variants. {c.caption}{extra}",
+            )
+            lines.extend([f"![{m}]({stem}.png)", "", f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
 
-    # Training dynamics.
-    dyn = [m for m in curves.DYNAMICS_METRICS if m in df.columns and df[m].notna().any()]
-    fig, _ = curves.plot_panels(
-        df, curves.DYNAMICS_METRICS, x=x, hue=hue_col, col=col_col, colors=colors, ci=ci
-    )
-    style.save(fig, out / f"dynamics_{x}")
-    missing = [m for m in curves.DYNAMICS_METRICS if m not in dyn]
-    section(
-        "Training dynamics",
-        "Compares what the losses do to the policy: "
-        + ", ".join(curves.metric_label(m) for m in dyn)
-        + (f". Not logged by any of these runs, so not drawn: {', '.join(missing)}" if missing else "")
-        + ". Same line and band as above.",
-    )
-    lines.extend([f"![dynamics](dynamics_{x}.png)", ""])
+    def final_figures() -> None:
+        if data.scores is None or data.scores.empty:
+            return
+        fig, _ = finals.plot_final(
+            data.scores,
+            data.final,
+            metric=s.metric,
+            hue=data.hue,
+            col=data.col,
+            row=data.row,
+            colors=data.colors,
+            hue_order=data.hue_order,
+            col_values=data.col_values,
+            row_values=data.row_values,
+            on_policy=data.on_policy,
+        )
+        style.save(fig, out / "final")
+        section(
+            f"Final {s.metric} per variant",
+            f"Compares where the variants end: one dot per run (its final score: {_score_rule(s.metric)}), "
+            "the bar is the mean's 95% stratified-bootstrap interval over runs (a hollow circle: one run, "
+            "no interval).",
+        )
+        lines.extend(["![final](final.png)", ""])
+
+    if s.lead == "final":
+        final_figures()
+        curve_figures()
+    else:
+        curve_figures()
+        final_figures()
+
+    # Dynamics.
+    if data.dynamics:
+        fig, _ = curves.plot_panels(
+            _frame_for_panels(data),
+            list(data.dynamics),
+            x=s.x,
+            hue=data.hue,
+            col=data.col,
+            colors=data.colors,
+            on_policy=[cv for cv, _ in data.on_policy],
+            legend_title=data.legend_title,
+            aggs=data.dynamics,
+        )
+        style.save(fig, out / f"dynamics_{s.x}")
+        ratio = [m for m in data.dynamics if agg_mod.is_ratio_metric(m)]
+        section(
+            "Training dynamics",
+            "Compares what the losses do to the policy: "
+            + ", ".join(labels.metric_label(m) for m in data.dynamics)
+            + (
+                f". Not logged by any of these runs, so not drawn: {', '.join(data.dynamics_missing)}"
+                if data.dynamics_missing
+                else ""
+            )
+            + ". Same line, band and smoothing as the curves above"
+            + (f"; {', '.join(ratio)} over off-policy steps only ({_off_policy_text(data)})" if ratio else "")
+            + ".",
+        )
+        lines.extend([f"![dynamics](dynamics_{s.x}.png)", ""])
 
     # w_seq.
-    fig, _ = curves.plot_wseq(df, hue=hue_col, x=x, colors=colors)
+    fig, _ = curves.plot_wseq(
+        bands=data.wseq,
+        hue=data.hue,
+        x=s.x,
+        colors=data.colors,
+        col=data.col,
+        split=s.wseq_split if data.wseq is not None and s.wseq_split in data.wseq.columns else None,
+        hue_order=data.hue_order or None,
+        col_values=data.col_values if data.col else None,
+        on_policy=[cv for cv, _ in data.on_policy],
+    )
     style.save(fig, out / "w_seq")
+    skipped = [cv for cv, _ in data.on_policy if cv is not None]
     section(
         "Sequence importance ratio w_seq",
-        "Compares how far each variant's sequence-level ratio w_seq = pi_theta / pi_old drifts from 1: "
-        "median over runs of the per-step p05-p95 (band) and p50 (line), log scale.",
+        "How far each variant's sequence-level ratio w_seq = pi_theta / pi_old (product over the completion's "
+        "tokens) drifts from 1, over off-policy steps only ("
+        + _off_policy_text(data)
+        + "): per step, the median "
+        "over runs of each run's p05-p95 of w_seq over its completions (band) and p50 (line), each run smoothed "
+        "on the log scale as the curves above; log axis fitted to the values drawn."
+        + (
+            f" Left out, on-policy throughout (w_seq ≡ 1): {', '.join(map(str, skipped))}." if skipped else ""
+        ),
     )
     lines.extend(["![w_seq](w_seq.png)", ""])
 
-    # Tables.
-    by = list(dict.fromkeys(c for c in (hue_col, col_col, row_col) if c))
-    timing = tables.timing_table(df, by=by, baseline=base_label)
-    tables.write_table(timing, out / "timing", caption=_timing_caption(base_label))
-    section("Timing", _timing_caption(base_label))
-    lines.extend([tables.to_markdown(timing), "Files: timing.md, timing.csv, timing.tex", ""])
-
-    perf = tables.final_performance_table(df, metric, by=by, baseline=base_label)
-    tables.write_table(perf, out / "final_performance")
-    section("Final performance", perf.attrs["caption"])
-    lines.extend([tables.to_markdown(perf), "Files: final_performance.md/.csv/.tex", ""])
-
-    check = tables.learning_check(df, metric, by=by)
-    summary = tables.learning_summary(check, by=by)
-    tables.write_table(summary, out / "learning_check", extra_md={"Per run": check})
-    check.to_csv(out / "learning_check_runs.csv", index=False)
-    section("Learning check", "Did each variant learn at all? " + summary.attrs["caption"])
-    lines.extend(
-        [tables.to_markdown(summary), "Files: learning_check.md/.csv/.tex, learning_check_runs.csv", ""]
-    )
-
-    if target is not None:
-        ttt = tables.time_to_target_table(df, target, metric=metric, by=by, baseline=base_label)
-        tables.write_table(ttt, out / "time_to_target")
-        section(
-            f"Time to {metric} >= {target:g}",
-            "Compares how fast each variant gets there. " + ttt.attrs["caption"],
+    # Aggregates (rliable).
+    if data.final is not None and not data.final.empty:
+        by = [b for b in (data.hue, data.col, data.row) if b]
+        names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in data.final.iterrows()]
+        colors = [
+            data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in data.final.iterrows()
+        ]
+        fig, _ = finals.plot_aggregate(
+            data.final, metric=s.metric, names=names, colors=colors, baseline=data.baseline
         )
-        lines.extend([tables.to_markdown(ttt), "Files: time_to_target.md/.csv/.tex", ""])
+        style.save(fig, out / "aggregate")
+        section(
+            "Aggregate estimates",
+            f"Final {s.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over runs with "
+            "95% stratified-bootstrap intervals"
+            + (
+                f", and the probability that a run of the variant beats a run of {data.baseline} in the same panel "
+                "(0.5 = no difference)"
+                if data.baseline
+                else ""
+            )
+            + ". A hollow circle has no interval (one run).",
+        )
+        lines.extend(["![aggregate](aggregate.png)", ""])
+        fig, _ = finals.plot_profile(
+            data.profile,
+            metric=s.metric,
+            hue=data.hue,
+            col=data.col,
+            colors=data.colors,
+            hue_order=data.hue_order or None,
+            col_values=data.col_values if data.col else None,
+            legend_title=data.legend_title,
+        )
+        style.save(fig, out / "performance_profile")
+        section(
+            "Performance profile",
+            f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
+            "further right is better across runs, not only on average. With few runs per variant the steps are "
+            "coarse; no interval is drawn.",
+        )
+        lines.extend(["![performance profile](performance_profile.png)", ""])
 
-    _write_index(out, lines, df)
-    return out
+    # Tables.
+    caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns)
+    tables.write_table(data.timing, out / "timing", caption=caption)
+    section("Timing", caption)
+    lines.extend([tables.to_markdown(data.timing), "Files: timing.md, timing.csv, timing.tex", ""])
+    tables.write_table(data.final, out / "final_performance")
+    section("Final performance", data.final.attrs["caption"])
+    lines.extend([tables.to_markdown(data.final), "Files: final_performance.md/.csv/.tex", ""])
+    tables.write_table(data.summary, out / "learning_check", extra_md={"Per run": data.check})
+    data.check.to_csv(out / "learning_check_runs.csv", index=False)
+    section("Learning check", "Did each variant learn at all? " + data.summary.attrs["caption"])
+    lines.extend(
+        [tables.to_markdown(data.summary), "Files: learning_check.md/.csv/.tex, learning_check_runs.csv", ""]
+    )
+    if data.ttt is not None:
+        tables.write_table(data.ttt, out / "time_to_target")
+        section(
+            f"Time to {s.metric} >= {s.target:g}",
+            "Compares how fast each variant gets there. " + data.ttt.attrs.get("caption", ""),
+        )
+        lines.extend([tables.to_markdown(data.ttt), "Files: time_to_target.md/.csv/.tex", ""])
+    if data.variants is not None and len(data.variants):
+        v = data.variants.copy()
+        v.attrs["display"] = {
+            PANEL: "panel",
+            PANEL_ROW: "panel row",
+            "finished": "runs finished",
+            "other": "runs not finished",
+        }
+        tables.write_table(
+            v, out / "variants", caption="Each label of the figures and tables with the settings behind it."
+        )
+        section("Variants", "The labels of the figures and tables with the full settings behind them.")
+        lines.extend([tables.to_markdown(v), ""])
+    return lines
 
 
-def _resolve_hue(df: pd.DataFrame, hue: str | None) -> str | None:
-    try:
-        return _resolve_column(df, hue)
-    except ReportError:
-        if hue == "loss_type":
-            # The default hue on a grid that does not vary the loss: one line per run set.
-            return None
-        raise
+def _frame_for_panels(data: ReportData) -> pd.DataFrame:
+    """A small frame that carries the label columns in display order, for :func:`analysis.curves.plot_panels`."""
+    cols = {}
+    n = max(len(data.hue_order), len(data.col_values), 1)
+    if data.hue:
+        cols[data.hue] = pd.Categorical(
+            [data.hue_order[k % len(data.hue_order)] for k in range(n)],
+            categories=data.hue_order,
+            ordered=True,
+        )
+    if data.col:
+        cols[data.col] = pd.Categorical(
+            [data.col_values[k % len(data.col_values)] for k in range(n)],
+            categories=data.col_values,
+            ordered=True,
+        )
+    frame = pd.DataFrame(cols)
+    for m in data.dynamics:
+        frame[m] = 0.0
+    return frame
 
 
-def _timing_caption(baseline: str | None) -> str:
+def _off_policy_text(data: ReportData) -> str:
+    return {
+        "recorded": "steps whose old log-probs came from an earlier policy, as recorded by the run",
+        "inferred": "steps where some completion's w_seq differs from 1; these runs predate the recorded flag",
+        "mixed": "recorded by the run, or for older runs inferred from w_seq differing from 1",
+        "unknown": "every step: these runs record neither the flag nor w_seq",
+    }.get(data.off_policy_how, "steps whose old log-probs came from an earlier policy")
+
+
+def _score_rule(metric: str) -> str:
+    return "its last evaluation" if metric == layout.EVAL_ACCURACY else "mean of its last 10% of logged steps"
+
+
+def _timing_caption(baseline: str | None, at_once: bool) -> str:
     return (
         "Compares cost per variant: wall-clock seconds per optimizer step including generation "
         "(time/step_s; mean per step and total per run), median TRL step_time (s), generated and trained "
         "tokens per second, peak memory (MB, max over runs); means over runs"
-        + (f"; speedup = {baseline} s/step / variant s/step." if baseline else ".")
-        + " Runs that shared the machine with other runs are slower per step: compare timings of runs "
-        "executed alike (e.g. `executor.max_parallel: 1`, or one GPU per run)."
+        + (f"; speedup = {baseline} s/step / variant s/step in the same panel" if baseline else "")
+        + (
+            f". '{AT_ONCE}': how many runs shared the run's CPUs or GPU while it trained (median over its "
+            "steps); runs are only compared with runs executed alike, so a run that happened to run alone "
+            "does not look faster."
+            if at_once
+            else ". Runs that shared the machine with other runs are slower per step: compare timings of runs "
+            "executed alike (e.g. `executor.max_parallel: 1`, or one GPU per run)."
+        )
     )
 
 
@@ -384,13 +1070,95 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
-def _write_index(out: Path, lines: list[str], df: pd.DataFrame) -> None:
+def make_report(
+    grid_dir: str | Path,
+    *,
+    run_ids: Sequence[str] | None = None,
+    all_runs: bool = False,
+    baseline: str | None = None,
+    x: str | None = None,
+    hue: str | Sequence[str] | None = None,
+    col: str | Sequence[str] | None = None,
+    row: str | Sequence[str] | None = None,
+    metric: str | None = None,
+    target: float | None = None,
+    ci: str | None = None,
+    smoothing: Any = None,
+    seeds: bool | None = None,
+    include_unfinished: bool | None = None,
+    wseq_split: str | None = None,
+) -> Path:
+    """Write the report of a grid's results folder and return the report folder.
+
+    Arguments left None take the grid file's ``report:`` section (from ``grid.json``), then the
+    defaults of :class:`ReportSettings`.
+
+    Args:
+        grid_dir: ``results/<grid>``.
+        run_ids: report these runs; default the grid's runs as last planned (``grid.json``).
+        all_runs: every run folder, labelled by what differs.
+        baseline, x, hue, col, row, metric, target, ci, smoothing, seeds, include_unfinished,
+            wseq_split: see :class:`ReportSettings` (``hue``/``col``/``row`` may be one key, a
+            comma-separated string of keys or a list).
+
+    Returns:
+        The report folder (``grid_dir/report``).
+
+    Raises:
+        FileNotFoundError: if ``grid_dir`` has no ``runs/`` folder.
+        ReportError: (a ValueError) if ``x`` is unknown or a key or metric does not fit the results.
+    """
+    grid_dir = Path(grid_dir)
+    if x is not None and x not in _X_CHOICES:
+        raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
+    df, run_states, grid_info, _ = load_report_inputs(grid_dir, run_ids, all_runs=all_runs)
+    section = (grid_info or {}).get("report") if not all_runs else None
+    settings = ReportSettings.merged(
+        section if isinstance(section, Mapping) else None,
+        hue=_keys(hue),
+        col=_keys(col),
+        row=_keys(row),
+        baseline=baseline,
+        x=x,
+        metric=metric,
+        target=target,
+        ci=ci,
+        smoothing=smoothing,
+        seeds=seeds,
+        include_unfinished=include_unfinished,
+        wseq_split=wseq_split,
+    )
+    title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
+    strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
+    data = compute_report(df, run_states, settings, title=str(title), strict_keys=strict)
+    data.lines.insert(
+        0,
+        f"Runs: {df.attrs.get('run_set', '')}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
+        f"with metrics, {len(df)} logged steps.",
+    )
+    if df.attrs.get("missing_runs"):
+        data.lines.insert(1, f"Not found on disk (not started?): {len(df.attrs['missing_runs'])} run(s).")
+    out = grid_dir / layout.REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():  # a previous report's figures and tables must not outlive their data
+        if old.is_file() and old.suffix in REPORT_SUFFIXES:
+            old.unlink()
+    lines = render_report(data, out)
     skipped = df.attrs.get("skipped", [])
     if skipped:
         lines.extend(["## Files not loaded", ""])
         lines.extend(f"- `{path}`: {reason}" for path, reason in skipped)
         lines.append("")
     (out / "index.md").write_text("\n".join(lines))
+    return out
+
+
+def _keys(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(k.strip() for k in value.split(",") if k.strip())
+    return tuple(value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -398,29 +1166,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grid", type=Path, help="a grid's results folder, results/<grid>")
     parser.add_argument(
         "--baseline",
-        default="loss_type=grpo",
-        help="reference variant, KEY=VALUE or a hue value (default: %(default)s)",
+        default=None,
+        help="reference variant: KEY=VALUE[,KEY=VALUE] or a variant label (default: the grid's report "
+        "section, else loss_type=grpo)",
     )
+    parser.add_argument("--x", choices=_X_CHOICES, default=None, help="x axis of the curves (default: step)")
     parser.add_argument(
-        "--x", choices=_X_CHOICES, default="step", help="x axis of the curves (default: %(default)s)"
+        "--hue", default=None, help="key(s) compared as colours, comma-separated (default: loss_type)"
     )
-    parser.add_argument(
-        "--hue", default="loss_type", help="grid axis compared as lines (default: %(default)s)"
-    )
-    parser.add_argument("--col", default=None, help="grid axis faceted into columns")
-    parser.add_argument("--row", default=None, help="grid axis faceted into rows")
-    parser.add_argument("--metric", default="reward", help="curve and table metric (default: %(default)s)")
+    parser.add_argument("--col", default=None, help="key(s) faceted into panel columns, comma-separated")
+    parser.add_argument("--row", default=None, help="key(s) faceted into panel rows, comma-separated")
+    parser.add_argument("--metric", default=None, help="curve and table metric (default: reward)")
     parser.add_argument(
         "--target", type=float, default=None, help="also tabulate time to reach METRIC >= TARGET"
     )
-    parser.add_argument(
-        "--ci", choices=("t", "bootstrap"), default="t", help="curve band (default: %(default)s)"
-    )
+    parser.add_argument("--ci", choices=("t", "bootstrap"), default=None, help="curve band (default: t)")
     parser.add_argument(
         "--smooth",
         default=None,
-        metavar="window=N|ema=A",
-        help="smooth each run's reward curve before averaging: rolling mean of N points or EMA with alpha A",
+        metavar="auto|none|window=N|ema=A",
+        help="smoothing of each run before averaging (default: auto, a trailing mean over a tenth of each "
+        "run's logged points)",
+    )
+    parser.add_argument("--seeds", action="store_true", default=None, help="also draw each run faintly")
+    parser.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        default=None,
+        help="also count runs that did not finish (diverged, failed, stopped), marked",
+    )
+    parser.add_argument(
+        "--wseq-split",
+        default=None,
+        metavar="COLUMN",
+        help="split the w_seq figure by a column, e.g. reuse_index",
     )
     parser.add_argument(
         "--all",
@@ -430,44 +1209,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_smoothing(text: str | None) -> Any:
+    """``auto``/``none``/``window=N``/``ema=A`` → a smoothing setting; None when not given.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    if text is None:
+        return None
+    if text in ("auto", "none"):
+        return text
+    kind, _, value = text.partition("=")
+    if kind == "window" and value.isdigit() and int(value) >= 1:
+        return {"window": int(value)}
+    if kind == "ema":
+        try:
+            a = float(value)
+        except ValueError:
+            a = float("nan")
+        if 0 < a <= 1:
+            return {"ema": a}
+    raise ValueError(text)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run :func:`make_report` from parsed arguments; print where the outputs went.
 
     Returns:
         0 on success, 2 when the folder or an argument is invalid (message on stderr).
     """
-    smoothing = None
-    if getattr(args, "smooth", None):
-        kind, _, value = args.smooth.partition("=")
-        try:
-            if kind not in ("window", "ema"):
-                raise ValueError
-            smoothing = {kind: int(value) if kind == "window" else float(value)}
-            if (kind == "window" and smoothing[kind] < 1) or (kind == "ema" and not 0 < smoothing[kind] <= 1):
-                raise ValueError
-        except ValueError:
-            print(
-                f"report: --smooth {args.smooth!r}: use window=N (e.g. window=20) or ema=A (e.g. ema=0.1)",
-                file=sys.stderr,
-            )
-            return 2
+    try:
+        smoothing = parse_smoothing(getattr(args, "smooth", None))
+    except ValueError:
+        print(
+            f"report: --smooth {args.smooth!r}: use auto, none, window=N (e.g. window=20) or ema=A (e.g. ema=0.1)",
+            file=sys.stderr,
+        )
+        return 2
     target = getattr(args, "target", None)
     if target is not None and not math.isfinite(target):
-        print(f"report: --target {target}: give a finite {args.metric} value (e.g. 0.5)", file=sys.stderr)
+        print(f"report: --target {target}: give a finite value (e.g. 0.5)", file=sys.stderr)
         return 2
     try:
         out = make_report(
             args.grid,
             smoothing=smoothing,
             all_runs=getattr(args, "all_runs", False),
-            baseline=args.baseline,
-            x=args.x,
-            hue=args.hue,
-            col=args.col,
-            row=args.row,
-            metric=getattr(args, "metric", "reward"),
-            target=getattr(args, "target", None),
-            ci=getattr(args, "ci", "t"),
+            baseline=getattr(args, "baseline", None),
+            x=getattr(args, "x", None),
+            hue=getattr(args, "hue", None),
+            col=getattr(args, "col", None),
+            row=getattr(args, "row", None),
+            metric=getattr(args, "metric", None),
+            target=target,
+            ci=getattr(args, "ci", None),
+            seeds=getattr(args, "seeds", None),
+            include_unfinished=getattr(args, "include_unfinished", None),
+            wseq_split=getattr(args, "wseq_split", None),
         )
     except (FileNotFoundError, NotADirectoryError, ReportError) as e:
         print(f"report: {e}", file=sys.stderr)

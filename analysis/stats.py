@@ -23,6 +23,7 @@ __all__ = [
     "iqm",
     "mean_score",
     "nan_moments",
+    "performance_profile",
     "probability_of_improvement",
     "stratified_bootstrap_ci",
     "t_interval",
@@ -352,3 +353,27 @@ _BATCHED: dict[Callable[..., float], Callable[..., np.ndarray]] = {
     mean_score: _mean_batch,
     probability_of_improvement: _poi_batch,
 }
+
+
+def performance_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """Fraction of runs whose score exceeds each threshold (a run-score distribution).
+
+    Agarwal et al. 2021, Section 4 ("performance profiles"; rliable
+    ``plot_utils.plot_performance_profiles`` over ``create_performance_profile``): for each
+    threshold tau, the share of runs with ``score > tau``, pooled over tasks. Unlike a mean, it
+    shows the whole distribution of final scores, so a variant that wins only in one lucky seed
+    is visible as such.
+
+    Args:
+        scores: any shape, typically ``(n_runs, n_tasks)``; NaN entries (missing runs) are ignored.
+        taus: thresholds, shape ``(k,)``.
+
+    Returns:
+        Shape ``(k,)``, non-increasing in tau; NaN everywhere when there are no scores.
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    s = np.sort(s[~np.isnan(s)])
+    t = np.asarray(taus, dtype=np.float64)
+    if s.size == 0:
+        return np.full(t.shape, np.nan)
+    return 1.0 - np.searchsorted(s, t, side="right") / s.size

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.curves import smooth, variant_labels, x_values
+from analysis.aggregate import smooth, variant_labels, x_values
 from analysis.load import seed_column
+from analysis.states import signal_flags
 from harness import layout
 
 __all__ = [
@@ -78,13 +79,25 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name] if name in df.columns else pd.Series(np.nan, index=df.index)
 
 
-def _baseline_value(table: pd.DataFrame, by: list[str], baseline: Any, column: str) -> float:
+def _baseline_values(table: pd.DataFrame, by: list[str], baseline: Any, column: str) -> np.ndarray:
+    """Per row of ``table``: ``column`` of the baseline variant in the same facet (``by[1:]``).
+
+    Variants are compared with the baseline where everything else is equal: with facets (say
+    ``num_iterations``) a row's reference is the baseline's row with the same facet values, NaN
+    where that facet has no baseline.
+    """
+    out = np.full(len(table), np.nan)
     if baseline is None or not by or table.empty:
-        return float("nan")
-    hit = table[table[by[0]].astype(str) == str(baseline)]
-    if len(by) > 1 or hit.empty:
-        return float(hit[column].mean()) if not hit.empty else float("nan")
-    return float(hit[column].iloc[0])
+        return out
+    is_base = (table[by[0]].astype(str) == str(baseline)).to_numpy()
+    facets = by[1:]
+    if not facets:
+        hit = table.loc[is_base, column]
+        out[:] = float(hit.mean()) if len(hit) else np.nan
+        return out
+    key = table[facets].astype(str).agg("\x1f".join, axis=1).to_numpy()
+    ref = {k: float(v) for k, v in zip(key[is_base], table.loc[is_base, column], strict=True)}
+    return np.array([ref.get(k, np.nan) for k in key], dtype=np.float64)
 
 
 def timing_table(
@@ -160,9 +173,9 @@ def timing_table(
     if table.empty:
         return table
     if baseline is not None:
-        base = _baseline_value(table, by, baseline, "s_per_step")
+        base = _baseline_values(table, by, baseline, "s_per_step")
         with np.errstate(invalid="ignore", divide="ignore"):
-            table["speedup"] = base / table["s_per_step"]
+            table["speedup"] = base / table["s_per_step"].to_numpy(dtype=np.float64)
     table.attrs["display"] = {
         "runs": "runs",
         "steps": "steps",
@@ -263,13 +276,18 @@ def final_performance_table(
     runs = runs[runs["score"].notna()]
     task_order = sorted(runs["_task"].unique())
     base_mask = _baseline_mask(runs, by, baseline)
-    base_mat = None
+    # The baseline of a variant is the baseline run set in the same facet (by[1:]).
+    base_mats: dict[tuple, np.ndarray] = {}
     if base_mask is not None and base_mask.any():
         base_runs = runs[base_mask]
-        base_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
+        for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
+            fkey = fkey if isinstance(fkey, tuple) else (fkey,)
+            base_mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
 
     rows = []
     for key, part in _variant_groups(runs, by):
+        key_t = key if isinstance(key, tuple) else (key,)
+        base_mat = base_mats.get(tuple(str(v) for v in key_t[1:]))
         mat = _score_matrix(part["score"], part["_task"], task_order)
         mean, mean_lo, mean_hi = stats.stratified_bootstrap_ci(
             stats.mean_score, mat, reps=reps, confidence=confidence, seed=seed
@@ -415,9 +433,9 @@ def time_to_target_table(
     if table.empty:
         return table
     for name in ("steps", "tokens", "seconds") if baseline is not None else ():
-        base = _baseline_value(table, by, baseline, name)
+        base = _baseline_values(table, by, baseline, name)
         with np.errstate(invalid="ignore", divide="ignore"):
-            table[f"speedup_{name}"] = base / table[name]
+            table[f"speedup_{name}"] = base / table[name].to_numpy(dtype=np.float64)
     table.attrs["caption"] = (
         f"First time each run reaches {metric} >= {threshold:g}"
         + (f" (EMA {ema:g})" if ema is not None else "")
@@ -446,7 +464,8 @@ def learning_check(
 
     Returns:
         One row per run: ``run_id``, ``*by``, ``seed`` (when a seed column exists), ``steps``,
-        ``first``, ``last`` and ``diff = last - first``.
+        ``first``, ``last``, ``diff = last - first``, ``signal`` (False when the run never had
+        a learning signal, see :func:`analysis.states.signal_flags`) and ``note`` (why not).
 
     Raises:
         KeyError: if ``metric`` or a ``by`` column is missing.
@@ -474,9 +493,19 @@ def learning_check(
     runs["first"] = head.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
     runs["last"] = tail.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
     runs["diff"] = runs["last"] - runs["first"]
+    flags = signal_flags(df).reindex(runs.index)
+    runs["signal"] = ~flags["no_signal"].fillna(False).astype(bool)
+    runs["note"] = [
+        "no learning signal: every group had zero reward variance (all advantages 0)"
+        if zv
+        else ("no learning signal: grad_norm 0 on every step" if zg else "")
+        for zv, zg in zip(flags["zero_variance"].fillna(False), flags["zero_grad"].fillna(False), strict=True)
+    ]
     out = runs.reset_index()
     out.attrs["caption"] = (
-        f"Mean {metric} over the first vs the last {100 * frac:g}% of each run's logged steps; diff = last - first."
+        f"Mean {metric} over the first vs the last {100 * frac:g}% of each run's logged steps; diff = last - first. "
+        "A run without a learning signal (zero reward variance in every group, or a zero gradient on every "
+        "step) never counts as improved: its change comes from which prompts were drawn."
     )
     return out
 
@@ -490,12 +519,14 @@ def learning_summary(check: pd.DataFrame, *, by: str | Sequence[str] = "loss_typ
 
     Returns:
         One row per variant: ``*by``, ``runs``, ``first``, ``last`` (means over runs), ``diff_mean``,
-        ``diff_std`` (ddof=1; NaN with one run) and ``improved`` (runs with ``diff > 0``).
+        ``diff_std`` (ddof=1; NaN with one run), ``improved`` (runs with ``diff > 0`` that had a
+        learning signal) and ``no_signal`` (runs that never had one).
     """
     by = _by_list(by)
     rows = []
     for key, part in _variant_groups(check, by):
         d = part["diff"].to_numpy(dtype=np.float64)
+        signal = part["signal"].to_numpy(dtype=bool) if "signal" in part else np.ones(len(part), dtype=bool)
         mean, std, _ = stats.nan_moments(d, axis=0)
         rows.append(
             {
@@ -505,12 +536,18 @@ def learning_summary(check: pd.DataFrame, *, by: str | Sequence[str] = "loss_typ
                 "last": part["last"].mean(),
                 "diff_mean": float(mean),
                 "diff_std": float(std),
-                "improved": int((d > 0).sum()),
+                "improved": int(((d > 0) & signal).sum()),
+                "no_signal": int((~signal).sum()),
             }
         )
     table = pd.DataFrame(rows)
     table.attrs["caption"] = check.attrs.get("caption", "") + " Mean and std (ddof=1) of diff over runs."
-    table.attrs["display"] = {"diff_mean": "diff mean", "diff_std": "diff std", "improved": "runs improved"}
+    table.attrs["display"] = {
+        "diff_mean": "diff mean",
+        "diff_std": "diff std",
+        "improved": "runs improved",
+        "no_signal": "no learning signal",
+    }
     return table
 
 

@@ -42,8 +42,12 @@ def write_run(
     columns: Mapping[str, Sequence[Any]] | None = None,
     parts: Sequence[Mapping[str, Sequence[Any]]] | None = None,
     grid: str = "toy",
+    state: str = "done",
+    marker: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A run folder with ``config.json`` and either a compacted file (``columns``) or ``parts``."""
+    """A run folder with ``config.json``, either a compacted file (``columns``) or ``parts``, and
+    the end marker of ``state``: "done" (DONE with the last step), "diverged" (DIVERGED), "failed"
+    (FAILED) or "unfinished" (none). ``marker`` replaces the marker's content."""
     rdir = layout.run_dir(grid_dir, run_id)
     rdir.mkdir(parents=True, exist_ok=True)
     (rdir / layout.CONFIG_FILE).write_text(
@@ -54,6 +58,18 @@ def write_run(
         write_metrics(mdir / layout.COMPACT_FILE, run_id, columns)
     for k, part in enumerate(parts or []):
         write_metrics(mdir / f"{layout.PART_PREFIX}{k + 1:06d}.parquet", run_id, part)
+    steps = [s for cols in [columns or {}, *(parts or [])] for s in cols.get(layout.STEP, [])]
+    last = int(max(steps)) if steps else 0
+    files = {"done": layout.DONE_FILE, "diverged": layout.DIVERGED_FILE, "failed": layout.FAILED_FILE}
+    default = {
+        "done": {"run_id": run_id, "steps": last, "seconds": 1.0},
+        "diverged": {"run_id": run_id, "step": last},
+        "failed": {"error": "RuntimeError: boom", "log": ""},
+    }
+    if state in files:
+        (rdir / files[state]).write_text(json.dumps(dict(marker) if marker is not None else default[state]))
+    elif state != "unfinished":
+        raise ValueError(f"unknown state {state!r}")
     return rdir
 
 

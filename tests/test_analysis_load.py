@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 from analysis_helpers import config_for, write_grid, write_metrics, write_run
 
@@ -186,8 +185,10 @@ def test_run_without_metrics_and_bad_config(tmp_path):
     (layout.run_dir(g, "ok") / layout.CONFIG_FILE).write_text("{not json")
     with pytest.warns(SkippedFileWarning, match="config.json"):
         df = load(g)
-    assert len(df) == 1
-    assert pd.isna(df["trainer.loss_type"].iloc[0])
+    # a run whose settings cannot be read cannot be attributed to a variant: left out, and named
+    assert len(df) == 0
+    assert list(df.attrs["damaged_runs"]) == ["ok"]
+    assert "JSONDecodeError" in df.attrs["damaged_runs"]["ok"]
 
 
 def test_no_runs_folder(tmp_path):

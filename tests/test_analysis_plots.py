@@ -57,7 +57,8 @@ def _pdf_bytes_expanded(path) -> bytes:
 def test_every_variant_in_legend(frame, draw):
     fig, axes = draw(frame)
     assert isinstance(axes, np.ndarray) and axes.ndim == 2
-    assert _legend_labels(fig) >= LABELS
+    # in the legend, or (w_seq: one panel per variant) as a panel's title
+    assert _legend_labels(fig) | {ax.get_title() for ax in fig.axes} >= LABELS
 
 
 def test_saved_pdf_has_no_type3_fonts(frame, tmp_path):

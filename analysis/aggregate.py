@@ -1,0 +1,650 @@
+"""Curves as numbers: x coordinates, smoothing, the mean over runs with its band, robust limits.
+
+Everything here is pure (frames and arrays in, frames and arrays out) and draws nothing; the
+figures in :mod:`analysis.curves` only render what these functions return.
+
+The band is computed once per (variant, x) from a (points × runs) matrix per variant: a
+Student-t interval over runs by default (``ci="t"``), or a seeded percentile bootstrap over runs
+(``ci="bootstrap"``). Runs are the independent samples; with 3-5 seeds the t quantile (2.8-4.3)
+matters, so a normal ``±1.96·se`` band is never used. Each run is smoothed *before* averaging, so
+the band is over seeds of the smoothed per-run curves, not over noisy single steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+from scipy.signal import lfilter
+
+from analysis import stats
+from analysis.labels import NONE_LABEL, format_value, sort_key
+from harness import layout
+
+__all__ = [
+    "AUTO",
+    "Curves",
+    "RATIO_PREFIXES",
+    "X_LABELS",
+    "XKind",
+    "aggregate",
+    "auto_window",
+    "clamp_limits",
+    "band_caption",
+    "curves",
+    "off_policy_rows",
+    "resolve_smoothing",
+    "robust_limits",
+    "smooth",
+    "smoothing_caption",
+    "variant_labels",
+    "x_values",
+]
+
+XKind = Literal["step", "tokens", "time"]
+
+#: Axis label per ``x`` choice (units included).
+X_LABELS: dict[str, str] = {
+    "step": "optimizer step",
+    "tokens": "generated tokens",
+    "time": "wall-clock time (s)",
+}
+
+#: ``smoothing="auto"``: a trailing window of :func:`auto_window` logged points.
+AUTO = "auto"
+
+#: Metrics that depend on the importance ratio between the current and the old policy. They are
+#: identically 1 (ratios) or 0 (clip fractions) on a step whose old log-probs came from the current
+#: policy, so they are only drawn over off-policy steps (:func:`off_policy_rows`).
+RATIO_PREFIXES: tuple[str, ...] = (
+    layout.WSEQ_PREFIX,
+    layout.LOG_WSEQ_PREFIX,
+    layout.SSEQ_PREFIX,
+    "clip_ratio/",
+    "cispo_clip_ratio",
+    "vespo/phi_seq",
+)
+
+
+def is_ratio_metric(metric: str) -> bool:
+    """Whether ``metric`` only moves on off-policy steps (see :data:`RATIO_PREFIXES`)."""
+    return metric.startswith(RATIO_PREFIXES)
+
+
+def variant_labels(values: pd.Series | Sequence[Any]) -> pd.Categorical:
+    """Values of a grid axis as display labels: strings in natural order, missing as ``"(none)"``.
+
+    Numbers sort numerically (so ``1e-6`` precedes ``1e-5``), strings lexically, and the missing
+    label comes last. A missing value is never dropped: it is a variant like any other. An ordered
+    categorical of strings (labels made by :func:`analysis.labels.label_runs`) keeps its order.
+
+    Args:
+        values: one value per row (any dtype, including categorical).
+
+    Returns:
+        A categorical of strings with ordered categories, same length as ``values``.
+    """
+    s = values if isinstance(values, pd.Series) else pd.Series(list(values), dtype=object)
+    if isinstance(s.dtype, pd.CategoricalDtype) and s.cat.ordered and s.notna().all():
+        cats = [str(c) for c in s.cat.categories]
+        return pd.Categorical.from_codes(s.cat.codes.to_numpy(), categories=cats, ordered=True)
+    codes, uniques = pd.factorize(s)
+    uniq = list(uniques)
+    rendered = [format_value(v) for v in uniq]
+    order = sorted(range(len(uniq)), key=lambda i: sort_key(uniq[i]))
+    labels = list(dict.fromkeys(rendered[i] for i in order))
+    position = {lab: k for k, lab in enumerate(labels)}
+    # Index -1 (a missing value's code) lands on the extra last slot: the "(none)" label.
+    remap = np.array([position[r] for r in rendered] + [len(labels)], dtype=np.int64)
+    if (codes < 0).any():
+        labels.append(NONE_LABEL)
+    return pd.Categorical.from_codes(remap[codes], categories=labels, ordered=True)
+
+
+def x_values(df: pd.DataFrame, x: XKind) -> np.ndarray:
+    """The x coordinate of every row: optimizer step, cumulative generated tokens, or seconds.
+
+    ``tokens`` uses ``tokens/generated_total`` and ``time`` uses ``time/elapsed_s`` (both carried
+    across resumes by the harness); rows where those are missing use the per-run cumulative sum
+    of ``tokens/generated`` or ``time/step_s`` (rows must then be sorted by run and step, as
+    :func:`analysis.load.load` returns them).
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+        x: ``"step"``, ``"tokens"`` or ``"time"``.
+
+    Returns:
+        float64 array, shape ``(len(df),)``: steps, tokens, or seconds.
+
+    Raises:
+        ValueError: for another ``x``.
+        KeyError: if the columns needed for ``x`` are missing.
+    """
+    if x == "step":
+        return df[layout.STEP].to_numpy(dtype=np.float64)
+    if x == "tokens":
+        total, per_step = layout.TOKENS_GENERATED_TOTAL, layout.TOKENS_GENERATED
+    elif x == "time":
+        total, per_step = layout.ELAPSED_S, layout.STEP_WALL_S
+    else:
+        raise ValueError(f"x must be 'step', 'tokens' or 'time', got {x!r}")
+    has_total = total in df.columns and df[total].notna().any()
+    has_step = per_step in df.columns and df[per_step].notna().any()
+    if not (has_total or has_step):
+        raise KeyError(f"x={x!r} needs column {total!r} or {per_step!r}")
+    out = df[total].to_numpy(dtype=np.float64) if has_total else np.full(len(df), np.nan)
+    gaps = np.isnan(out)
+    if has_step and gaps.any():
+        # Runs (or rows) without the cumulative column fall back to the per-run running sum.
+        v = np.nan_to_num(df[per_step].to_numpy(dtype=np.float64))
+        run = run_codes(df)
+        cs = np.cumsum(v)
+        starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+        offset = np.repeat(cs[starts] - v[starts], np.diff(np.r_[starts, len(v)]))
+        out = np.where(gaps, cs - offset, out)
+    return out
+
+
+def run_codes(df: pd.DataFrame) -> np.ndarray:
+    """Integer code of each row's run (the categorical's codes when ``run_id`` is one)."""
+    rid = df[layout.RUN_ID]
+    if isinstance(rid.dtype, pd.CategoricalDtype):
+        return rid.cat.codes.to_numpy()
+    return pd.factorize(rid)[0]
+
+
+def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None) -> np.ndarray:
+    """Smooth one run's series along axis 0 (columns are independent runs).
+
+    ``ema``: exponential moving average ``s_t = a·y_t + (1-a)·s_{t-1}``, ``s_0 = y_0`` (pandas
+    ``ewm(alpha=a, adjust=False)``). ``window``: trailing mean over the last ``window`` points
+    (fewer at the start). Give at most one.
+
+    Args:
+        y: shape ``(n_points,)`` or ``(n_points, n_runs)``, no NaNs.
+        ema: smoothing weight in (0, 1]; 1 means no smoothing.
+        window: points in the rolling window, >= 1.
+
+    Returns:
+        Array of ``y``'s shape.
+
+    Raises:
+        ValueError: if both or an invalid value are given.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if ema is not None and window is not None:
+        raise ValueError("give either ema or window, not both")
+    if y.shape[0] == 0:
+        return y
+    if ema is not None:
+        if not 0.0 < ema <= 1.0:
+            raise ValueError(f"ema must be in (0, 1], got {ema}")
+        zi = ((1.0 - ema) * y[:1])[None] if y.ndim > 1 else np.array([(1.0 - ema) * y[0]])
+        out, _ = lfilter([ema], [1.0, -(1.0 - ema)], y, axis=0, zi=zi.reshape((1, *y.shape[1:])))
+        return out
+    if window is not None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        cs = np.cumsum(np.concatenate([np.zeros((1, *y.shape[1:])), y]), axis=0)
+        idx = np.arange(1, y.shape[0] + 1)
+        lo = np.maximum(idx - int(window), 0)
+        count = (idx - lo).reshape((-1,) + (1,) * (y.ndim - 1))
+        return (cs[idx] - cs[lo]) / count
+    return y
+
+
+def auto_window(n_points: int) -> int:
+    """The default smoothing window: a tenth of a run's logged points, at least 1.
+
+    ``w = max(1, ceil(n / 10))``. A trailing mean over the last 10% of a run's points makes the
+    curve's last value the run's final score (the final-performance table's "mean of the last 10%
+    of logged steps"), and removes most of the per-step sampling noise of a small batch while
+    keeping trends that span more than a tenth of training.
+
+    Args:
+        n_points: logged points per run (the median over the runs drawn).
+    """
+    return max(1, math.ceil(n_points / 10))
+
+
+def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
+    """Smoothing keywords for :func:`smooth` from a report setting.
+
+    Args:
+        smoothing: ``"auto"`` (:func:`auto_window`), ``None`` or ``"none"`` (raw values),
+            ``{"window": n}`` or ``{"ema": a}``.
+        n_points: logged points per run, for ``"auto"``.
+
+    Returns:
+        ``{}``, ``{"window": n}`` or ``{"ema": a}``.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    if smoothing is None or smoothing == "none":
+        return {}
+    if smoothing == AUTO:
+        w = auto_window(n_points)
+        return {"window": w} if w > 1 else {}
+    if isinstance(smoothing, Mapping) and len(smoothing) == 1:
+        kind, value = next(iter(smoothing.items()))
+        if kind == "window" and int(value) >= 1:
+            return {"window": int(value)} if int(value) > 1 else {}
+        if kind == "ema" and 0.0 < float(value) <= 1.0:
+            return {"ema": float(value)}
+    raise ValueError(f"smoothing must be 'auto', 'none', {{'window': n}} or {{'ema': a}}, got {smoothing!r}")
+
+
+def smoothing_caption(kwargs: Mapping[str, Any], smoothing: Any, n_points: int) -> str:
+    """The sentence that states the smoothing rule of a figure (empty without smoothing)."""
+    if not kwargs:
+        return "Raw per-step values (no smoothing)." if smoothing not in (None, "none") else ""
+    if "ema" in kwargs:
+        return f"Each run smoothed before averaging: EMA with alpha = {kwargs['ema']:g}."
+    w = kwargs["window"]
+    rule = f"w = ⌈n/10⌉ = {w} for n = {n_points} logged points per run" if smoothing == AUTO else f"w = {w}"
+    return (
+        f"Each run smoothed before averaging: trailing mean over the last w logged points ({rule}); "
+        "the last point of a curve is the run's final score."
+    )
+
+
+def band_caption(
+    ci: str = "t",
+    confidence: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+    smoothing: Mapping[str, float] | None = None,
+    runs: Sequence[int] | None = None,
+) -> str:
+    """One or two sentences saying what a curve's line and band are, for captions.
+
+    Args:
+        ci, confidence, n_boot, seed: the band, as in :func:`aggregate`.
+        smoothing: the smoothing keywords applied (``{"window": n}`` / ``{"ema": a}``), if any.
+        runs: runs per curve (one entry per curve drawn); with fewer than 4 the caption names the
+            count and, for the t band, its quantile, since a 2- or 3-run band is wide by nature.
+    """
+    pct = f"{100 * confidence:g}%"
+    if ci == "t":
+        band = f"{pct} Student-t interval over runs (df = runs - 1)"
+    else:
+        band = f"{pct} percentile bootstrap interval over runs ({n_boot} resamples, seed {seed})"
+    text = f"Line: mean over runs (seeds); band: {band}; no band where fewer than 2 runs have data."
+    if runs:
+        lo, hi = min(runs), max(runs)
+        count = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        text += f" {count} run(s) per curve"
+        if ci == "t" and 2 <= hi <= 3:
+            qs = sorted({n for n in runs if n >= 2})
+            tq = ", ".join(f"t = {_st.t.ppf(0.5 + confidence / 2, n - 1):.2f} for {n}" for n in qs)
+            text += f" ({tq} runs: the band is wide because there are few seeds)"
+        text += "."
+    if smoothing:
+        kind, value = next(iter(smoothing.items()))
+        what = (
+            f"EMA with alpha = {value:g}" if kind == "ema" else f"trailing rolling mean over {value:g} points"
+        )
+        text += f" Each run smoothed before averaging ({what})."
+    return text
+
+
+def robust_limits(values: np.ndarray, *, q: float = 0.01, pad: float = 0.06) -> tuple[float, float] | None:
+    """y-limits that hold the bulk of ``values`` whatever a few outliers do.
+
+    From the ``q`` and ``1 - q`` quantiles of the finite values, widened by ``pad`` of their span
+    on each side (a span of 0 becomes ±5% of the value, or ±0.05 around 0).
+
+    Args:
+        values: any shape; NaN and inf are ignored.
+        q: lower quantile in [0, 0.5).
+        pad: fraction of the span added on each side.
+
+    Returns:
+        ``(lo, hi)`` with ``lo < hi``, or None without finite values.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    lo, hi = (float(a) for a in np.quantile(v, [q, 1.0 - q]))
+    span = hi - lo
+    if span <= 0:
+        span = abs(lo) * 0.1 or 0.1
+        return lo - span / 2, hi + span / 2
+    return lo - pad * span, hi + pad * span
+
+
+#: Metrics that are fractions or probabilities: their axis never needs to go beyond [0, 1].
+FRACTION_PREFIXES: tuple[str, ...] = (
+    layout.EVAL_ACCURACY,
+    "clip_ratio/",
+    "cispo_clip_ratio",
+    "frac_",
+    "completions/clipped_ratio",
+)
+
+
+def clamp_limits(
+    lim: tuple[float, float] | None, metric: str, means: np.ndarray
+) -> tuple[float, float] | None:
+    """Keep y-limits inside a metric's natural range: not below 0 when every mean is >= 0 (a band
+    may dip below, the quantity cannot), not above 1 for a fraction (:data:`FRACTION_PREFIXES`).
+
+    Args:
+        lim: limits from :func:`robust_limits`, or None.
+        metric: the metric's column name.
+        means: the mean values drawn (any shape).
+    """
+    if lim is None:
+        return None
+    m = np.asarray(means, dtype=np.float64)
+    m = m[np.isfinite(m)]
+    lo, hi = lim
+    margin = 0.03 * (hi - lo)
+    if m.size and m.min() >= 0:
+        lo = max(lo, -margin)
+    if metric.startswith(FRACTION_PREFIXES):
+        hi = min(hi, 1.0 + margin)
+    return (lo, hi) if hi > lo else lim
+
+
+def off_policy_rows(df: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Which rows are steps whose old log-probs came from an earlier policy.
+
+    The harness records ``off_policy`` per step at run time (TRL's own choice of old log-probs,
+    observed). For runs recorded without that column the step is taken as off-policy unless its
+    ``w_seq`` is exactly 1 for every completion (``w_seq/min == w_seq/max == 1``), which happens
+    only when TRL reuses the current log-probs as the old ones.
+
+    Args:
+        df: frame from :func:`analysis.load.load`.
+
+    Returns:
+        ``(mask, how)``: bool array of shape ``(len(df),)``, and ``"recorded"``, ``"inferred"``,
+        ``"mixed"`` (some runs each way) or ``"unknown"`` (no column to tell: every row True).
+    """
+    n = len(df)
+    recorded = (
+        df[layout.OFF_POLICY].to_numpy(dtype=np.float64)
+        if layout.OFF_POLICY in df.columns
+        else np.full(n, np.nan)
+    )
+    have = ~np.isnan(recorded)
+    mask = recorded > 0.5
+    how = "recorded" if have.all() and n else ""
+    if not have.all():
+        if "w_seq/min" in df.columns and "w_seq/max" in df.columns:
+            lo = df["w_seq/min"].to_numpy(dtype=np.float64)
+            hi = df["w_seq/max"].to_numpy(dtype=np.float64)
+            inferred = ~((lo == 1.0) & (hi == 1.0))
+            known = ~np.isnan(lo)
+            mask = np.where(have, mask, np.where(known, inferred, True))
+            how = "mixed" if have.any() else "inferred"
+        else:
+            mask = np.where(have, mask, True)
+            how = "mixed" if have.any() else "unknown"
+    return mask, how
+
+
+@dataclass(frozen=True)
+class Curves:
+    """A metric's curves over runs, ready to draw.
+
+    Attributes:
+        mean: one row per (group, x point): columns ``*by`` (ordered categorical labels), ``x``
+            (float64), ``mean``, ``lo``, ``hi``, ``std`` (ddof=1), ``n`` (int64, runs with data).
+        runs: per-run curves as averaged (smoothed): columns ``*by``, ``run_id``, ``x``, ``y``;
+            None unless asked for.
+        caption: what the line, band and smoothing are.
+        metric: the y column.
+        x: the x kind.
+        smoothing: the keywords applied to each run (``{}`` for raw values).
+        points: the median number of logged points per run (the ``n`` of the auto rule).
+    """
+
+    mean: pd.DataFrame
+    runs: pd.DataFrame | None
+    caption: str
+    metric: str
+    x: str
+    smoothing: dict[str, Any]
+    points: int
+
+
+def curves(
+    df: pd.DataFrame,
+    metric: str,
+    *,
+    x: XKind = "step",
+    by: Sequence[str] = ("loss_type",),
+    ci: Literal["t", "bootstrap"] = "t",
+    confidence: float = 0.95,
+    smoothing: Any = None,
+    rows: np.ndarray | None = None,
+    keep_runs: bool = False,
+    n_boot: int = 1000,
+    seed: int = 0,
+    grid_points: int = 200,
+) -> Curves:
+    """Mean curve over runs and its confidence band, per group of ``by`` and per x.
+
+    With ``x="step"`` runs are aligned on their logged steps. With ``x="tokens"`` or ``"time"``
+    runs are logged at different x, so each run is linearly interpolated onto ``grid_points``
+    evenly spaced points spanning its group's x range; a run contributes only inside its own range
+    (no extrapolation). ``n`` says how many runs cover each point.
+
+    Args:
+        df: frame from :func:`analysis.load.load` (``run_id``, ``step``, ``metric``, ``by`` columns).
+        metric: column to aggregate; NaN rows (e.g. non-eval steps) are ignored.
+        x: ``"step"``, ``"tokens"`` or ``"time"`` (see :func:`x_values`).
+        by: grouping columns (hue and facets); missing values form their own ``"(none)"`` group.
+        ci: ``"t"``: Student-t interval, df = n - 1 (:func:`analysis.stats.t_interval_from_moments`);
+            ``"bootstrap"``: percentile bootstrap over runs
+            (:func:`analysis.stats.bootstrap_mean_interval`).
+        confidence: two-sided coverage.
+        smoothing: ``"auto"``, ``"none"``/None, ``{"ema": alpha}`` or ``{"window": n_points}``
+            (:func:`resolve_smoothing`), applied to each run before averaging.
+        rows: bool mask of shape ``(len(df),)``: only these rows count (e.g. off-policy steps).
+        keep_runs: also return the per-run curves.
+        n_boot: bootstrap replicates (``ci="bootstrap"`` only).
+        seed: bootstrap seed; the same seed gives the same band.
+        grid_points: interpolation points per group for ``x`` other than ``"step"``.
+
+    Returns:
+        A :class:`Curves`.
+
+    Raises:
+        KeyError: if ``metric`` or a ``by`` column is missing.
+        ValueError: for an unknown ``x``/``ci`` or bad smoothing.
+    """
+    if ci not in ("t", "bootstrap"):
+        raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
+    by = list(dict.fromkeys(by))
+    missing = [c for c in [metric, *by] if c not in df.columns]
+    if missing:
+        raise KeyError(f"columns not in frame: {missing}")
+
+    y_all = df[metric].to_numpy(dtype=np.float64)
+    x_all = x_values(df, x)
+    run_all = run_codes(df)
+    n_codes = int(run_all.max()) + 1 if run_all.size else 0
+    # Group keys are per-run values (grid axes), so they are read from each run's first row and
+    # grouped over runs rather than over every row.
+    first = np.full(n_codes, -1, dtype=np.int64)
+    first[run_all[::-1]] = np.arange(len(df) - 1, -1, -1)
+    runs_present = np.flatnonzero(first >= 0)
+    keys = df[by].iloc[first[runs_present]].reset_index(drop=True) if by else pd.DataFrame(index=runs_present)
+    labels_of_run = {col: variant_labels(keys[col]) for col in by}
+    if by and len(keys):
+        codes = np.stack([np.asarray(labels_of_run[c].codes) for c in by], axis=1)
+        _, gid = np.unique(codes, axis=0, return_inverse=True)
+        gid = np.asarray(gid).ravel()
+    else:
+        gid = np.zeros(len(runs_present), dtype=np.int64)
+    n_groups = int(gid.max()) + 1 if gid.size else 0
+    group_of_run = np.full(n_codes, -1, dtype=np.int64)
+    group_of_run[runs_present] = gid
+
+    keep = ~np.isnan(y_all)
+    if x != "step":
+        keep &= ~np.isnan(x_all)
+    if rows is not None:
+        keep &= np.asarray(rows, dtype=bool)
+    r, xv, yv = (run_all, x_all, y_all) if keep.all() else (run_all[keep], x_all[keep], y_all[keep])
+
+    counts = np.bincount(r, minlength=n_codes) if r.size else np.zeros(n_codes, dtype=np.int64)
+    points = int(np.median(counts[counts > 0])) if (counts > 0).any() else 0
+    skw = resolve_smoothing(smoothing, points)
+
+    matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
+    dense = _dense_step_matrix(r, xv, yv, n_codes) if x == "step" and not skw and r.size else None
+    if dense is not None:
+        steps, full = dense
+        for k in range(n_groups):
+            members = np.flatnonzero(group_of_run == k)
+            mat = full[members].T
+            has = ~np.all(np.isnan(mat), axis=1)
+            matrices.append((steps[has], mat[has], members))
+    else:
+        if not _sorted_within_runs(r, xv):
+            order = np.lexsort((xv, r))
+            r, xv, yv = r[order], xv[order], yv[order]
+        g = group_of_run[r] if r.size else np.zeros(0, dtype=np.int64)
+        # Stable sort by group keeps each run's rows contiguous and in x order.
+        order = np.argsort(g, kind="stable")
+        g, r, xv, yv = g[order], r[order], xv[order], yv[order]
+        bounds = np.searchsorted(g, np.arange(n_groups + 1))
+        for k in range(n_groups):
+            a, b = bounds[k], bounds[k + 1]
+            matrices.append(_group_matrix(r[a:b], xv[a:b], yv[a:b], x, skw, grid_points))
+
+    group_first = np.zeros(n_groups, dtype=np.int64)
+    group_first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
+    group_labels = {col: labels_of_run[col][group_first] for col in by}
+    order_groups = (
+        np.lexsort([np.asarray(group_labels[c].codes) for c in reversed(by)]) if by else np.arange(n_groups)
+    )
+
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("x", "mean", "lo", "hi", "std", "n")}
+    lengths = []
+    run_parts: list[pd.DataFrame] = []
+    run_names = (
+        df[layout.RUN_ID].cat.categories if isinstance(df[layout.RUN_ID].dtype, pd.CategoricalDtype) else None
+    )
+    for k in order_groups:
+        xs, mat, members = matrices[k]
+        mean, std, n = stats.nan_moments(mat, axis=1)
+        if ci == "t":
+            lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
+        else:
+            lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
+        for name, arr in (("x", xs), ("mean", mean), ("lo", lo), ("hi", hi), ("std", std), ("n", n)):
+            cols[name].append(np.asarray(arr))
+        lengths.append(len(xs))
+        if keep_runs and mat.size:
+            for j, code in enumerate(members):
+                ok = ~np.isnan(mat[:, j])
+                if not ok.any():
+                    continue
+                name = run_names[code] if run_names is not None else pd.unique(df[layout.RUN_ID])[code]
+                part = {col: group_labels[col][[k] * int(ok.sum())] for col in by}
+                part.update({layout.RUN_ID: str(name), "x": xs[ok], "y": mat[ok, j]})
+                run_parts.append(pd.DataFrame(part))
+    data: dict[str, Any] = {}
+    for col in by:
+        cat = group_labels[col]
+        data[col] = pd.Categorical.from_codes(
+            np.repeat(np.asarray(cat.codes)[order_groups], lengths), categories=cat.categories, ordered=True
+        )
+    for name, parts in cols.items():
+        dtype = np.int64 if name == "n" else np.float64
+        data[name] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    mean_frame = pd.DataFrame(data)
+    per_curve = [int(np.max(c)) for c in cols["n"] if len(c)]
+    caption = band_caption(ci, confidence, n_boot, seed, runs=per_curve)
+    smooth_text = smoothing_caption(skw, smoothing, points)
+    if smooth_text:
+        caption += " " + smooth_text
+    runs_frame = None
+    if keep_runs:
+        runs_frame = (
+            pd.concat(run_parts, ignore_index=True)
+            if run_parts
+            else pd.DataFrame({**{c: pd.Categorical([]) for c in by}, layout.RUN_ID: [], "x": [], "y": []})
+        )
+    return Curves(mean_frame, runs_frame, caption, metric, x, skw, points)
+
+
+def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
+    """:func:`curves`' mean frame alone, with ``attrs["caption"]``, ``attrs["metric"]`` and ``attrs["x"]``.
+
+    Takes the keywords of :func:`curves` (``keep_runs`` excepted).
+    """
+    c = curves(df, metric, **kwargs)
+    out = c.mean
+    out.attrs.update(caption=c.caption, metric=metric, x=c.x)
+    return out
+
+
+def _dense_step_matrix(
+    r: np.ndarray, xv: np.ndarray, yv: np.ndarray, n_runs: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(steps,) and (runs, steps) matrix of values, or None when steps are too sparse for one."""
+    lo, hi = xv.min(), xv.max()
+    width = hi - lo + 1
+    # Optimizer steps are integers, so a step's column is an offset and no sort is needed.
+    if width <= 4 * xv.size + 1024 and np.all(xv == np.round(xv)):
+        steps = np.arange(lo, hi + 1)
+        col = (xv - lo).astype(np.int64)
+    else:
+        steps, col = np.unique(xv, return_inverse=True)
+        col = np.asarray(col).ravel()
+    if n_runs * steps.size > 50_000_000:
+        return None
+    full = np.full((n_runs, steps.size), np.nan)
+    full[r, col] = yv
+    return steps, full
+
+
+def _sorted_within_runs(r: np.ndarray, xv: np.ndarray) -> bool:
+    if r.size < 2:
+        return True
+    dr = np.diff(r)
+    return bool(np.all((dr > 0) | ((dr == 0) & (np.diff(xv) >= 0))))
+
+
+def _group_matrix(
+    r: np.ndarray,
+    xv: np.ndarray,
+    yv: np.ndarray,
+    x: str,
+    skw: dict[str, Any],
+    grid_points: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points,) x, (points, runs) values and (runs,) run codes of one group; NaN where a run has no data."""
+    if r.size == 0:
+        return np.zeros(0), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    ends = np.r_[starts[1:], r.size]
+    if skw:
+        yv = yv.copy()
+        for a, b in zip(starts, ends, strict=True):
+            yv[a:b] = smooth(yv[a:b], **skw)
+    run_index = np.repeat(np.arange(starts.size), ends - starts)
+    members = r[starts]
+    if x == "step":
+        xs, inverse = np.unique(xv, return_inverse=True)
+        mat = np.full((xs.size, starts.size), np.nan)
+        mat[np.asarray(inverse).ravel(), run_index] = yv
+        return xs, mat, members
+    xs = np.linspace(xv.min(), xv.max(), grid_points) if xv.size else np.zeros(0)
+    mat = np.full((xs.size, starts.size), np.nan)
+    for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        mat[:, j] = np.interp(xs, xv[a:b], yv[a:b], left=np.nan, right=np.nan)
+    return xs, mat, members

@@ -1,0 +1,288 @@
+"""Figures of final scores, in the style of rliable (Agarwal et al. 2021).
+
+* :func:`plot_final`: each variant's final score per facet: one dot per run and the mean with its
+  stratified-bootstrap interval, small multiples over the facets (e.g. VESPO's (k, λ) settings
+  per staleness level).
+* :func:`plot_aggregate`: interval estimates of the mean and the IQM per variant, and the
+  probability of improvement over the baseline with its interval.
+* :func:`plot_profile`: performance profiles, the fraction of runs whose final score exceeds each
+  threshold.
+
+The numbers come from :func:`analysis.tables.final_performance_table` and
+:func:`analysis.stats.performance_profile`; plots return ``(fig, axes)`` and never save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from analysis import stats, style
+from analysis.aggregate import robust_limits
+from analysis.curves import fit_legend, line_handles, no_data
+from analysis.labels import metric_label
+
+__all__ = ["plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
+
+
+def _facet_list(frame: pd.DataFrame, col: str | None, given: Sequence[Any] | None) -> list[Any]:
+    if col is None:
+        return [None]
+    if given is not None:
+        return list(given)
+    return [str(v) for v in frame[col].drop_duplicates()]
+
+
+def plot_final(
+    scores: pd.DataFrame,
+    table: pd.DataFrame,
+    *,
+    metric: str,
+    hue: str | None,
+    col: str | None = None,
+    row: str | None = None,
+    colors: Mapping[str, str] | None = None,
+    hue_order: Sequence[str] | None = None,
+    col_values: Sequence[Any] | None = None,
+    row_values: Sequence[Any] | None = None,
+    on_policy: Sequence[tuple[Any, Any]] = (),
+) -> tuple[Figure, np.ndarray]:
+    """Final score per variant, small multiples over the facets.
+
+    Args:
+        scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns.
+        table: :func:`analysis.tables.final_performance_table` over the same labels (``mean``,
+            ``mean_lo``, ``mean_hi``).
+        metric: the score's metric (axis label).
+        hue, col, row: label columns (None when not used).
+        colors: ``{hue label: colour}``.
+        hue_order, col_values, row_values: display order.
+        on_policy: ``(col, row)`` facets whose runs were on-policy throughout (titled so).
+
+    Returns:
+        ``(fig, axes)`` of shape ``(rows, cols)``: in each panel one row per variant, a dot per run
+        and the mean with its interval (a bar; a hollow marker when the interval is undefined
+        because the variant has a single run).
+    """
+    labels = (
+        list(hue_order)
+        if hue_order is not None
+        else ([str(v) for v in scores[hue].drop_duplicates()] if hue else ["all"])
+    )
+    colors = dict(colors or {})
+    for lab, c in style.variant_colors(labels).items():
+        colors.setdefault(lab, c)
+    cols = _facet_list(scores, col, col_values)
+    rows = _facet_list(scores, row, row_values)
+    on_policy = {tuple(f) for f in on_policy}
+    lim = robust_limits(
+        np.r_[
+            scores["score"].to_numpy(dtype=float), table[["mean_lo", "mean_hi"]].to_numpy(dtype=float).ravel()
+        ],
+        q=0.0,
+    )
+    with style.context():
+        width = min(style.FULL_WIDTH_IN, 1.2 + 1.9 * len(cols))
+        fig = style.figure(len(cols), len(rows), width=width, panel_height=0.35 + 0.28 * len(labels))
+        axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=True)
+        for i, rv in enumerate(rows):
+            for j, cv in enumerate(cols):
+                ax = axes[i, j]
+                s = _sel(scores, col, cv, row, rv)
+                t = _sel(table, col, cv, row, rv)
+                if s.empty:
+                    no_data(ax)
+                for k, lab in enumerate(labels):
+                    y = len(labels) - 1 - k
+                    sv = s if hue is None else s[(s[hue].astype(str) == lab).to_numpy()]
+                    tv = t if hue is None else t[(t[hue].astype(str) == lab).to_numpy()]
+                    color = colors.get(lab, "0.3")
+                    if len(sv):
+                        jitter = np.linspace(-0.12, 0.12, len(sv)) if len(sv) > 1 else np.zeros(1)
+                        ax.scatter(
+                            sv["score"], y + jitter, s=9, color=color, alpha=0.55, linewidths=0, zorder=2
+                        )
+                    if len(tv):
+                        m, lo, hi = (float(tv[c].iloc[0]) for c in ("mean", "mean_lo", "mean_hi"))
+                        if np.isfinite(lo) and np.isfinite(hi):
+                            ax.plot(
+                                [lo, hi],
+                                [y, y],
+                                color=color,
+                                linewidth=3.0,
+                                alpha=0.45,
+                                solid_capstyle="butt",
+                            )
+                            ax.plot([m], [y], marker="|", color=color, markersize=9, markeredgewidth=1.6)
+                        elif np.isfinite(m):
+                            ax.plot([m], [y], marker="o", mfc="none", color=color, markersize=4)
+                ax.set_yticks(range(len(labels)), labels[::-1])
+                ax.set_ylim(-0.6, len(labels) - 0.4)
+                parts = [p for p in (rv, cv) if p is not None]
+                title = ", ".join(str(p) for p in parts)
+                if (cv, rv) in on_policy:
+                    title += " (on-policy)"
+                ax.set_title(title)
+                ax.grid(axis="y", visible=False)
+                if i == len(rows) - 1:
+                    ax.set_xlabel(f"final {metric_label(metric)}")
+        if lim is not None:
+            axes[0, 0].set_xlim(*lim)
+        fit_legend(
+            fig,
+            [
+                Line2D(
+                    [],
+                    [],
+                    color="0.35",
+                    marker="o",
+                    linestyle="none",
+                    markersize=3,
+                    alpha=0.6,
+                    label="one run",
+                ),
+                Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% bootstrap CI"),
+            ],
+            None,
+        )
+    return fig, axes
+
+
+def _sel(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:
+    sel = np.ones(len(frame), dtype=bool)
+    if col is not None and cv is not None:
+        sel &= (frame[col].astype(str) == str(cv)).to_numpy()
+    if row is not None and rv is not None:
+        sel &= (frame[row].astype(str) == str(rv)).to_numpy()
+    return frame[sel]
+
+
+def plot_aggregate(
+    table: pd.DataFrame,
+    *,
+    metric: str,
+    names: Sequence[str],
+    colors: Sequence[str],
+    baseline: str | None,
+) -> tuple[Figure, np.ndarray]:
+    """Interval estimates per variant: mean, IQM and P(variant > baseline), each with its interval.
+
+    Args:
+        table: :func:`analysis.tables.final_performance_table` rows, in display order.
+        metric: the score's metric.
+        names: one display name per row of ``table`` (variant and facet).
+        colors: one colour per row.
+        baseline: the baseline's label (None: the P(>) panel is left out).
+
+    Returns:
+        ``(fig, axes)`` with one row of panels: Mean, IQM, and P(> baseline) when there is one.
+    """
+    panels = [("mean", "Mean"), ("iqm", "IQM")]
+    if baseline is not None and "p_improve" in table.columns:
+        panels.append(("p_improve", f"P(variant > {baseline})"))
+    n = len(table)
+    with style.context():
+        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=0.45 + 0.2 * max(n, 1))
+        axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
+        for j, (column, title) in enumerate(panels):
+            ax = axes[0, j]
+            for k in range(n):
+                y = n - 1 - k
+                v, lo, hi = (float(table[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
+                if np.isfinite(lo) and np.isfinite(hi):
+                    ax.barh(y, hi - lo, left=lo, height=0.6, color=colors[k], alpha=0.55, linewidth=0)
+                    ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
+                elif np.isfinite(v):
+                    ax.plot([v], [y], marker="o", mfc="none", color=colors[k], markersize=4)
+            if column == "p_improve":
+                ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
+                ax.set_xlim(-0.02, 1.02)
+            ax.set_title(title)
+            ax.set_xlabel(metric_label(metric) if column != "p_improve" else "probability")
+            ax.grid(axis="y", visible=False)
+        axes[0, 0].set_yticks(range(n), list(names)[::-1])
+        axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
+    return fig, axes
+
+
+def profile_frame(scores: pd.DataFrame, by: Sequence[str], points: int = 101) -> pd.DataFrame:
+    """Performance profiles of each group of runs over a common grid of thresholds.
+
+    Args:
+        scores: one row per run with ``score`` and the ``by`` columns.
+        by: grouping (label) columns.
+        points: thresholds, evenly spaced over the range of all scores.
+
+    Returns:
+        Columns ``*by``, ``tau``, ``fraction`` (share of the group's runs with score > tau) and
+        ``runs``.
+    """
+    s = scores["score"].to_numpy(dtype=np.float64)
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return pd.DataFrame(columns=[*by, "tau", "fraction", "runs"])
+    span = s.max() - s.min() or 1.0
+    taus = np.linspace(s.min() - 0.02 * span, s.max() + 0.02 * span, points)
+    parts = []
+    for key, g in scores.groupby(list(by), observed=True, sort=False) if by else [((), scores)]:
+        key = key if isinstance(key, tuple) else (key,)
+        frac = stats.performance_profile(g["score"].to_numpy(dtype=np.float64), taus)
+        part = pd.DataFrame({"tau": taus, "fraction": frac, "runs": int(g["score"].notna().sum())})
+        for b, v in zip(by, key, strict=True):
+            part[b] = str(v)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def plot_profile(
+    profile: pd.DataFrame,
+    *,
+    metric: str,
+    hue: str | None,
+    col: str | None = None,
+    colors: Mapping[str, str] | None = None,
+    hue_order: Sequence[str] | None = None,
+    col_values: Sequence[Any] | None = None,
+    legend_title: str | None = None,
+) -> tuple[Figure, np.ndarray]:
+    """Performance profiles (:func:`profile_frame`), one line per variant, faceted by ``col``.
+
+    Returns:
+        ``(fig, axes)`` with one row of panels.
+    """
+    labels = (
+        list(hue_order)
+        if hue_order is not None
+        else ([str(v) for v in profile[hue].drop_duplicates()] if hue and len(profile) else ["all"])
+    )
+    colors = dict(colors or {})
+    for lab, c in style.variant_colors(labels).items():
+        colors.setdefault(lab, c)
+    cols = _facet_list(profile, col, col_values)
+    with style.context():
+        fig = style.figure(len(cols), 1)
+        axes = fig.subplots(1, len(cols), squeeze=False, sharey=True, sharex=True)
+        for j, cv in enumerate(cols):
+            ax = axes[0, j]
+            part = _sel(profile, col, cv, None, None)
+            if part.empty:
+                no_data(ax)
+            for lab in labels:
+                p = part if hue is None else part[(part[hue].astype(str) == lab).to_numpy()]
+                if len(p):
+                    ax.step(
+                        p["tau"], p["fraction"], where="post", color=colors.get(lab, "0.3"), linewidth=1.1
+                    )
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_title("" if cv is None else str(cv))
+            ax.set_xlabel(f"final {metric_label(metric)} threshold τ")
+            if j == 0:
+                ax.set_ylabel("fraction of runs > τ")
+        if hue is not None:
+            fit_legend(fig, line_handles(labels, colors), legend_title)
+    return fig, axes

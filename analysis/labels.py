@@ -1,0 +1,304 @@
+"""Short, readable labels for variants and facets, built from the config keys a grid varies.
+
+A legend entry should read like the paper's text: ``ε 0.2/0.28``, ``μ=2``, ``gspo``,
+``k/λ +2/3 −3/2``, not ``trainer.epsilon=0.2, trainer.epsilon_high=0.28``. The full keys and
+values go in the report's variants table and captions, where there is room.
+
+Rules, in order:
+
+1. Known combinations of keys have one compact form (:data:`COMBINED`): the clip range
+   ``(epsilon, epsilon_high)`` is ``ε lo/hi``; VESPO's four shape parameters are
+   ``k/λ +k₊/λ₊ −k₋/λ₋``.
+2. A single key is ``symbol=value`` with the field's usual symbol (:data:`SYMBOLS`), the value
+   alone for categorical keys such as ``loss_type``, or a phrase for flags (``no sync``).
+3. Several keys are joined with ", "; keys a run does not set (NaN: TRL's default applies) are
+   left out of the label.
+4. Named variants (:data:`NAMED_VARIANTS`): GSPO is ``loss_type: grpo`` with sequence-level
+   importance sampling, and is called ``gspo``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NONE_LABEL = "(none)"
+
+__all__ = [
+    "COMBINED",
+    "NAMED_VARIANTS",
+    "NONE_LABEL",
+    "SYMBOLS",
+    "combo_label",
+    "format_value",
+    "is_missing",
+    "key_title",
+    "label_runs",
+    "metric_label",
+    "sort_key",
+]
+
+#: Usual symbol or short name of a setting (dotted key) in a label. ``""``: the value alone.
+SYMBOLS: dict[str, str] = {
+    "trainer.loss_type": "",
+    "trainer.epsilon": "ε",
+    "trainer.epsilon_high": "ε_high",
+    "trainer.delta": "δ",
+    "trainer.num_iterations": "μ",
+    "trainer.gradient_accumulation_steps": "GA",
+    "trainer.steps_per_generation": "spg",
+    "trainer.per_device_train_batch_size": "batch",
+    "trainer.num_generations": "G",
+    "trainer.beta": "β",
+    "trainer.learning_rate": "lr",
+    "trainer.temperature": "T",
+    "trainer.importance_sampling_level": "IS",
+    "trainer.ref_model_mixup_alpha": "α",
+    "trainer.vespo_k_pos": "k+",
+    "trainer.vespo_lambda_pos": "λ+",
+    "trainer.vespo_k_neg": "k−",
+    "trainer.vespo_lambda_neg": "λ−",
+    "trainer.max_completion_length": "max len",
+    "trainer.scale_rewards": "scale",
+    "seed": "seed",
+    "model": "",
+    "task.name": "",
+}
+
+#: Keys that have one compact joint form, and how to write it from their values (in key order).
+COMBINED: dict[tuple[str, ...], Any] = {
+    ("trainer.epsilon", "trainer.epsilon_high"): lambda lo, hi: f"ε {lo}/{hi}",
+    (
+        "trainer.vespo_k_pos",
+        "trainer.vespo_lambda_pos",
+        "trainer.vespo_k_neg",
+        "trainer.vespo_lambda_neg",
+    ): lambda kp, lp, kn, ln: f"k/λ +{kp}/{lp} −{kn}/{ln}",
+}
+
+#: Variants with a name of their own: ``({dotted key: value, ...}, name)``. The name replaces the
+#: label of the key it is matched on first (``loss_type`` here) when every key matches.
+NAMED_VARIANTS: tuple[tuple[dict[str, Any], str], ...] = (
+    ({"trainer.loss_type": "grpo", "trainer.importance_sampling_level": "sequence"}, "gspo"),
+)
+
+_METRIC_LABELS: dict[str, str] = {
+    "reward": "reward",
+    "reward_std": "reward std within group",
+    "eval/accuracy": "eval accuracy (greedy)",
+    "entropy": "token entropy (nats)",
+    "kl": "KL to reference",
+    "clip_ratio/region_mean": "clipped fraction (any)",
+    "clip_ratio/low_mean": "clipped fraction (low)",
+    "clip_ratio/high_mean": "clipped fraction (high)",
+    "cispo_clip_ratio": "CISPO clipped fraction",
+    "completions/mean_length": "completion length (tokens)",
+    "vespo/phi_seq_mean": "VESPO phi_seq (mean)",
+    "frac_reward_zero_std": "groups with zero reward std",
+    "loss": "loss",
+    "grad_norm": "gradient norm",
+    "time/step_s": "seconds per step",
+}
+
+
+def metric_label(metric: str) -> str:
+    """Human-readable axis label for a metric column (the column name itself when unknown)."""
+    return _METRIC_LABELS.get(metric, metric)
+
+
+def is_missing(v: Any) -> bool:
+    """None, NaN or pandas' NA: a key the run does not set."""
+    if v is None or v is pd.NA:
+        return True
+    return isinstance(v, (float, np.floating)) and math.isnan(v)
+
+
+def format_value(v: Any) -> str:
+    """A config value as a short label: ``1.0`` → ``"1"``, ``1e-05`` → ``"1e-05"``, ``True`` → ``"True"``."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):g}"
+    return str(v)
+
+
+def sort_key(v: Any) -> tuple[int, Any]:
+    """Order of values in legends and tables: numbers numerically, then strings, missing last."""
+    if is_missing(v):
+        return (2, "")
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+        return (0, float(v))
+    return (1, str(v))
+
+
+def key_title(key: str) -> str:
+    """A dotted key as a legend or axis title: its last component (``trainer.epsilon`` → ``epsilon``)."""
+    return key.rsplit(".", 1)[-1]
+
+
+def _single(key: str, v: Any) -> str:
+    text = format_value(v)
+    if key == "trainer.sync_ref_model":
+        return "sync" if bool(v) else "no sync"
+    if key == "trainer.ref_model_sync_steps":
+        return f"sync every {text}"
+    if key == "harness.ref_model_sync_every":
+        return f"({text})"
+    sym = SYMBOLS.get(key, key_title(key))
+    return text if sym == "" else f"{sym}={text}"
+
+
+def combo_label(keys: Sequence[str], values: Sequence[Any]) -> str:
+    """The label of one combination of values of ``keys`` (see the module's rules).
+
+    Args:
+        keys: dotted keys, in display order.
+        values: one value per key; missing values (None/NaN) are left out.
+
+    Returns:
+        A short string; :data:`NONE_LABEL` when every value is missing.
+    """
+    pairs = dict(zip(keys, values, strict=True))
+    for named, name in NAMED_VARIANTS:
+        if all(k in pairs and pairs[k] == v for k, v in named.items()):
+            first = next(iter(named))
+            pairs = {k: v for k, v in pairs.items() if k not in named or k == first}
+            pairs[first] = _Named(name)
+    parts: list[str] = []
+    done: set[str] = set()
+    for combo, fmt in COMBINED.items():
+        if all(k in pairs and not is_missing(pairs[k]) for k in combo):
+            parts.append(fmt(*(format_value(pairs[k]) for k in combo)))
+            done.update(combo)
+    for k in keys:
+        if k in done or k not in pairs or is_missing(pairs[k]):
+            continue
+        v = pairs[k]
+        parts.append(str(v) if isinstance(v, _Named) else _single(k, v))
+        if k == "trainer.sync_ref_model" and bool(v) and "trainer.ref_model_sync_steps" in pairs:
+            parts.pop()  # "sync every N" says it
+    if not parts:
+        return NONE_LABEL
+    text = parts[0]
+    for part in parts[1:]:  # a parenthesised part qualifies the one before it: "sync every 50 (epoch)"
+        text += f" {part}" if part.startswith("(") else f", {part}"
+    return text
+
+
+class _Named(str):
+    """A variant's own name standing for the key values it replaces."""
+
+
+def label_runs(runs: pd.DataFrame, keys: Sequence[str]) -> pd.Categorical:
+    """One label per run for the combination of its values of ``keys``, in natural order.
+
+    Args:
+        runs: one row per run, with a column per key (missing values NaN/None).
+        keys: dotted keys (columns of ``runs``), in display order; empty gives one label "all".
+
+    Returns:
+        An ordered categorical of strings, one entry per row of ``runs``. Categories are ordered
+        by the values, not by the label text: numbers numerically (``μ=10`` follows ``μ=2``),
+        strings in the order the rows first list them (pass runs in the grid's order), missing
+        values last. Two different combinations never share a label: where the rules would
+        give the same text (e.g. values that print alike), ``#2``, ``#3`` is appended.
+    """
+    if not keys:
+        return pd.Categorical(["all"] * len(runs), categories=["all"], ordered=True)
+    combos = [tuple(row) for row in runs[list(keys)].astype(object).itertuples(index=False)]
+    unique = list(dict.fromkeys(_canon(c) for c in combos))
+    by_canon = {}
+    for c in combos:
+        by_canon.setdefault(_canon(c), c)
+    # Strings keep the order in which the runs list them (a grid's own order: grpo before dapo),
+    # numbers sort numerically, missing values last.
+    seen_at: dict[Any, int] = {}
+    for c in unique:
+        for v in c:
+            if isinstance(v, str):
+                seen_at.setdefault(v, len(seen_at))
+
+    def order(v: Any) -> tuple[int, Any]:
+        return (1, seen_at[v]) if isinstance(v, str) else sort_key(v)
+
+    unique.sort(key=lambda c: tuple(order(v) for v in c))
+    texts: dict[tuple, str] = {}
+    seen: dict[str, int] = {}
+    for c in unique:
+        text = combo_label(keys, by_canon[c])
+        seen[text] = seen.get(text, 0) + 1
+        texts[c] = text if seen[text] == 1 else f"{text} #{seen[text]}"
+    cats = [texts[c] for c in unique]
+    return pd.Categorical([texts[_canon(c)] for c in combos], categories=cats, ordered=True)
+
+
+def _canon(combo: tuple) -> tuple:
+    return tuple(None if is_missing(v) else (v.item() if hasattr(v, "item") else v) for v in combo)
+
+
+def distinguishing_keys(runs: pd.DataFrame, hue: Sequence[str], candidates: Sequence[str]) -> list[str]:
+    """The fewest of ``candidates`` to add to ``hue`` so that no label covers runs that differ.
+
+    Keys are added in ``candidates`` order, each only if it splits a label that still covers
+    more than one combination of ``candidates``' values.
+
+    Args:
+        runs: one row per run with a column per key.
+        hue: keys the variants are named by.
+        candidates: other keys that differ between runs (facets and seeds excluded).
+
+    Returns:
+        The keys to add, in ``candidates`` order.
+    """
+    added: list[str] = []
+    cands = [c for c in candidates if c not in hue]
+    if not cands:
+        return added
+
+    def ambiguous(keys: list[str]) -> bool:
+        labels = label_runs(runs, keys) if keys else pd.Categorical(["all"] * len(runs))
+        full = [_canon(tuple(r)) for r in runs[cands].astype(object).itertuples(index=False)]
+        per: dict[str, set] = {}
+        for lab, f in zip(labels, full, strict=True):
+            per.setdefault(lab, set()).add(f)
+        return any(len(v) > 1 for v in per.values())
+
+    keys = list(hue)
+    for c in cands:
+        if not ambiguous(keys):
+            break
+        before = _split_count(runs, keys)
+        if _split_count(runs, [*keys, c]) > before:
+            keys.append(c)
+            added.append(c)
+    return added
+
+
+def _split_count(runs: pd.DataFrame, keys: list[str]) -> int:
+    if not keys:
+        return 1
+    return len({_canon(tuple(r)) for r in runs[keys].astype(object).itertuples(index=False)})
+
+
+def describe_combo(keys: Sequence[str], values: Sequence[Any]) -> str:
+    """Full ``key=value`` text of a combination, for tables and captions (missing as ``(none)``)."""
+    return ", ".join(
+        f"{key_title(k)}={NONE_LABEL if is_missing(v) else format_value(v)}"
+        for k, v in zip(keys, values, strict=True)
+    )
+
+
+def titles(keys: Sequence[str]) -> str:
+    """Legend title for a set of keys: ``epsilon / epsilon_high``."""
+    return " / ".join(key_title(k) for k in keys)
+
+
+def alias_map(mapping: Mapping[str, str] | None) -> dict[str, str]:
+    """``{dotted key: alias}`` from a loader's ``{alias: dotted key}``."""
+    return {v: k for k, v in (mapping or {}).items()}
