@@ -122,16 +122,17 @@ def fit_legend(
     if not handles:
         return None
     n = len(handles)
+    # The legend's width does not depend on where it goes, so it is measured without laying out
+    # (or drawing) the figure: one column gives the widest entry.
+    renderer = fig.canvas.get_renderer()
     leg = fig.legend(handles=handles, loc="outside lower center", ncols=1, title=title)
-    fig.draw_without_rendering()
-    entry = leg.get_window_extent().width
+    entry = leg.get_window_extent(renderer).width
     width = fig.bbox.width * 0.98
     ncols = max(1, min(n, max_cols or n, int(width // max(entry, 1.0))))
     while True:
         leg.remove()
         leg = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, title=title)
-        fig.draw_without_rendering()
-        if leg.get_window_extent().width <= fig.bbox.width or ncols == 1:
+        if ncols == 1 or leg.get_window_extent(renderer).width <= width:
             return leg
         ncols -= 1
 
@@ -208,8 +209,12 @@ def plot_curve_set(
     legend_title: str | None = None,
     ylabel: str | None = None,
     sharey: bool = True,
+    baseline: str | None = None,
 ) -> tuple[Figure, np.ndarray]:
     """Draw a :class:`~analysis.aggregate.Curves`: one line per hue label, faceted by col/row.
+
+    More than :data:`MAX_LINES` variants in a single panel are drawn as small multiples instead
+    (:func:`plot_highlight`), since that many crossing lines cannot be told apart.
 
     Args:
         c: the curves (``c.mean``; ``c.runs`` too with ``seeds``).
@@ -225,6 +230,7 @@ def plot_curve_set(
         legend_title: title of the legend (e.g. the hue's keys).
         ylabel: y-axis label; default the metric's label.
         sharey: share y limits across facets (limits from robust quantiles of all drawn values).
+        baseline: the baseline's hue label, drawn in every panel of the small multiples.
 
     Returns:
         ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. Facets without data say "no data"
@@ -232,6 +238,17 @@ def plot_curve_set(
     """
     agg = c.mean
     hue_labels = _hue_order(agg, hue, hue_order)
+    if hue is not None and col is None and row is None and len(hue_labels) > MAX_LINES:
+        return plot_highlight(
+            c,
+            hue=hue,
+            hue_order=hue_labels,
+            colors=colors,
+            baseline=baseline,
+            marks=marks,
+            ylabel=ylabel,
+            legend_title=legend_title,
+        )
     colors = dict(colors) if colors is not None else {}
     for lab, col_ in style.variant_colors(hue_labels or ["all"]).items():
         colors.setdefault(lab, col_)
@@ -265,10 +282,11 @@ def plot_curve_set(
                             limit_values.append(p[["mean", "lo", "hi"]].to_numpy())
                             if lab is not None and lab not in drawn:
                                 drawn.append(lab)
+                _note_coinciding(ax, part, hue)
                 _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors)
                 for xs in (syncs or {}).get((cv, rv), ()):
                     ax.axvline(xs, color="0.55", linewidth=0.5, linestyle=":", zorder=0)
-                ax.set_title(_panel_title([_str(rv), _str(cv)], facet_on_policy))
+                ax.set_title(wrap_title(_panel_title([_str(rv), _str(cv)], facet_on_policy)))
                 if i == len(rows) - 1:
                     ax.set_xlabel(X_LABELS.get(c.x, c.x))
                 if j == 0:
@@ -289,6 +307,113 @@ def plot_curve_set(
                 fig, [*line_handles([h for h in hue_labels if h in drawn], colors), *extra], legend_title
             )
     return fig, axes
+
+
+def wrap_title(text: str, width: int = 24) -> str:
+    """A panel title broken at ", " so that it fits above a panel of a multi-panel figure."""
+    if len(text) <= width:
+        return text
+    lines, line = [], ""
+    for part in text.split(", "):
+        candidate = f"{line}, {part}" if line else part
+        if len(candidate) > width and line:
+            lines.append(line + ",")
+            line = part
+        else:
+            line = candidate
+    lines.append(line)
+    return "\n".join(lines)
+
+
+#: Most variants drawn as lines in one panel; more become small multiples (:func:`plot_highlight`).
+MAX_LINES = 6
+
+
+def plot_highlight(
+    c: Curves,
+    *,
+    hue: str,
+    hue_order: Sequence[str],
+    colors: Mapping[str, str] | None = None,
+    baseline: str | None = None,
+    marks: Sequence[Mark] = (),
+    ylabel: str | None = None,
+    legend_title: str | None = None,
+    ncols: int = 3,
+) -> tuple[Figure, np.ndarray]:
+    """Many variants as small multiples: one panel per variant, in its colour with its band, the
+    baseline in black (dashed) and every other variant in light grey behind, on shared axes.
+
+    Returns:
+        ``(fig, axes)``; ``axes`` has shape ``(rows, ncols)``, unused panels hidden.
+    """
+    agg = c.mean
+    colors = dict(colors or {})
+    for lab, col_ in style.variant_colors(hue_order).items():
+        colors.setdefault(lab, col_)
+    n = len(hue_order)
+    nr = -(-n // ncols)
+    with style.context():
+        fig = style.figure(ncols, nr, panel_height=1.45)
+        axes = fig.subplots(nr, ncols, squeeze=False, sharex=True, sharey=True)
+        parts = {lab: agg[(agg[hue] == lab).to_numpy()] for lab in hue_order}
+        values = [p[["mean", "lo", "hi"]].to_numpy() for p in parts.values() if len(p)]
+        for k, lab in enumerate(hue_order):
+            ax = axes[k // ncols, k % ncols]
+            for other, p in parts.items():
+                if other != lab and other != baseline and len(p):
+                    ax.plot(p["x"], p["mean"], color="0.82", linewidth=0.7, zorder=1)
+            if baseline is not None and baseline != lab and len(parts.get(baseline, ())):
+                b = parts[baseline]
+                ax.plot(b["x"], b["mean"], color="0.15", linewidth=0.9, linestyle="--", zorder=2)
+            p = parts[lab]
+            if len(p) and p["mean"].notna().any():
+                _draw(ax, p, colors[lab], lab)
+            else:
+                no_data(ax)
+            _draw_marks(ax, [m for m in marks if m.hue == lab], None, hue, None, None, None, None, colors)
+            ax.set_title(wrap_title(lab))
+            if k % ncols == 0:
+                ax.set_ylabel(ylabel or metric_label(c.metric))
+        for k in range(n, nr * ncols):
+            axes[k // ncols, k % ncols].set_visible(False)
+        for j in range(ncols):
+            last = max((k for k in range(n) if k % ncols == j), default=None)
+            if last is not None:
+                axes[last // ncols, j].set_xlabel(X_LABELS.get(c.x, c.x))
+                axes[last // ncols, j].xaxis.set_tick_params(labelbottom=True)
+        lim = robust_limits(np.concatenate([v.ravel() for v in values])) if values else None
+        lim = clamp_limits(lim, c.metric, agg["mean"].to_numpy())
+        if lim is not None:
+            axes[0, 0].set_ylim(*lim)
+        handles = [Line2D([], [], color="0.82", linewidth=0.7, label="the other variants")]
+        if baseline is not None:
+            handles.insert(
+                0, Line2D([], [], color="0.15", linestyle="--", linewidth=0.9, label=f"baseline: {baseline}")
+            )
+        fit_legend(fig, handles, legend_title)
+    return fig, axes
+
+
+def _note_coinciding(ax: Axes, part: pd.DataFrame, hue: str | None) -> None:
+    """Say so in the panel when every variant's curve is the same (e.g. clip settings on-policy,
+    where the clip never fires): otherwise the last line drawn hides the others."""
+    if hue is None or part.empty:
+        return
+    curves_ = [p["mean"].to_numpy() for _, p in part.groupby(hue, observed=True, sort=False) if len(p)]
+    if len(curves_) > 1 and all(
+        c.shape == curves_[0].shape and np.array_equal(c, curves_[0], equal_nan=True) for c in curves_
+    ):
+        ax.text(
+            0.02,
+            0.97,
+            f"all {len(curves_)} variants coincide",
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=6.5,
+            color="0.35",
+        )
 
 
 def _str(v: Any) -> str | None:
@@ -461,10 +586,12 @@ def plot_panels(
         cells = [(i, j, m, cv) for i, m in enumerate(shown) for j, cv in enumerate(col_values)]
 
     with style.context():
-        fig = style.figure(nc, nr, panel_height=1.7)
+        fig = style.figure(nc, nr, panel_height=1.5 if col is not None else 1.7)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True)
         used = set()
         drawn: list[str] = []
+        row_values: dict[int, list[np.ndarray]] = {}
+        row_means: dict[int, list[np.ndarray]] = {}
         for i, j, m, cv in cells:
             ax = axes[i, j]
             used.add((i, j))
@@ -474,12 +601,9 @@ def plot_panels(
                 a = a[(a[col] == cv).to_numpy()]
             ratio = is_ratio_metric(m)
             if a is None or a.empty or a["mean"].isna().all():
-                no_data(
-                    ax,
-                    ON_POLICY_NOTE
-                    if ratio and (cv in on_policy or (col is None and on_policy))
-                    else "no data",
-                )
+                on = ratio and (cv in on_policy or (col is None and bool(on_policy)))
+                no_data(ax, ON_POLICY_NOTE if on else "no data")
+                ax.tick_params(axis="y", left=False, labelleft=False)
             else:
                 vals = []
                 for lab in hue_labels or [None]:
@@ -489,13 +613,25 @@ def plot_panels(
                         vals.append(p[["mean", "lo", "hi"]].to_numpy())
                         if lab is not None and lab not in drawn:
                             drawn.append(lab)
-                lim = robust_limits(np.concatenate([v.ravel() for v in vals])) if vals else None
-                lim = clamp_limits(lim, m, a["mean"].to_numpy())
-                if lim is not None:
-                    ax.set_ylim(*lim)
-            title = metric_label(m) + ("\noff-policy steps" if ratio else "")
-            facet = "" if cv is None else f"\n{cv}" + (" (on-policy)" if cv in on_policy else "")
-            ax.set_title(title + facet)
+                _note_coinciding(ax, a, hue)
+                key = i if col is not None else -1 - (i * nc + j)  # with facets a metric's row shares y
+                row_values.setdefault(key, []).extend(v.ravel() for v in vals)
+                row_means.setdefault(key, []).append(a["mean"].to_numpy())
+            label = metric_label(m) + ("\n(off-policy steps)" if ratio else "")
+            if col is None:
+                ax.set_title(label)
+            else:
+                if j == 0:
+                    ax.set_ylabel(label)
+                if i == 0:
+                    ax.set_title(wrap_title(str(cv) + (" (on-policy)" if cv in on_policy else "")))
+        for i, j, m, _ in cells:
+            key = i if col is not None else -1 - (i * nc + j)
+            if key in row_values:
+                lim = robust_limits(np.concatenate(row_values[key]))
+                lim = clamp_limits(lim, m, np.concatenate(row_means[key]))
+                if lim is not None and axes[i, j].get_ylim() != lim:
+                    axes[i, j].set_ylim(*lim)
         if not cells:
             no_data(axes[0, 0])
             used.add((0, 0))
@@ -714,9 +850,15 @@ def plot_wseq(
             ax.set_ylim(lo_lim, hi_lim)
             _ratio_ticks(ax, lo_lim, hi_lim)
             title = lab if hue is not None else "all runs"
-            ax.set_title(title if fv is None else f"{title}\n{fv}")
-            if j == 0:
-                ax.set_ylabel("w_seq")
+            if fv is None:
+                ax.set_title(wrap_title(title))
+                if j == 0:
+                    ax.set_ylabel("w_seq")
+            else:
+                if i == 0:
+                    ax.set_title(wrap_title(title))
+                if j == 0:
+                    ax.set_ylabel(f"{wrap_title(str(fv))}\nw_seq")
         for i in range(nr):
             for j in range(nc):
                 if (i, j) not in used:

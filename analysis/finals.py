@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 
 from analysis import stats, style
 from analysis.aggregate import robust_limits
-from analysis.curves import fit_legend, line_handles, no_data
+from analysis.curves import fit_legend, line_handles, no_data, wrap_title
 from analysis.labels import metric_label
 
 __all__ = ["plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
@@ -127,7 +127,7 @@ def plot_final(
                 title = ", ".join(str(p) for p in parts)
                 if (cv, rv) in on_policy:
                     title += " (on-policy)"
-                ax.set_title(title)
+                ax.set_title(wrap_title(title))
                 ax.grid(axis="y", visible=False)
                 if i == len(rows) - 1:
                     ax.set_xlabel(f"final {metric_label(metric)}")

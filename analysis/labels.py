@@ -33,6 +33,7 @@ __all__ = [
     "NAMED_VARIANTS",
     "NONE_LABEL",
     "SYMBOLS",
+    "canon",
     "combo_label",
     "format_value",
     "is_missing",
@@ -195,95 +196,100 @@ class _Named(str):
     """A variant's own name standing for the key values it replaces."""
 
 
-def label_runs(runs: pd.DataFrame, keys: Sequence[str]) -> pd.Categorical:
-    """One label per run for the combination of its values of ``keys``, in natural order.
+def label_runs(
+    runs: pd.DataFrame, keys: Sequence[str], candidates: Sequence[str] = ()
+) -> tuple[pd.Categorical, list[str]]:
+    """One label per run for its values of ``keys``, told apart by ``candidates`` where needed.
+
+    Runs that share a label but differ in some of ``candidates`` (keys the report does not
+    facet or colour by) get the fewest of those keys added to *their* labels only: in a grid of
+    loss types where GSPO is ``grpo`` with sequence-level ratios, ``grpo`` stays ``grpo`` and the
+    other run becomes ``gspo`` (a named variant), while ``dapo`` is not touched. Keys of
+    :data:`NAMED_VARIANTS` are tried first, then ``candidates`` in order.
 
     Args:
-        runs: one row per run, with a column per key (missing values NaN/None).
-        keys: dotted keys (columns of ``runs``), in display order; empty gives one label "all".
+        runs: one row per run, with a column per key (missing values NaN/None), in the grid's
+            order.
+        keys: dotted keys (columns of ``runs``) that name the variants, in display order; empty
+            gives every run the label "all" unless ``candidates`` split them.
+        candidates: other keys that differ between runs.
 
     Returns:
-        An ordered categorical of strings, one entry per row of ``runs``. Categories are ordered
-        by the values, not by the label text: numbers numerically (``μ=10`` follows ``μ=2``),
-        strings in the order the rows first list them (pass runs in the grid's order), missing
-        values last. Two different combinations never share a label: where the rules would
-        give the same text (e.g. values that print alike), ``#2``, ``#3`` is appended.
+        ``(labels, added)``: an ordered categorical of strings with one entry per row of
+        ``runs``, and the candidate keys that were added to at least one label. Categories are
+        ordered by the values, not by the label text: numbers numerically (``μ=10`` follows
+        ``μ=2``), strings in the order the rows first list them, missing values first among
+        several keys (a key a run leaves unset takes TRL's default) and last for a single key.
+        Two different combinations never share a label; where the rules would give the same
+        text, ``#2``, ``#3`` is appended.
     """
-    if not keys:
-        return pd.Categorical(["all"] * len(runs), categories=["all"], ordered=True)
-    combos = [tuple(row) for row in runs[list(keys)].astype(object).itertuples(index=False)]
-    unique = list(dict.fromkeys(_canon(c) for c in combos))
-    by_canon = {}
-    for c in combos:
-        by_canon.setdefault(_canon(c), c)
-    # Strings keep the order in which the runs list them (a grid's own order: grpo before dapo),
-    # numbers sort numerically, missing values last.
+    keys = list(keys)
+    named_keys = [k for named, _ in NAMED_VARIANTS for k in named if k in candidates and k not in keys]
+    cands = list(dict.fromkeys([*named_keys, *(c for c in candidates if c not in keys)]))
+    all_keys = [*keys, *cands]
+    combos = (
+        [canon(tuple(r)) for r in runs[all_keys].astype(object).itertuples(index=False)]
+        if all_keys
+        else [()] * len(runs)
+    )
+    unique = list(dict.fromkeys(combos))
+    idx = {k: i for i, k in enumerate(all_keys)}
+
+    def text(combo: tuple, used: Sequence[str]) -> str:
+        if not used:
+            return "all"
+        return combo_label(list(used), [combo[idx[k]] for k in used])
+
+    used_of = {c: list(keys) for c in unique}
+    added: list[str] = []
+    for _ in range(len(cands) + 1):
+        groups: dict[str, list[tuple]] = {}
+        for c in unique:
+            groups.setdefault(text(c, used_of[c]), []).append(c)
+        clash = {t: g for t, g in groups.items() if len(g) > 1}
+        if not clash:
+            break
+        progressed = False
+        for group in clash.values():
+            for cand in cands:
+                if all(cand in used_of[c] for c in group):
+                    continue
+                if len({c[idx[cand]] for c in group}) > 1:
+                    for c in group:
+                        used_of[c] = [k for k in all_keys if k in used_of[c] or k == cand]
+                    if cand not in added:
+                        added.append(cand)
+                    progressed = True
+                    break
+        if not progressed:
+            break
+
     seen_at: dict[Any, int] = {}
     for c in unique:
         for v in c:
             if isinstance(v, str):
                 seen_at.setdefault(v, len(seen_at))
+    missing_first = len(all_keys) > 1
 
     def order(v: Any) -> tuple[int, Any]:
+        if v is None:
+            return (-1, "") if missing_first else (3, "")
         return (1, seen_at[v]) if isinstance(v, str) else sort_key(v)
 
     unique.sort(key=lambda c: tuple(order(v) for v in c))
     texts: dict[tuple, str] = {}
-    seen: dict[str, int] = {}
+    count: dict[str, int] = {}
     for c in unique:
-        text = combo_label(keys, by_canon[c])
-        seen[text] = seen.get(text, 0) + 1
-        texts[c] = text if seen[text] == 1 else f"{text} #{seen[text]}"
-    cats = [texts[c] for c in unique]
-    return pd.Categorical([texts[_canon(c)] for c in combos], categories=cats, ordered=True)
+        t = text(c, used_of[c])
+        count[t] = count.get(t, 0) + 1
+        texts[c] = t if count[t] == 1 else f"{t} #{count[t]}"
+    cats = list(dict.fromkeys(texts[c] for c in unique))
+    return pd.Categorical([texts[c] for c in combos], categories=cats, ordered=True), added
 
 
-def _canon(combo: tuple) -> tuple:
+def canon(combo: tuple) -> tuple:
+    """Config values with missing ones as None and numpy scalars as Python ones (hashable, comparable)."""
     return tuple(None if is_missing(v) else (v.item() if hasattr(v, "item") else v) for v in combo)
-
-
-def distinguishing_keys(runs: pd.DataFrame, hue: Sequence[str], candidates: Sequence[str]) -> list[str]:
-    """The fewest of ``candidates`` to add to ``hue`` so that no label covers runs that differ.
-
-    Keys are added in ``candidates`` order, each only if it splits a label that still covers
-    more than one combination of ``candidates``' values.
-
-    Args:
-        runs: one row per run with a column per key.
-        hue: keys the variants are named by.
-        candidates: other keys that differ between runs (facets and seeds excluded).
-
-    Returns:
-        The keys to add, in ``candidates`` order.
-    """
-    added: list[str] = []
-    cands = [c for c in candidates if c not in hue]
-    if not cands:
-        return added
-
-    def ambiguous(keys: list[str]) -> bool:
-        labels = label_runs(runs, keys) if keys else pd.Categorical(["all"] * len(runs))
-        full = [_canon(tuple(r)) for r in runs[cands].astype(object).itertuples(index=False)]
-        per: dict[str, set] = {}
-        for lab, f in zip(labels, full, strict=True):
-            per.setdefault(lab, set()).add(f)
-        return any(len(v) > 1 for v in per.values())
-
-    keys = list(hue)
-    for c in cands:
-        if not ambiguous(keys):
-            break
-        before = _split_count(runs, keys)
-        if _split_count(runs, [*keys, c]) > before:
-            keys.append(c)
-            added.append(c)
-    return added
-
-
-def _split_count(runs: pd.DataFrame, keys: list[str]) -> int:
-    if not keys:
-        return 1
-    return len({_canon(tuple(r)) for r in runs[keys].astype(object).itertuples(index=False)})
 
 
 def describe_combo(keys: Sequence[str], values: Sequence[Any]) -> str:

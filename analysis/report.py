@@ -383,6 +383,22 @@ def compute_report(
     config_cols = [c for c in df.attrs.get("config_columns", []) if c in runs.columns]
     # Labels come from every run with metrics, so a variant keeps its name whichever runs finished.
     differing = _differing_keys(runs, config_cols, faceted)
+    if col_keys or row_keys:
+        # A key the panels already tell apart (the control's batch size, with its own panel) is not
+        # a variant of its own.
+        fkey = pd.Series(
+            [
+                labels.canon(tuple(r))
+                for r in runs[list(dict.fromkeys([*col_keys, *row_keys]))].itertuples(index=False)
+            ],
+            index=runs.index,
+        )
+
+        def split_within_panels(k: str) -> bool:
+            values = runs[k].map(lambda v: repr(labels.canon((v,))))
+            return bool(values.groupby(fkey).nunique().max() > 1)
+
+        differing = [k for k in differing if split_within_panels(k)]
     if s.hue is None:
         # The loss type names a variant even when it does not vary (a grid over other keys then
         # reads "dapo, ε 0.2/0.28" rather than "all runs").
@@ -396,25 +412,25 @@ def compute_report(
                 runs[k] = first[k] if k in first.columns else np.nan
         explicit = True
     hue_keys = [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys]
-    extra = labels.distinguishing_keys(runs, hue_keys, [k for k in differing if k not in hue_keys])
+    runs[VARIANT], extra = labels.label_runs(runs, hue_keys, [k for k in differing if k not in hue_keys])
     if extra and explicit:
         note = (
             f"runs differ in more than the hue ({', '.join(labels.key_title(k) for k in extra)}), so those "
-            "keys are added to the variant labels; facet them with --col/--row to colour by the hue alone"
+            "keys are added to the labels of the runs they tell apart; facet them with --col/--row to colour "
+            "by the hue alone"
         )
         print(f"report: {note}", file=sys.stderr)
         lines.append(f"Note: {note}.")
     label_keys = [*hue_keys, *extra]
-    runs[VARIANT] = labels.label_runs(runs, label_keys)
     data.hue = VARIANT if label_keys else None
-    data.legend_title = labels.titles(label_keys) if label_keys else None
+    data.legend_title = labels.titles(hue_keys or extra) if label_keys else None
     if col_keys:
-        runs[PANEL] = labels.label_runs(
+        runs[PANEL], _ = labels.label_runs(
             runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in col_keys]
         )
         data.col = PANEL
     if row_keys:
-        runs[PANEL_ROW] = labels.label_runs(
+        runs[PANEL_ROW], _ = labels.label_runs(
             runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in row_keys]
         )
         data.row = PANEL_ROW
@@ -676,9 +692,7 @@ def _baseline_label(
         if col not in inc.columns:
             _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
             return None
-        match &= (
-            inc[col].map(lambda v: labels.format_value(v) if not labels.is_missing(v) else "") == value
-        ).to_numpy()
+        match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
     hit = inc.loc[match, VARIANT].astype(str)
     if hit.empty:
         if text != "loss_type=grpo" or "loss_type" in df.columns:
@@ -691,6 +705,26 @@ def _baseline_label(
     if len(counts) > 1:
         _note(lines, f"baseline {text} spans {len(counts)} variants; using {counts.index[0]!r}")
     return str(counts.index[0])
+
+
+def _value_matches(v: Any, text: str) -> bool:
+    """Whether config value ``v`` is what ``text`` (from ``--baseline``) says: ``2``, ``2.0`` and
+    ``2`` agree; ``false``/``False`` match False; strings compare as written."""
+    if labels.is_missing(v):
+        return text.lower() in ("none", "null", "(none)", "")
+    if labels.format_value(v) == text or str(v) == text:
+        return True
+    try:
+        import yaml
+
+        parsed = yaml.safe_load(text)
+    except Exception:  # noqa: BLE001 - any unparsable text is simply not this value
+        return False
+    if isinstance(v, (bool, np.bool_)) or isinstance(parsed, bool):
+        return isinstance(parsed, bool) and isinstance(v, (bool, np.bool_)) and bool(v) == parsed
+    if isinstance(parsed, (int, float)) and isinstance(v, (int, float, np.integer, np.floating)):
+        return float(v) == float(parsed)
+    return False
 
 
 def _note(lines: list[str], text: str) -> None:
@@ -826,6 +860,7 @@ def render_report(data: ReportData, out: Path) -> list[str]:
                 syncs=data.syncs,
                 seeds=s.seeds,
                 legend_title=data.legend_title,
+                baseline=data.baseline,
             )
             stem = f"{_safe(m)}_{s.x}"
             style.save(fig, out / stem)
@@ -838,6 +873,12 @@ def render_report(data: ReportData, out: Path) -> list[str]:
                 extra += " Faint lines: each run."
             if agg_mod.is_ratio_metric(m):
                 extra += " Off-policy steps only."
+            if data.hue and not data.col and not data.row and len(data.hue_order) > curves.MAX_LINES:
+                extra += (
+                    f" {len(data.hue_order)} variants: one panel each, in its colour with its band"
+                    + (f", {data.baseline} (the baseline) dashed black" if data.baseline else "")
+                    + ", the others light grey behind."
+                )
             section(
                 f"{m} vs {agg_mod.X_LABELS[s.x]}",
                 f"Compares the {m} learning curves of the variants. {c.caption}{extra}",
@@ -937,12 +978,15 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     # Aggregates (rliable).
     if data.final is not None and not data.final.empty:
         by = [b for b in (data.hue, data.col, data.row) if b]
-        names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in data.final.iterrows()]
+        # panel by panel, variants in their order within each
+        order = [b for b in (data.row, data.col, data.hue) if b]
+        table = data.final.sort_values(order, kind="stable") if order else data.final
+        names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in table.iterrows()]
         colors = [
-            data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in data.final.iterrows()
+            data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in table.iterrows()
         ]
         fig, _ = finals.plot_aggregate(
-            data.final, metric=s.metric, names=names, colors=colors, baseline=data.baseline
+            table, metric=s.metric, names=names, colors=colors, baseline=data.baseline
         )
         style.save(fig, out / "aggregate")
         section(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib as mpl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from analysis.load import NONE_LABEL
@@ -32,8 +33,8 @@ __all__ = [
 COLUMN_WIDTH_IN = 3.25  # single column of a two-column paper, inches
 FULL_WIDTH_IN = 6.75  # full text width of a two-column paper, inches
 
-#: Okabe-Ito colours (black moved last, since black reads as "reference" next to the others),
-#: then seaborn's "colorblind" extras and Paul Tol's darker hues for more than seven variants.
+#: Okabe-Ito colours, then seaborn's "colorblind" brown and Paul Tol's darker hues for more than
+#: eight variants; the two light colours (pink, yellow: hard to see as thin lines on white) last.
 PALETTE: tuple[str, ...] = (
     "#0072B2",  # blue
     "#E69F00",  # orange
@@ -41,16 +42,19 @@ PALETTE: tuple[str, ...] = (
     "#D55E00",  # vermillion
     "#CC79A7",  # reddish purple
     "#56B4E9",  # sky blue
-    "#F0E442",  # yellow
     "#000000",  # black
     "#949494",  # grey
     "#CA9161",  # brown
-    "#FBAFE4",  # pink
     "#332288",  # indigo (Paul Tol)
     "#882255",  # wine (Paul Tol)
     "#999933",  # olive (Paul Tol)
     "#117733",  # dark green (Paul Tol)
+    "#FBAFE4",  # pink
+    "#F0E442",  # yellow
 )
+
+#: Grey: the colour of a missing value (a run that leaves the key at TRL's default).
+_NONE_SLOT = 7
 
 #: Loss types that always get the same palette slot, whatever else a figure shows. GRPO (the usual
 #: baseline) and VESPO sit at the two most distinct hues.
@@ -61,8 +65,9 @@ _FIXED: dict[str, int] = {
     "vespo": 3,
     "gspo": 4,
     "cispo": 5,
-    "sapo": 6,
-    "bnpo": 7,
+    "bnpo": 6,
+    "sapo": 9,
+    "luspo": 10,
 }
 
 RC: dict[str, Any] = {
@@ -82,7 +87,7 @@ RC: dict[str, Any] = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "legend.frameon": False,
-    "savefig.dpi": 300,
+    "savefig.dpi": 200,
     "figure.dpi": 100,
     "pdf.fonttype": 42,
     "ps.fonttype": 42,
@@ -115,7 +120,9 @@ def figure(
     if width is None:
         width = COLUMN_WIDTH_IN if ncols == 1 else min(FULL_WIDTH_IN, 2.4 * ncols)
     with context():
-        return Figure(figsize=(width, panel_height * nrows), layout="constrained")
+        fig = Figure(figsize=(width, panel_height * nrows), layout="constrained")
+    FigureCanvasAgg(fig)  # a renderer to measure text with (legend widths), still without pyplot
+    return fig
 
 
 def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
@@ -140,8 +147,8 @@ def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
             used.add(slot)
     if NONE_LABEL in names:
         # A missing value (e.g. the trainer's default) is a neutral reference: always grey.
-        out[NONE_LABEL] = PALETTE[8]
-        used.add(8)
+        out[NONE_LABEL] = PALETTE[_NONE_SLOT]
+        used.add(_NONE_SLOT)
     free = [i for i in range(len(PALETTE)) if i not in used]
     rest = sorted(n for n in names if n not in out)
     for k, name in enumerate(rest):
@@ -150,9 +157,10 @@ def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
 
 
 def save(fig: Figure, stem: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf`` (or ``formats``), cropped to its contents.
+    """Save ``fig`` as ``<stem>.png`` (200 dpi) and ``<stem>.pdf`` (vector), or ``formats``.
 
-    ``bbox_inches="tight"`` keeps legends placed outside the axes inside the saved image; the
+    Figures from :func:`figure` use constrained layout, which already keeps legends placed
+    outside the axes inside the figure, so no tight-bbox pass (a second full draw) is needed. The
     style is applied while saving because ``pdf.fonttype`` is read at save time, not at creation.
 
     Args:
@@ -169,6 +177,9 @@ def save(fig: Figure, stem: str | Path, formats: Sequence[str] = ("png", "pdf"))
     with context():
         for fmt in formats:
             path = stem.with_name(f"{stem.name}.{fmt}")
-            fig.savefig(path, format=fmt, bbox_inches="tight", pad_inches=0.02)
+            if fig.get_layout_engine() is None:  # not from figure(): crop to the contents instead
+                fig.savefig(path, format=fmt, bbox_inches="tight", pad_inches=0.02)
+            else:
+                fig.savefig(path, format=fmt)
             paths.append(path)
     return paths

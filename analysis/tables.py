@@ -52,7 +52,10 @@ def _per_run(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         # Config values are constant within a run, so any row of the run carries them.
         first = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[by]
         for c in by:
-            runs[c] = variant_labels(pd.Series(first[c].reindex(runs.index).astype(object).to_numpy()))
+            values = first[c].reindex(runs.index)
+            if not (isinstance(values.dtype, pd.CategoricalDtype) and values.cat.ordered):
+                values = pd.Series(values.astype(object).to_numpy())  # else labels keep their given order
+            runs[c] = variant_labels(values.reset_index(drop=True))
     return runs
 
 
@@ -83,8 +86,8 @@ def _baseline_values(table: pd.DataFrame, by: list[str], baseline: Any, column: 
     """Per row of ``table``: ``column`` of the baseline variant in the same facet (``by[1:]``).
 
     Variants are compared with the baseline where everything else is equal: with facets (say
-    ``num_iterations``) a row's reference is the baseline's row with the same facet values, NaN
-    where that facet has no baseline.
+    ``num_iterations``) a row's reference is the baseline's row with the same facet values; a
+    facet without the baseline uses the mean over the baseline's rows.
     """
     out = np.full(len(table), np.nan)
     if baseline is None or not by or table.empty:
@@ -97,7 +100,10 @@ def _baseline_values(table: pd.DataFrame, by: list[str], baseline: Any, column: 
         return out
     key = table[facets].astype(str).agg("\x1f".join, axis=1).to_numpy()
     ref = {k: float(v) for k, v in zip(key[is_base], table.loc[is_base, column], strict=True)}
-    return np.array([ref.get(k, np.nan) for k in key], dtype=np.float64)
+    # A facet without baseline runs (the baseline is its own panel, as "no sync" in a grid of sync
+    # periods) is compared with the baseline wherever it is.
+    pooled = float(table.loc[is_base, column].mean()) if is_base.any() else np.nan
+    return np.array([ref.get(k, pooled) for k in key], dtype=np.float64)
 
 
 def timing_table(
@@ -278,16 +284,17 @@ def final_performance_table(
     base_mask = _baseline_mask(runs, by, baseline)
     # The baseline of a variant is the baseline run set in the same facet (by[1:]).
     base_mats: dict[tuple, np.ndarray] = {}
+    pooled_mat = None  # a facet without baseline runs compares with all of them
     if base_mask is not None and base_mask.any():
         base_runs = runs[base_mask]
         for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
             fkey = fkey if isinstance(fkey, tuple) else (fkey,)
             base_mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
-
+        pooled_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
     rows = []
     for key, part in _variant_groups(runs, by):
         key_t = key if isinstance(key, tuple) else (key,)
-        base_mat = base_mats.get(tuple(str(v) for v in key_t[1:]))
+        base_mat = base_mats.get(tuple(str(v) for v in key_t[1:]), pooled_mat)
         mat = _score_matrix(part["score"], part["_task"], task_order)
         mean, mean_lo, mean_hi = stats.stratified_bootstrap_ci(
             stats.mean_score, mat, reps=reps, confidence=confidence, seed=seed
