@@ -214,6 +214,15 @@ def _make_callback(**kwargs):
             if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
                 return
             records = self.trainer.pop_step_records()
+            # TRL's logged values are gathered over ranks, so every rank sees the same ones and stops
+            # at the same step (a rank that trained on alone would wait forever in a collective).
+            for key in ("loss", "reward", "grad_norm"):
+                v = logs.get(key)
+                if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(v):
+                    if self.diverged_step is None:
+                        self.diverged_step, self.diverged_metric = state.global_step, key
+                        self.diverged_value = repr(float(v))
+                    control.should_training_stop = True
             if not state.is_world_process_zero:
                 self._pending = {}
                 return
@@ -246,13 +255,6 @@ def _make_callback(**kwargs):
                 self.writer.append(row)
                 if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
                     self.writer.flush()
-            for key in ("loss", "reward", "grad_norm"):
-                v = row.get(key)
-                if v is not None and not math.isfinite(v):
-                    if self.diverged_step is None:
-                        self.diverged_step, self.diverged_metric = state.global_step, key
-                        self.diverged_value = repr(float(v))
-                    control.should_training_stop = True
 
         def _concurrent_runs(self) -> float | None:
             """Runs sharing the machine now (time-throttled recount); None when unknown."""
