@@ -13,6 +13,7 @@ the band is over seeds of the smoothed per-run curves, not over noisy single ste
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,6 +42,7 @@ __all__ = [
     "resolve_smoothing",
     "robust_limits",
     "smooth",
+    "smooth_runs",
     "smoothing_caption",
     "variant_labels",
     "x_values",
@@ -196,6 +198,40 @@ def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None
         count = (idx - lo).reshape((-1,) + (1,) * (y.ndim - 1))
         return (cs[idx] - cs[lo]) / count
     return y
+
+
+def smooth_runs(
+    y: np.ndarray, starts: np.ndarray, *, ema: float | None = None, window: int | None = None
+) -> np.ndarray:
+    """:func:`smooth` applied to each run of a concatenation of runs, every run on its own.
+
+    The trailing window is computed for all runs at once from one cumulative sum (a window never
+    reaches back into the previous run); an EMA runs run by run.
+
+    Args:
+        y: shape ``(n,)``, the runs' series one after another, no NaNs.
+        starts: shape ``(n_runs,)``, increasing, ``starts[0] == 0``: where each run begins.
+        ema, window: as in :func:`smooth`.
+
+    Returns:
+        Shape ``(n,)``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.size == 0 or (ema is None and window is None):
+        return y
+    if ema is not None:
+        out = y.copy()
+        ends = np.r_[starts[1:], y.size]
+        for a, b in zip(starts, ends, strict=True):
+            out[a:b] = smooth(y[a:b], ema=ema)
+        return out
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    cs = np.concatenate([[0.0], np.cumsum(y)])
+    idx = np.arange(1, y.size + 1)
+    run_start = np.repeat(starts, np.diff(np.r_[starts, y.size]))
+    lo = np.maximum(idx - int(window), run_start)
+    return (cs[idx] - cs[lo]) / (idx - lo)
 
 
 def auto_window(n_points: int) -> int:
@@ -431,6 +467,7 @@ def curves(
     n_boot: int = 1000,
     seed: int = 0,
     grid_points: int = 200,
+    center: Literal["mean", "median"] = "mean",
 ) -> Curves:
     """Mean curve over runs and its confidence band, per group of ``by`` and per x.
 
@@ -455,6 +492,8 @@ def curves(
         n_boot: bootstrap replicates (``ci="bootstrap"`` only).
         seed: bootstrap seed; the same seed gives the same band.
         grid_points: interpolation points per group for ``x`` other than ``"step"``.
+        center: ``"median"``: ``mean`` holds the median over runs instead, and no band is
+            computed (``lo``/``hi`` NaN), e.g. for heavy-tailed ratios.
 
     Returns:
         A :class:`Curves`.
@@ -540,7 +579,12 @@ def curves(
     for k in order_groups:
         xs, mat, members = matrices[k]
         mean, std, n = stats.nan_moments(mat, axis=1)
-        if ci == "t":
+        if center == "median":
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN
+                mean = np.nanmedian(mat, axis=1) if mat.size else mean
+            lo = hi = np.full(mean.shape, np.nan)
+        elif ci == "t":
             lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
         else:
             lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
@@ -633,9 +677,7 @@ def _group_matrix(
     starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
     ends = np.r_[starts[1:], r.size]
     if skw:
-        yv = yv.copy()
-        for a, b in zip(starts, ends, strict=True):
-            yv[a:b] = smooth(yv[a:b], **skw)
+        yv = smooth_runs(yv, starts, **skw)
     run_index = np.repeat(np.arange(starts.size), ends - starts)
     members = r[starts]
     if x == "step":

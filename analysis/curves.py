@@ -666,65 +666,50 @@ def wseq_bands(
     Each run's quantile series is taken over ``rows`` only (off-policy steps), smoothed on the
     log scale (``smoothing``: keywords of :func:`analysis.aggregate.smooth`), and the median over
     the group's runs is taken at each x (the median, because ratios are heavy-tailed and one run's
-    blow-up should not move the summary). Zero (underflow) becomes NaN and infinity stays
-    infinite before smoothing; both are dropped from the median.
+    blow-up should not move the summary). A quantile of 0 (underflow) or infinity is left out.
 
     Args:
         df: frame from :func:`analysis.load.load` with ``w_seq/p05``, ``w_seq/p50``, ``w_seq/p95``.
         by: label columns (hue and facets).
-        x: x kind; for tokens and time each step is placed at the median x over runs at that step.
+        x: x kind; for tokens and time each run is interpolated onto a common grid
+            (:func:`analysis.aggregate.curves`).
         rows: bool mask over ``df``'s rows; None for every row.
         smoothing: ``{}``/None, ``{"window": n}`` or ``{"ema": a}``.
         split: a column (e.g. ``reuse_index``) whose values become separate series in each group.
 
     Returns:
-        Columns ``*by``, (``split``), ``step``, ``x``, ``p05``, ``p50``, ``p95`` (w_seq units),
-        ``n`` (runs), sorted by group and step. Empty when no row has w_seq quantiles.
+        Columns ``*by``, (``split``), ``x``, ``p05``, ``p50``, ``p95`` (w_seq units) and ``n``
+        (runs with data), sorted by group and x. Empty when no row has w_seq quantiles.
     """
-    have = [q for q in WSEQ_Q if q in df.columns]
     keys = [*by, *([split] if split else [])]
-    if len(have) < 3:
-        return pd.DataFrame(columns=[*keys, "step", "x", "p05", "p50", "p95", "n"])
+    empty = pd.DataFrame(columns=[*keys, "x", "p05", "p50", "p95", "n"])
+    if not all(q in df.columns for q in WSEQ_Q):
+        return empty
     mask = np.ones(len(df), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
-    work = df.loc[mask, [layout.RUN_ID, layout.STEP, *keys, *WSEQ_Q]].copy()
-    try:
-        work["x"] = x_values(df, x)[mask]
-    except KeyError:
-        work["x"] = work[layout.STEP].astype(np.float64)
+    work = df[
+        [layout.RUN_ID, layout.STEP, *keys, *(c for c in df.columns if c.startswith(("time/", "tokens/")))]
+    ]
+    work = work.copy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        for q in WSEQ_Q:
-            v = work[q].to_numpy(dtype=np.float64)
-            work[q] = np.log(np.where(v > 0, v, np.nan))
-    work = work.dropna(subset=list(WSEQ_Q), how="all")
-    if smoothing:
-        parts = []
-        for _, p in work.groupby([layout.RUN_ID, *([split] if split else [])], observed=True, sort=False):
-            p = p.sort_values(layout.STEP)
-            for q in WSEQ_Q:
-                v = p[q].to_numpy()
-                ok = np.isfinite(v)
-                out = np.full(v.shape, np.nan)
-                if ok.any():
-                    out[ok] = smooth(v[ok], **smoothing)
-                p[q] = out
-            parts.append(p)
-        work = pd.concat(parts) if parts else work
-    for q in WSEQ_Q:
-        work[q] = work[q].where(np.isfinite(work[q]))
-    out = (
-        work.groupby([*keys, layout.STEP], observed=True, sort=True)
-        .agg(
-            x=("x", "median"),
-            p05=(WSEQ_Q[0], "median"),
-            p50=(WSEQ_Q[1], "median"),
-            p95=(WSEQ_Q[2], "median"),
-            n=(layout.RUN_ID, "nunique"),
+        for q, name in zip(WSEQ_Q, ("p05", "p50", "p95"), strict=True):
+            v = df[q].to_numpy(dtype=np.float64)
+            work[name] = np.log(np.where((v > 0) & np.isfinite(v), v, np.nan))
+    if split:
+        work[split] = work[split].astype(object).map(lambda v: format_value(v) if v == v else "(none)")
+    out = None
+    for name in ("p05", "p50", "p95"):
+        c = curves(work, name, x=x, by=keys, smoothing=dict(smoothing or {}), rows=mask, center="median")
+        part = c.mean.rename(columns={"mean": name})
+        out = (
+            part[[*keys, "x", name, "n"]]
+            if out is None
+            else out.merge(part[[*keys, "x", name]], on=[*keys, "x"], how="outer")
         )
-        .reset_index()
-    )
-    for q in ("p05", "p50", "p95"):
-        out[q] = np.exp(out[q].to_numpy(dtype=np.float64))
-    return out
+    if out is None or out.empty:
+        return empty
+    for name in ("p05", "p50", "p95"):
+        out[name] = np.exp(out[name].to_numpy(dtype=np.float64))
+    return out.sort_values([*keys, "x"], kind="stable").reset_index(drop=True)
 
 
 def plot_wseq(

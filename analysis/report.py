@@ -330,6 +330,10 @@ def compute_report(
     requested = df.attrs.get("requested_runs") or list(run_states.index)
     missing_runs = list(df.attrs.get("missing_runs") or [])
     damaged = dict(df.attrs.get("damaged_runs") or {})
+    # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
+    small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns") if k in df.attrs}
+    df = df.copy(deep=False)
+    df.attrs = small
     with_metrics = set(df[layout.RUN_ID].astype(object).unique()) if len(df) else set()
     for rid in requested:
         if rid in damaged:

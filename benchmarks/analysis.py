@@ -1,6 +1,6 @@
 """Speed of the analysis path on synthetic results in the real on-disk layout.
 
-Two measurements, each against the obvious alternative timed in the same process:
+Three measurements, each beside a baseline timed in the same process:
 
 1. load + aggregate: ``analysis.load(grid, columns=["reward"])`` then the mean reward curve with
    its t band per (loss type, step), over RUNS runs × STEPS steps written by
@@ -11,6 +11,10 @@ Two measurements, each against the obvious alternative timed in the same process
    data. seaborn bootstraps every x value separately, so its time is linear in the number of
    steps: ``--seaborn-subsample F`` times it on a fraction F of the steps and extrapolates,
    ``--skip-seaborn`` leaves it out.
+3. the whole report's numbers for the same RUNS × STEPS grid: ``analysis.report.load_report_inputs``
+   (every column, run states) + ``compute_report`` (every curve, band, w_seq band, table, final
+   score and performance profile the report draws or writes, without rendering; target <= 2 s),
+   beside [1]'s load + one reward curve timed in the same process.
 
 Usage::
 
@@ -118,6 +122,11 @@ def write_synthetic_grid(grid_dir: Path, runs: int, steps: int, seed: int = 0) -
             cols["kl"] = 0.01 * rng.random(steps)
         if loss_type == "vespo":
             cols["vespo/phi_seq_mean"] = rng.random(steps)
+        cols[layout.OFF_POLICY] = (step % 2 == 0).astype(np.float64)  # num_iterations = 2
+        cols[layout.REUSE_INDEX] = 1.0 + (step % 2 == 0)
+        cols[layout.CONCURRENT_RUNS] = np.full(steps, 1.0 + i % 2)
+        cols["frac_reward_zero_std"] = 0.3 * rng.random(steps)
+        cols["grad_norm"] = 1.0 + rng.random(steps)
         names = list(cols)
         matrix = np.column_stack([cols[n] for n in names]).tolist()
         writer = MetricsWriter(rdir, run_id, flush_every=steps)
@@ -128,6 +137,7 @@ def write_synthetic_grid(grid_dir: Path, runs: int, steps: int, seed: int = 0) -
                 row[layout.EVAL_ACCURACY] = float(rng.random())
             writer.append(row)
         writer.compact()
+        atomic_write_json(rdir / layout.DONE_FILE, {"run_id": run_id, "steps": steps, "seconds": 1.0})
         if (i + 1) % 100 == 0:
             print(f"  wrote {i + 1}/{runs} runs ({time.perf_counter() - t0:.0f} s)", flush=True)
     atomic_write_json(
@@ -146,6 +156,15 @@ def load_and_aggregate(grid_dir: Path) -> pd.DataFrame:
     """The measured path: projected load, then the t band per (loss type, step)."""
     df = load(grid_dir, columns=["reward"])
     return aggregate(df, "reward", by=["loss_type"])
+
+
+def report_numbers(grid_dir: Path) -> object:
+    """Everything the report computes, without drawing: load (all columns), states, compute."""
+    from analysis import report
+
+    df, states, grid_info, _ = report.load_report_inputs(grid_dir)
+    settings = report.ReportSettings.merged((grid_info or {}).get("report"), target=0.5)
+    return report.compute_report(df, states, settings, title=grid_dir.name)
 
 
 def naive_load_and_aggregate(grid_dir: Path) -> pd.DataFrame:
@@ -267,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
             naive = _timed(naive_load_and_aggregate, grid)
             print(f"  naive pd.read_parquet loop + concat + groupby:  {naive[0]:.3f} s")
             print(f"  ratio naive / ours: {naive[0] / min(ours):.1f}x   (target: ours <= 1 s)")
+            print(f"\n[3] the whole report's numbers ({args.runs} runs x {args.steps} steps), no rendering")
+            report_numbers(grid)  # warm, as [1]
+            whole = _timed(report_numbers, grid, repeat=args.repeat)
+            print(f"  load_report_inputs + compute_report: {_fmt(whole)}   (target <= 2 s)")
+            print(
+                f"  beside [1] (load + one reward curve) today: {min(ours):.3f} s; "
+                f"ratio whole report / [1]: {min(whole) / min(ours):.1f}x"
+            )
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,159 @@
+"""Pure pieces of the report pinned by hand: smoothing rule, bands over smoothed runs, off-policy
+rows, robust limits, performance profiles, labels, timing like with like, baselines per panel."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import aggregate, labels, stats, tables
+from harness import layout
+
+
+def _frame(values: dict[str, list[float]], **extra) -> pd.DataFrame:
+    """Runs as columns of a long frame: ``{run_id: [y at step 1, 2, ...]}``."""
+    parts = []
+    for rid, ys in values.items():
+        part = pd.DataFrame({layout.RUN_ID: rid, layout.STEP: np.arange(1, len(ys) + 1), "reward": ys})
+        for k, v in extra.items():
+            part[k] = v[rid] if isinstance(v, dict) else v
+        parts.append(part)
+    df = pd.concat(parts, ignore_index=True)
+    df[layout.RUN_ID] = df[layout.RUN_ID].astype("category")
+    return df
+
+
+def test_auto_window_is_a_tenth_of_the_points():
+    assert [aggregate.auto_window(n) for n in (1, 9, 10, 11, 225, 1000)] == [1, 1, 1, 2, 23, 100]
+
+
+def test_smooth_runs_never_reaches_into_the_previous_run():
+    y = np.array([1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 40.0])
+    out = aggregate.smooth_runs(y, np.array([0, 3]), window=2)
+    assert np.allclose(out, [1.0, 1.5, 2.5, 10.0, 15.0, 25.0, 35.0])
+    ema = aggregate.smooth_runs(y, np.array([0, 3]), ema=0.5)
+    assert np.allclose(ema, [1.0, 1.5, 2.25, 10.0, 15.0, 22.5, 31.25])
+
+
+def test_band_is_over_seeds_of_the_smoothed_runs():
+    # two runs, window 2: smoothed a = [0, 1, 3], b = [2, 3, 5]
+    df = _frame({"a": [0.0, 2.0, 4.0], "b": [2.0, 4.0, 6.0]}, loss_type="grpo")
+    c = aggregate.curves(df, "reward", by=["loss_type"], smoothing={"window": 2})
+    assert list(c.mean["mean"]) == [1.0, 2.0, 4.0]
+    half = 12.706204736174707 * math.sqrt(2.0) / math.sqrt(2)  # t_{0.975,1} * std / sqrt(n), std = sqrt(2)
+    assert np.allclose(c.mean["hi"] - c.mean["mean"], half)
+    assert "2 run(s) per curve (t = 12.71 for 2 runs" in c.caption
+
+
+def test_auto_smoothing_is_stated_in_the_caption():
+    df = _frame({"a": list(np.linspace(0, 1, 40)), "b": list(np.linspace(0, 1, 40))}, loss_type="grpo")
+    c = aggregate.curves(df, "reward", by=["loss_type"], smoothing="auto")
+    assert c.smoothing == {"window": 4} and c.points == 40
+    assert "w = ⌈n/10⌉ = 4 for n = 40 logged points per run" in c.caption
+    # the last point of the smoothed curve is the mean of the last 10% of the run: the final score
+    assert c.mean["mean"].iloc[-1] == pytest.approx(np.mean(np.linspace(0, 1, 40)[-4:]))
+
+
+def test_median_center_for_ratios():
+    df = _frame({"a": [1.0, 1.0], "b": [2.0, 2.0], "c": [10.0, 10.0]}, loss_type="x")
+    c = aggregate.curves(df, "reward", by=["loss_type"], center="median")
+    assert list(c.mean["mean"]) == [2.0, 2.0] and c.mean["lo"].isna().all()
+
+
+def test_off_policy_rows_recorded_inferred_mixed():
+    recorded = _frame({"a": [0.1, 0.2]}, **{layout.OFF_POLICY: [0.0, 1.0]})
+    assert list(aggregate.off_policy_rows(recorded)[0]) == [False, True]
+    assert aggregate.off_policy_rows(recorded)[1] == "recorded"
+    old = _frame({"a": [0.1, 0.2]}, **{"w_seq/min": [1.0, 0.9], "w_seq/max": [1.0, 1.1]})
+    assert list(aggregate.off_policy_rows(old)[0]) == [False, True]
+    assert aggregate.off_policy_rows(old)[1] == "inferred"
+    both = pd.concat([recorded, old], ignore_index=True)
+    mask, how = aggregate.off_policy_rows(both.assign(**{"w_seq/min": 1.0, "w_seq/max": 1.0}))
+    assert how == "mixed" and list(mask[:2]) == [False, True]
+    assert aggregate.off_policy_rows(_frame({"a": [0.1]}))[1] == "unknown"
+
+
+def test_robust_limits_ignore_one_outlier_and_clamp_to_the_metric_range():
+    v = np.r_[np.linspace(0.2, 0.4, 1000), 50.0]
+    lo, hi = aggregate.robust_limits(v)
+    assert 0.18 < lo < 0.2 and 0.4 < hi < 0.42
+    assert aggregate.robust_limits(np.array([np.nan])) is None
+    lo, hi = aggregate.robust_limits(np.array([1.0, 1.0]))
+    assert lo < 1.0 < hi
+    assert aggregate.clamp_limits((-0.5, 1.5), "eval/accuracy", np.array([0.2, 0.8])) == (-0.06, 1.06)
+    assert aggregate.clamp_limits((-0.5, 1.5), "loss", np.array([-0.2, 0.8])) == (-0.5, 1.5)
+
+
+def test_performance_profile_by_hand():
+    scores = np.array([[0.1], [0.5], [np.nan], [0.9]])
+    assert list(stats.performance_profile(scores, np.array([0.0, 0.1, 0.5, 0.95]))) == [
+        1.0,
+        2 / 3,
+        1 / 3,
+        0.0,
+    ]
+
+
+def test_labels_named_variants_and_order():
+    runs = pd.DataFrame(
+        {
+            "trainer.loss_type": ["grpo", "dapo", "grpo", "luspo"],
+            "trainer.importance_sampling_level": [None, None, "sequence", "sequence"],
+            "trainer.epsilon": [None, None, 3e-4, 3e-4],
+        }
+    )
+    lab, added = labels.label_runs(
+        runs, ["trainer.loss_type"], ["trainer.epsilon", "trainer.importance_sampling_level"]
+    )
+    assert list(lab) == ["grpo", "dapo", "gspo", "luspo"]  # only the clashing grpo runs get told apart
+    assert added == ["trainer.importance_sampling_level"]
+    mu = pd.DataFrame(
+        {"trainer.num_iterations": [10, 2, 4], "trainer.gradient_accumulation_steps": [None, None, 4]}
+    )
+    lab, _ = labels.label_runs(mu, ["trainer.gradient_accumulation_steps", "trainer.num_iterations"])
+    assert list(lab.categories) == ["μ=2", "μ=10", "GA=4, μ=4"]
+    eps = pd.DataFrame({"trainer.epsilon": [0.2, 0.2], "trainer.epsilon_high": [0.28, 0.2]})
+    assert list(labels.label_runs(eps, list(eps.columns))[0].categories) == ["ε 0.2/0.2", "ε 0.2/0.28"]
+    sync = pd.DataFrame(
+        {
+            "trainer.sync_ref_model": [False, True],
+            "trainer.ref_model_sync_steps": [None, 50],
+            "harness.ref_model_sync_every": [None, "epoch"],
+        }
+    )
+    assert list(labels.label_runs(sync, list(sync.columns))[0]) == ["no sync", "sync every 50 (epoch)"]
+
+
+def test_timing_compares_runs_executed_alike():
+    df = _frame(
+        {"a": [0.1] * 4, "b": [0.1] * 4, "c": [0.1] * 4},
+        loss_type={"a": "grpo", "b": "dapo", "c": "grpo"},
+        at_once={"a": "1", "b": "1", "c": "2"},
+        **{layout.STEP_WALL_S: {"a": 1.0, "b": 0.5, "c": 2.0}},
+    )
+    t = tables.timing_table(df, by=["loss_type", "at_once"], baseline="grpo").set_index(
+        ["loss_type", "at_once"]
+    )
+    assert t.loc[("grpo", "1"), "s_per_step"] == 1.0 and t.loc[("grpo", "2"), "s_per_step"] == 2.0
+    assert t.loc[("dapo", "1"), "speedup"] == 2.0  # against grpo run alone, not against the shared run
+    assert t.loc[("grpo", "2"), "speedup"] == 1.0
+
+
+def test_probability_of_improvement_within_each_panel():
+    rows = {}
+    for mu, base, better in ((1, 0.5, 0.5), (2, 0.2, 0.8)):
+        for s in range(3):
+            rows[f"b{mu}{s}"] = ("base", mu, [base + 0.01 * s])
+            rows[f"v{mu}{s}"] = ("var", mu, [better + 0.01 * s])
+    df = _frame(
+        {k: v[2] for k, v in rows.items()},
+        hue={k: v[0] for k, v in rows.items()},
+        mu={k: v[1] for k, v in rows.items()},
+    )
+    t = tables.final_performance_table(df, "reward", by=["hue", "mu"], baseline="base", reps=200)
+    t = t.set_index(["hue", "mu"])
+    assert t.loc[("var", "1"), "p_improve"] == pytest.approx(0.5)  # identical scores in panel mu=1
+    assert t.loc[("var", "2"), "p_improve"] == 1.0

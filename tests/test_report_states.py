@@ -1,0 +1,197 @@
+"""The report counts only what it can stand behind: run states, learning signal, damaged files.
+
+A results folder with finished runs of two variants plus one run of each kind that must not be
+counted as a result: diverged at step 2, stopped at step 75 of 120, never had a learning signal
+(finished), and a damaged ``config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_helpers import write_grid, write_run
+
+from analysis import report, states
+from analysis.load import load
+from harness import layout
+
+STEPS = 120
+
+
+def _config(loss_type: str, seed: int) -> dict:
+    return {
+        "task": {"name": "chain_sum"},
+        "model": "tiny",
+        "trainer": {"loss_type": loss_type, "seed": seed, "max_steps": STEPS, "num_iterations": 2},
+    }
+
+
+def _columns(steps: int, seed: int, slope: float, *, zero_std: bool = False) -> dict:
+    rng = np.random.default_rng(seed)
+    step = np.arange(1, steps + 1)
+    generates = step % 2 == 1  # TRL logs reward on the steps that generate (num_iterations = 2)
+    reward = np.where(generates, 0.2 + slope * step + 0.02 * rng.standard_normal(steps), np.nan)
+    return {
+        layout.STEP: step,
+        "reward": reward,
+        "loss": rng.standard_normal(steps),
+        "grad_norm": np.where(zero_std, 0.0, 1.0 + rng.random(steps)),
+        "frac_reward_zero_std": np.where(generates, 1.0 if zero_std else 0.25, np.nan),
+        layout.STEP_WALL_S: np.full(steps, 0.1),
+        layout.TOKENS_GENERATED: np.where(generates, 100.0, 0.0),
+        layout.OFF_POLICY: (~generates).astype(float),
+        "w_seq/p05": np.where(generates, 1.0, 0.9),
+        "w_seq/p50": np.ones(steps),
+        "w_seq/p95": np.where(generates, 1.0, 1.1),
+        "w_seq/min": np.where(generates, 1.0, 0.8),
+        "w_seq/max": np.where(generates, 1.0, 1.2),
+    }
+
+
+@pytest.fixture
+def broken(tmp_path):
+    g = tmp_path / "results" / "mixed"
+    ids = []
+    for lt, slope in (("grpo", 0.001), ("dapo", 0.002)):
+        for seed in (0, 1, 2):
+            rid = f"{lt}-{seed}"
+            write_run(
+                g,
+                rid,
+                config=_config(lt, seed),
+                varying={"trainer.loss_type": lt, "seed": seed},
+                columns=_columns(STEPS, seed, slope),
+            )
+            ids.append(rid)
+    diverged = _columns(2, 7, 0.001)
+    diverged["loss"] = np.array([0.5, np.nan])
+    write_run(
+        g,
+        "grpo-diverged",
+        config=_config("grpo", 7),
+        varying={"trainer.loss_type": "grpo", "seed": 7},
+        columns=diverged,
+        state="diverged",
+        marker={"step": 2, "metric": "loss", "value": "nan"},
+    )
+    write_run(
+        g,
+        "dapo-stopped",
+        config=_config("dapo", 8),
+        varying={"trainer.loss_type": "dapo", "seed": 8},
+        columns=_columns(75, 8, 0.002),
+        state="unfinished",
+    )
+    # Different prompts drawn at the start and the end make the reward move with no gradient at all.
+    flat = _columns(STEPS, 9, 0.003, zero_std=True)
+    write_run(
+        g,
+        "grpo-nosignal",
+        config=_config("grpo", 9),
+        varying={"trainer.loss_type": "grpo", "seed": 9},
+        columns=flat,
+    )
+    write_run(
+        g,
+        "dapo-damaged",
+        config=_config("dapo", 10),
+        varying={"trainer.loss_type": "dapo", "seed": 10},
+        columns=_columns(STEPS, 10, 0.002),
+    )
+    (layout.run_dir(g, "dapo-damaged") / layout.CONFIG_FILE).write_text('{"run_id": "dapo-dam')
+    ids += ["grpo-diverged", "dapo-stopped", "grpo-nosignal", "dapo-damaged"]
+    write_grid(g, ids, ["trainer.loss_type", "seed"], name="mixed")
+    return g
+
+
+def _cli(grid, *extra) -> int:
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    return report.main(parser.parse_args([str(grid), *extra]))
+
+
+def test_read_states_from_markers(broken):
+    st = states.read_states(broken, ["grpo-0", "grpo-diverged", "dapo-stopped", "no-such-run"])
+    assert list(st["state"]) == ["done", "diverged", "unfinished", "unfinished"]
+    assert st.loc["grpo-0", "marker_step"] == STEPS
+    assert st.loc["grpo-diverged", "marker_step"] == 2
+    assert st.loc["grpo-diverged", "diverged_metric"] == "loss"
+
+
+def test_signal_flags(broken):
+    flags = states.signal_flags(load(broken))
+    assert flags.loc["grpo-nosignal", "zero_variance"] and flags.loc["grpo-nosignal", "zero_grad"]
+    assert flags["no_signal"].sum() == 1
+
+
+def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
+    assert _cli(broken) == 0
+    out = broken / layout.REPORT_DIR
+    index = (out / "index.md").read_text()
+    assert "## Runs left out" in index
+    assert "`grpo-diverged` (grpo): diverged at step 2 (loss)" in index
+    assert "`dapo-stopped` (dapo): unfinished at step 75 of 120" in index
+    assert "`dapo-damaged`: damaged run file, left out" in index and "config.json" in index
+    # the finished runs only: 3 dapo; 3 grpo + the finished run without a learning signal
+    final = pd.read_csv(out / "final_performance.csv").set_index("variant")
+    assert final.loc["dapo", "runs"] == 3 and final.loc["grpo", "runs"] == 4
+    timing = pd.read_csv(out / "timing.csv").set_index("variant")
+    assert timing.loc["dapo", "runs"] == 3 and timing.loc["grpo", "runs"] == 4
+    assert timing.loc["grpo", "steps"] == STEPS
+    check = pd.read_csv(out / "learning_check_runs.csv").set_index(layout.RUN_ID)
+    assert set(check.index) == {f"{lt}-{s}" for lt in ("grpo", "dapo") for s in range(3)} | {"grpo-nosignal"}
+    assert check.loc["grpo-nosignal", "diff"] > 0.1  # it "rose", by drawing other prompts
+    assert not check.loc["grpo-nosignal", "signal"]
+    summary = pd.read_csv(out / "learning_check.csv").set_index("variant")
+    assert summary.loc["grpo", "improved"] == 3 and summary.loc["grpo", "no_signal"] == 1
+    assert "`grpo-nosignal` (grpo): no learning signal" in index
+
+
+def test_include_unfinished_adds_them_marked(broken):
+    out = report.make_report(broken, include_unfinished=True)
+    final = pd.read_csv(out / "final_performance.csv").set_index("variant")
+    assert final.loc["dapo", "runs"] == 4 and final.loc["dapo", "unfinished"] == 1
+    assert final.loc["grpo", "runs"] == 5 and final.loc["grpo", "unfinished"] == 1
+    check = pd.read_csv(out / "learning_check_runs.csv").set_index(layout.RUN_ID)
+    assert check.loc["dapo-stopped", "state"] == "unfinished"
+    assert "dapo-damaged" not in check.index  # a damaged run is never counted
+    assert "included and marked" in (out / "index.md").read_text()
+
+
+def test_diverged_run_is_marked_on_the_curve(broken):
+    df, st, info, _ = report.load_report_inputs(broken)
+    data = report.compute_report(df, st, report.ReportSettings.merged(info.get("report")))
+    marks = data.marks["reward"]
+    assert len(marks) == 1 and marks[0].hue == "grpo" and marks[0].x == 2.0
+    from analysis import curves
+
+    fig, axes = curves.plot_curve_set(
+        data.curve_sets["reward"],
+        hue=data.hue,
+        colors=data.colors,
+        marks=marks,
+        mark_runs=data.mark_runs["reward"],
+    )
+    xs = [line for line in axes[0, 0].get_lines() if line.get_marker() == "x"]
+    assert len(xs) == 1 and list(xs[0].get_xdata()) == [2.0]
+    assert "diverged run" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+
+
+def test_a_grid_of_damaged_configs_only_still_writes_an_index(tmp_path):
+    g = tmp_path / "results" / "bad"
+    write_run(g, "r0", config=_config("grpo", 0), varying={}, columns=_columns(4, 0, 0.01))
+    (layout.run_dir(g, "r0") / layout.CONFIG_FILE).write_text("[1, 2]")
+    assert _cli(g) == 0
+    index = (g / layout.REPORT_DIR / "index.md").read_text()
+    assert "`r0`: damaged run file" in index and "not an object" in index
+
+
+def test_missing_steps_are_mentioned(broken):
+    done = layout.run_dir(broken, "grpo-1") / layout.DONE_FILE
+    done.write_text(json.dumps({"steps": STEPS, "missing_steps": [40, 41, 42]}))
+    index = (report.make_report(broken) / "index.md").read_text()
+    assert "`grpo-1` (grpo): 3 step(s) without metrics" in index
