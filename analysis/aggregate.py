@@ -262,7 +262,7 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
     Raises:
         ValueError: for anything else.
     """
-    if smoothing is None or smoothing == "none":
+    if smoothing is None or smoothing == "none" or (isinstance(smoothing, Mapping) and not smoothing):
         return {}
     if smoothing == AUTO:
         w = auto_window(n_points)
@@ -542,7 +542,13 @@ def curves(
     skw = resolve_smoothing(smoothing, points)
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    dense = _dense_step_matrix(r, xv, yv, n_codes) if x == "step" and not skw and r.size else None
+    if x == "step" and skw and r.size:
+        # Smooth every run along its own logged points at once, then align runs on steps.
+        if not _sorted_within_runs(r, xv):
+            order = np.lexsort((xv, r))
+            r, xv, yv = r[order], xv[order], yv[order]
+        yv = smooth_runs(yv, np.flatnonzero(np.r_[True, r[1:] != r[:-1]]), **skw)
+    dense = _dense_step_matrix(r, xv, yv, n_codes) if x == "step" and r.size else None
     if dense is not None:
         steps, full = dense
         for k in range(n_groups):

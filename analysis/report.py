@@ -252,10 +252,55 @@ class ReportData:
     empty: bool = False
 
 
+def report_columns(settings: ReportSettings) -> list[str]:
+    """The metric and config columns a report with ``settings`` reads (a projection: real runs log
+    many more, and reading only these is most of what makes a 1,000-run report quick)."""
+    metrics = [
+        settings.metric,
+        *settings.curves,
+        *settings.metrics,
+        *states.DIVERGENCE_METRICS,
+        states.ZERO_STD,
+        states.GRAD_NORM,
+        layout.OFF_POLICY,
+        layout.REUSE_INDEX,
+        layout.CONCURRENT_RUNS,
+        layout.STEP_WALL_S,
+        "step_time",
+        layout.TOKENS_GENERATED,
+        layout.TOKENS_TRAINED,
+        layout.TOKENS_GENERATED_TOTAL,
+        layout.PEAK_MEMORY_MB,
+        layout.ELAPSED_S,
+        *curves.WSEQ_Q,
+        "w_seq/min",
+        "w_seq/max",
+        *([settings.wseq_split] if settings.wseq_split else []),
+    ]
+    keys = [*(settings.hue or ()), *settings.col, *settings.row]
+    keys += [k for k, _ in (_baseline_pairs(settings.baseline or "") or [])]
+    config = [
+        "trainer.max_steps",
+        "trainer.loss_type",
+        "trainer.sync_ref_model",
+        "trainer.ref_model_sync_steps",
+        "trainer.importance_sampling_level",
+    ]
+    config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
+    return list(dict.fromkeys([*metrics, *config]))
+
+
 def load_report_inputs(
-    grid_dir: str | Path, run_ids: Sequence[str] | None = None, *, all_runs: bool = False
+    grid_dir: str | Path,
+    run_ids: Sequence[str] | None = None,
+    *,
+    all_runs: bool = False,
+    settings: ReportSettings | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None, str]:
     """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set.
+
+    With ``settings`` only the columns that report needs are read (:func:`report_columns`);
+    without, every column.
 
     Raises:
         FileNotFoundError: no ``runs/`` folder.
@@ -284,7 +329,7 @@ def load_report_inputs(
         run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
-        df = load(grid_dir, ids)
+        df = load(grid_dir, ids, columns=None if settings is None else report_columns(settings))
     for w in caught:
         if issubclass(w.category, SkippedFileWarning):
             print(f"report: {w.message}", file=sys.stderr)
@@ -332,7 +377,18 @@ def compute_report(
     damaged = dict(df.attrs.get("damaged_runs") or {})
     # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
     small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns") if k in df.attrs}
-    df = df.copy(deep=False)
+    # A config key the projection asked for that no run has comes back as an empty metric column:
+    # it is not a setting of these runs.
+    config = set(small.get("config_columns", []))
+    empty = [
+        c
+        for c in df.columns
+        if "." in c
+        and c.split(".")[0] in ("trainer", "task", "tiny", "harness")
+        and c not in config
+        and df[c].isna().all()
+    ]
+    df = df.drop(columns=empty) if empty else df.copy(deep=False)
     df.attrs = small
     with_metrics = set(df[layout.RUN_ID].astype(object).unique()) if len(df) else set()
     for rid in requested:
@@ -1159,8 +1215,11 @@ def make_report(
     grid_dir = Path(grid_dir)
     if x is not None and x not in _X_CHOICES:
         raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
-    df, run_states, grid_info, _ = load_report_inputs(grid_dir, run_ids, all_runs=all_runs)
-    section = (grid_info or {}).get("report") if not all_runs else None
+    try:
+        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
+    except ValueError:
+        grid_info = None  # load_report_inputs names the damaged file
+    section = grid_info.get("report") if isinstance(grid_info, dict) and not all_runs else None
     settings = ReportSettings.merged(
         section if isinstance(section, Mapping) else None,
         hue=_keys(hue),
@@ -1176,6 +1235,7 @@ def make_report(
         include_unfinished=include_unfinished,
         wseq_split=wseq_split,
     )
+    df, run_states, grid_info, _ = load_report_inputs(grid_dir, run_ids, all_runs=all_runs, settings=settings)
     title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
     strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
     data = compute_report(df, run_states, settings, title=str(title), strict_keys=strict)

@@ -158,20 +158,20 @@ def signal_flags(df: pd.DataFrame) -> pd.DataFrame:
         0 on every logged step) and ``no_signal`` (either).
     """
     ids = df[layout.RUN_ID]
-    out = pd.DataFrame(index=pd.Index(pd.unique(ids.astype(object)), name=layout.RUN_ID))
+    codes, names = pd.factorize(ids, sort=False)
+    n_runs = len(names)
+    out = pd.DataFrame(index=pd.Index([str(n) for n in names], name=layout.RUN_ID, dtype=object))
 
-    def all_equal(column: str, value: float) -> pd.Series:
-        if column not in df.columns:
-            return pd.Series(False, index=out.index)
+    def all_equal(column: str, value: float) -> np.ndarray:
+        if column not in df.columns or n_runs == 0:
+            return np.zeros(n_runs, dtype=bool)
         v = df[column].to_numpy(dtype=np.float64)
-        work = pd.DataFrame({"run": ids.astype(object).to_numpy(), "logged": ~np.isnan(v), "hit": v == value})
-        g = work.groupby("run", sort=False)
-        logged = g["logged"].sum()
-        hits = g["hit"].sum()
-        return ((logged > 0) & (hits == logged)).reindex(out.index, fill_value=False)
+        logged = np.bincount(codes, weights=~np.isnan(v), minlength=n_runs)
+        hits = np.bincount(codes, weights=v == value, minlength=n_runs)
+        return (logged > 0) & (hits == logged)
 
-    out["zero_variance"] = all_equal(ZERO_STD, 1.0).astype(bool)
-    out["zero_grad"] = all_equal(GRAD_NORM, 0.0).astype(bool)
+    out["zero_variance"] = all_equal(ZERO_STD, 1.0)
+    out["zero_grad"] = all_equal(GRAD_NORM, 0.0)
     out["no_signal"] = out["zero_variance"] | out["zero_grad"]
     return out
 

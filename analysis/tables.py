@@ -198,15 +198,29 @@ def timing_table(
 
 def _final_scores(df: pd.DataFrame, metric: str, last_k: int | None) -> pd.Series:
     """Per-run score: final value of a sparse eval metric, else mean of the last k logged steps."""
-    sub = df.loc[df[metric].notna(), [layout.RUN_ID, layout.STEP, metric]]
+    y = df[metric].to_numpy(dtype=np.float64)
+    keep = ~np.isnan(y)
+    codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
+    c, yv, st = codes[keep], y[keep], df[layout.STEP].to_numpy()[keep]
+    order = np.lexsort((st, c))  # by run, then step
+    c, yv = c[order], yv[order]
+    n_runs = len(names)
+    counts = np.bincount(c, minlength=n_runs)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    pos_from_end = np.repeat(starts + counts, counts) - np.arange(c.size) - 1  # 0 = last logged step
     if metric == layout.EVAL_ACCURACY:
-        return sub.groupby(layout.RUN_ID, observed=True, sort=True)[metric].last()
-    counts = sub.groupby(layout.RUN_ID, observed=True, sort=True)[metric].transform("size")
-    rank_from_end = sub.groupby(layout.RUN_ID, observed=True, sort=True).cumcount(ascending=False)
-    n = counts.to_numpy()
-    k = np.maximum(1, np.ceil(0.1 * n)) if last_k is None else np.full(n.shape, int(last_k))
-    tail = sub[rank_from_end.to_numpy() < k]
-    return tail.groupby(layout.RUN_ID, observed=True, sort=True)[metric].mean()
+        k = np.ones(n_runs)
+    else:
+        k = np.maximum(1, np.ceil(0.1 * counts)) if last_k is None else np.full(n_runs, int(last_k))
+    tail = pos_from_end < k[c]
+    sums = np.bincount(c[tail], weights=yv[tail], minlength=n_runs)
+    used = np.bincount(c[tail], minlength=n_runs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = sums / used
+    out = pd.Series(
+        score, index=pd.Index([str(n) for n in names], name=layout.RUN_ID, dtype=object), name=metric
+    )
+    return out[used > 0].sort_index()
 
 
 def _task_column(df: pd.DataFrame, task: str | None) -> str | None:

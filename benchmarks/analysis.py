@@ -162,8 +162,9 @@ def report_numbers(grid_dir: Path) -> object:
     """Everything the report computes, without drawing: load (all columns), states, compute."""
     from analysis import report
 
-    df, states, grid_info, _ = report.load_report_inputs(grid_dir)
-    settings = report.ReportSettings.merged((grid_info or {}).get("report"), target=0.5)
+    grid_info = json.loads((grid_dir / layout.GRID_FILE).read_text())
+    settings = report.ReportSettings.merged(grid_info.get("report"), target=0.5)
+    df, states, _, _ = report.load_report_inputs(grid_dir, settings=settings)
     return report.compute_report(df, states, settings, title=grid_dir.name)
 
 
