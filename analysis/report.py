@@ -496,7 +496,7 @@ def compute_report(
         data.row = PANEL_ROW
 
     # Runs left out, and notes on the included ones.
-    for rid, r in runs.iterrows():
+    for rid, r in runs[runs["state"] != states.DONE].iterrows():  # finished runs need no line
         where = _where(r, data)
         step = None if pd.isna(r["last_step"]) else int(r["last_step"])
         max_steps = None if pd.isna(r["max_steps"]) else int(r["max_steps"])
@@ -513,7 +513,7 @@ def compute_report(
         if r["state"] != states.DONE:
             left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
     notes = []
-    for rid, r in runs[runs["included"]].iterrows():
+    for rid, r in runs[runs["included"] & ((runs["missing_steps"] > 0) | runs["no_signal"])].iterrows():
         if r["missing_steps"]:
             notes.append(
                 f"`{rid}` ({_where(r, data)}): {r['missing_steps']} step(s) without metrics "
@@ -528,16 +528,22 @@ def compute_report(
 
     inc = runs[runs["included"]]
     included_ids = set(inc.index)
-    rid_obj = df[layout.RUN_ID].astype(object)
-    mask = rid_obj.isin(included_ids).to_numpy()
-    work = df[mask].copy()
+    # Rows are selected and labelled through the run id's categorical codes: per run, not per row.
+    rid = df[layout.RUN_ID]
+    if not isinstance(rid.dtype, pd.CategoricalDtype):
+        rid = rid.astype("category")
+    run_names = [str(c) for c in rid.cat.categories]
+    codes = rid.cat.codes.to_numpy()
+    mask = np.isin(codes, [k for k, name in enumerate(run_names) if name in included_ids])
+    work = df.copy(deep=False) if mask.all() else df[mask].copy()
     work.attrs = dict(df.attrs)
+    work_codes = codes[mask] if not mask.all() else codes
     for name in (VARIANT, PANEL, PANEL_ROW):
         if name in runs.columns:
-            work[name] = pd.Categorical(
-                work[layout.RUN_ID].astype(object).map(runs[name].astype(object)),
-                categories=runs[name].cat.categories,
-                ordered=True,
+            per_code = runs[name].reindex(run_names)
+            label_codes = np.asarray(pd.Categorical(per_code, categories=runs[name].cat.categories).codes)
+            work[name] = pd.Categorical.from_codes(
+                label_codes[work_codes], categories=runs[name].cat.categories, ordered=True
             )
     data.hue_order = (
         [str(c) for c in runs[VARIANT].cat.categories if c in set(inc[VARIANT].astype(str))]
@@ -656,7 +662,8 @@ def compute_report(
     timing_by = list(by)
     at_once = _at_once(work)
     if at_once is not None:
-        work[AT_ONCE] = work[layout.RUN_ID].astype(object).map(at_once)
+        per_run = at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown")
+        work[AT_ONCE] = pd.Categorical(per_run.to_numpy()[work[layout.RUN_ID].cat.codes.to_numpy()])
         timing_by.append(AT_ONCE)
     data.timing = tables.timing_table(work, by=timing_by, baseline=data.baseline)
     data.timing.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
@@ -723,7 +730,7 @@ def _at_once(work: pd.DataFrame) -> pd.Series | None:
     column = layout.CONCURRENT_RUNS
     if column not in work.columns or work[column].isna().all():
         return None
-    med = work.groupby(work[layout.RUN_ID].astype(object), sort=False)[column].median()
+    med = work.groupby(layout.RUN_ID, observed=True, sort=False)[column].median()
     return med.map(lambda v: "unknown" if pd.isna(v) else str(int(round(v))))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.aggregate import smooth, variant_labels, x_values
+from analysis.aggregate import smooth_runs, variant_labels, x_values
 from analysis.load import seed_column
 from analysis.states import signal_flags
 from harness import layout
@@ -414,29 +414,21 @@ def time_to_target_table(
             cols[name] = x_values(df, name)
         except KeyError:
             cols[name] = np.full(len(df), np.nan)
-    rid = df[layout.RUN_ID].astype(object).to_numpy()
-    first: dict[str, dict[str, float]] = {}
-    order = np.lexsort((cols["steps"], pd.factorize(df[layout.RUN_ID])[0]))
-    rid_sorted = rid[order]
-    bounds = np.flatnonzero(np.r_[True, rid_sorted[1:] != rid_sorted[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        rows_idx = order[a:b]
-        yr = y[rows_idx]
-        ok = ~np.isnan(yr)
-        rows_idx, yr = rows_idx[ok], yr[ok]
-        if ema is not None and yr.size:
-            yr = smooth(yr, ema=ema)
-        hit = np.flatnonzero(yr >= threshold)
-        if hit.size:
-            i = rows_idx[hit[0]]
-            first[rid[i]] = {
-                "steps": cols["steps"][i],
-                "tokens": cols["tokens"][i],
-                "seconds": cols["time"][i],
-            }
-    for name in ("steps", "tokens", "seconds"):
-        runs[name] = [first.get(r, {}).get(name, np.nan) for r in runs.index]
-    runs["reached"] = [r in first for r in runs.index]
+    codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
+    keep = ~np.isnan(y)
+    rows_idx = np.flatnonzero(keep)
+    order = rows_idx[np.lexsort((cols["steps"][keep], codes[keep]))]  # logged rows by run, then step
+    c, yr = codes[order], y[order]
+    if ema is not None and yr.size:
+        yr = smooth_runs(yr, np.flatnonzero(np.r_[True, c[1:] != c[:-1]]), ema=ema)
+    hits = np.flatnonzero(yr >= threshold)
+    hit_runs, first_hit = np.unique(c[hits], return_index=True)  # each run's first row at target
+    at = order[hits[first_hit]]
+    name_of = np.array([str(n) for n in names], dtype=object)
+    for name, source in (("steps", "steps"), ("tokens", "tokens"), ("seconds", "time")):
+        values = pd.Series(cols[source][at], index=name_of[hit_runs])
+        runs[name] = values.reindex(runs.index).to_numpy(dtype=np.float64)
+    runs["reached"] = runs.index.isin(name_of[hit_runs])
 
     rows = []
     for key, part in _variant_groups(runs, by):
