@@ -13,7 +13,6 @@ the band is over seeds of the smoothed per-run curves, not over noisy single ste
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +37,8 @@ __all__ = [
     "clamp_limits",
     "band_caption",
     "curves",
+    "frame_index",
+    "nan_median_rows",
     "off_policy_rows",
     "resolve_smoothing",
     "robust_limits",
@@ -227,11 +228,18 @@ def smooth_runs(
         return out
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    cs = np.concatenate([[0.0], np.cumsum(y)])
-    idx = np.arange(1, y.size + 1)
-    run_start = np.repeat(starts, np.diff(np.r_[starts, y.size]))
-    lo = np.maximum(idx - int(window), run_start)
-    return (cs[idx] - cs[lo]) / (idx - lo)
+    n = y.size
+    cs = np.empty(n + 1)
+    cs[0] = 0.0
+    np.cumsum(y, out=cs[1:])
+    # the first row of each row's run: starts spread forward by a running maximum
+    run_start = np.zeros(n, dtype=np.int64)
+    run_start[starts] = starts
+    np.maximum.accumulate(run_start, out=run_start)
+    idx = np.arange(1, n + 1)
+    lo = idx - int(window)
+    np.maximum(lo, run_start, out=lo)
+    return (cs[1:] - cs[lo]) / (idx - lo)
 
 
 def auto_window(n_points: int) -> int:
@@ -429,6 +437,126 @@ def off_policy_rows(df: pd.DataFrame) -> tuple[np.ndarray, str]:
 
 
 @dataclass(frozen=True)
+class FrameIndex:
+    """How a frame's rows map to runs, groups and the step grid; made once, shared by the curves
+    of every metric of a report (:func:`frame_index`).
+
+    Attributes:
+        by, x, rows: what it was made for (grouping columns, x kind, number of rows).
+        x_all: (rows,) x coordinate of every row.
+        run_all: (rows,) run code of every row; ``run_names[code]`` is the run id.
+        n_codes, n_groups: numbers of run codes and of groups.
+        group_of_run: (n_codes,) group of each run (-1: no rows).
+        members: per group, its run codes.
+        group_labels: per ``by`` column, the ordered label of each group.
+        order_groups: groups in display order.
+        step_grid, step_col: for ``x="step"`` with rows sorted by (run, step) and a dense enough
+            grid: the steps and each row's column in it; None otherwise.
+    """
+
+    by: tuple[str, ...]
+    x: str
+    rows: int
+    x_all: np.ndarray
+    run_all: np.ndarray
+    run_names: list[str]
+    n_codes: int
+    n_groups: int
+    group_of_run: np.ndarray
+    members: list[np.ndarray]
+    group_labels: dict[str, pd.Categorical]
+    order_groups: np.ndarray
+    step_grid: np.ndarray | None
+    step_col: np.ndarray | None
+
+
+def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> FrameIndex:
+    """The grouping of ``df``'s rows that :func:`curves` needs, for reuse across metrics.
+
+    Raises:
+        KeyError: if a ``by`` column or the columns ``x`` needs are missing.
+    """
+    by = list(dict.fromkeys(by))
+    missing = [c for c in by if c not in df.columns]
+    if missing:
+        raise KeyError(f"columns not in frame: {missing}")
+    x_all = x_values(df, x)
+    rid = df[layout.RUN_ID]
+    if isinstance(rid.dtype, pd.CategoricalDtype):
+        run_all = rid.cat.codes.to_numpy()
+        run_names = [str(c) for c in rid.cat.categories]
+    else:
+        run_all, uniques = pd.factorize(rid)
+        run_names = [str(u) for u in uniques]
+    n_codes = int(run_all.max()) + 1 if run_all.size else 0
+    # Group keys are per-run values (grid axes), so they are read from each run's first row and
+    # grouped over runs rather than over every row.
+    first = np.full(n_codes, -1, dtype=np.int64)
+    first[run_all[::-1]] = np.arange(len(df) - 1, -1, -1)
+    runs_present = np.flatnonzero(first >= 0)
+    keys = df[by].iloc[first[runs_present]].reset_index(drop=True) if by else pd.DataFrame(index=runs_present)
+    labels_of_run = {col: variant_labels(keys[col]) for col in by}
+    if by and len(keys):
+        codes = np.stack([np.asarray(labels_of_run[c].codes) for c in by], axis=1)
+        _, gid = np.unique(codes, axis=0, return_inverse=True)
+        gid = np.asarray(gid).ravel()
+    else:
+        gid = np.zeros(len(runs_present), dtype=np.int64)
+    n_groups = int(gid.max()) + 1 if gid.size else 0
+    group_of_run = np.full(n_codes, -1, dtype=np.int64)
+    group_of_run[runs_present] = gid
+    group_first = np.zeros(n_groups, dtype=np.int64)
+    group_first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
+    group_labels = {col: labels_of_run[col][group_first] for col in by}
+    order_groups = (
+        np.lexsort([np.asarray(group_labels[c].codes) for c in reversed(by)]) if by else np.arange(n_groups)
+    )
+    members = [np.flatnonzero(group_of_run == k) for k in range(n_groups)]
+    step_grid = step_col = None
+    if x == "step" and run_all.size and _sorted_within_runs(run_all, x_all):
+        lo, hi = x_all.min(), x_all.max()
+        if hi - lo + 1 <= 4 * x_all.size + 1024 and n_codes * (hi - lo + 1) <= 50_000_000:
+            step_grid = np.arange(lo, hi + 1)
+            step_col = (x_all - lo).astype(np.int64)
+    return FrameIndex(
+        tuple(by),
+        x,
+        len(df),
+        x_all,
+        run_all,
+        run_names,
+        n_codes,
+        n_groups,
+        group_of_run,
+        members,
+        group_labels,
+        order_groups,
+        step_grid,
+        step_col,
+    )
+
+
+def nan_median_rows(mat: np.ndarray) -> np.ndarray:
+    """Median of each row ignoring NaNs (NaN for an all-NaN row), by one sort of the matrix.
+
+    Args:
+        mat: shape ``(rows, cols)``.
+
+    Returns:
+        Shape ``(rows,)``.
+    """
+    if mat.size == 0:
+        return np.full(mat.shape[0], np.nan)
+    srt = np.sort(mat, axis=1)  # NaNs sort last
+    n = (~np.isnan(mat)).sum(axis=1)
+    lo = np.clip((n - 1) // 2, 0, None)
+    hi = np.clip(n // 2, 0, None)
+    rows = np.arange(mat.shape[0])
+    out = 0.5 * (srt[rows, lo] + srt[rows, hi])
+    return np.where(n > 0, out, np.nan)
+
+
+@dataclass(frozen=True)
 class Curves:
     """A metric's curves over runs, ready to draw.
 
@@ -468,6 +596,7 @@ def curves(
     seed: int = 0,
     grid_points: int = 200,
     center: Literal["mean", "median"] = "mean",
+    index: FrameIndex | None = None,
 ) -> Curves:
     """Mean curve over runs and its confidence band, per group of ``by`` and per x.
 
@@ -494,6 +623,7 @@ def curves(
         grid_points: interpolation points per group for ``x`` other than ``"step"``.
         center: ``"median"``: ``mean`` holds the median over runs instead, and no band is
             computed (``lo``/``hi`` NaN), e.g. for heavy-tailed ratios.
+        index: :func:`frame_index` of ``df`` for ``by`` and ``x``, to share between metrics.
 
     Returns:
         A :class:`Curves`.
@@ -508,27 +638,12 @@ def curves(
     missing = [c for c in [metric, *by] if c not in df.columns]
     if missing:
         raise KeyError(f"columns not in frame: {missing}")
-
+    ix = index if index is not None else frame_index(df, by, x)
+    if ix.by != tuple(by) or ix.x != x or ix.rows != len(df):
+        raise ValueError("index was made for another frame, grouping or x")
     y_all = df[metric].to_numpy(dtype=np.float64)
-    x_all = x_values(df, x)
-    run_all = run_codes(df)
-    n_codes = int(run_all.max()) + 1 if run_all.size else 0
-    # Group keys are per-run values (grid axes), so they are read from each run's first row and
-    # grouped over runs rather than over every row.
-    first = np.full(n_codes, -1, dtype=np.int64)
-    first[run_all[::-1]] = np.arange(len(df) - 1, -1, -1)
-    runs_present = np.flatnonzero(first >= 0)
-    keys = df[by].iloc[first[runs_present]].reset_index(drop=True) if by else pd.DataFrame(index=runs_present)
-    labels_of_run = {col: variant_labels(keys[col]) for col in by}
-    if by and len(keys):
-        codes = np.stack([np.asarray(labels_of_run[c].codes) for c in by], axis=1)
-        _, gid = np.unique(codes, axis=0, return_inverse=True)
-        gid = np.asarray(gid).ravel()
-    else:
-        gid = np.zeros(len(runs_present), dtype=np.int64)
-    n_groups = int(gid.max()) + 1 if gid.size else 0
-    group_of_run = np.full(n_codes, -1, dtype=np.int64)
-    group_of_run[runs_present] = gid
+    x_all, run_all, n_codes, n_groups = ix.x_all, ix.run_all, ix.n_codes, ix.n_groups
+    group_of_run, group_labels, order_groups = ix.group_of_run, ix.group_labels, ix.order_groups
 
     keep = ~np.isnan(y_all)
     if x != "step":
@@ -542,20 +657,19 @@ def curves(
     skw = resolve_smoothing(smoothing, points)
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    if x == "step" and skw and r.size:
-        # Smooth every run along its own logged points at once, then align runs on steps.
-        if not _sorted_within_runs(r, xv):
-            order = np.lexsort((xv, r))
-            r, xv, yv = r[order], xv[order], yv[order]
-        yv = smooth_runs(yv, np.flatnonzero(np.r_[True, r[1:] != r[:-1]]), **skw)
-    dense = _dense_step_matrix(r, xv, yv, n_codes) if x == "step" and r.size else None
-    if dense is not None:
-        steps, full = dense
+    if x == "step" and ix.step_col is not None and r.size:
+        # Rows are sorted by (run, step) (as load returns them; checked once by the index), so each
+        # run is smoothed along its own logged points at once and scattered onto the step grid.
+        col = ix.step_col if keep.all() else ix.step_col[keep]
+        if skw:
+            yv = smooth_runs(yv, np.flatnonzero(np.r_[True, r[1:] != r[:-1]]), **skw)
+        full = np.full((n_codes, ix.step_grid.size), np.nan)
+        full[r, col] = yv
         for k in range(n_groups):
-            members = np.flatnonzero(group_of_run == k)
+            members = ix.members[k]
             mat = full[members].T
-            has = ~np.all(np.isnan(mat), axis=1)
-            matrices.append((steps[has], mat[has], members))
+            has = (~np.isnan(mat)).any(axis=1)
+            matrices.append((ix.step_grid[has], mat[has], members))
     else:
         if not _sorted_within_runs(r, xv):
             order = np.lexsort((xv, r))
@@ -569,26 +683,15 @@ def curves(
             a, b = bounds[k], bounds[k + 1]
             matrices.append(_group_matrix(r[a:b], xv[a:b], yv[a:b], x, skw, grid_points))
 
-    group_first = np.zeros(n_groups, dtype=np.int64)
-    group_first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
-    group_labels = {col: labels_of_run[col][group_first] for col in by}
-    order_groups = (
-        np.lexsort([np.asarray(group_labels[c].codes) for c in reversed(by)]) if by else np.arange(n_groups)
-    )
-
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("x", "mean", "lo", "hi", "std", "n")}
     lengths = []
     run_parts: list[pd.DataFrame] = []
-    run_names = (
-        df[layout.RUN_ID].cat.categories if isinstance(df[layout.RUN_ID].dtype, pd.CategoricalDtype) else None
-    )
+    run_names = ix.run_names
     for k in order_groups:
         xs, mat, members = matrices[k]
         mean, std, n = stats.nan_moments(mat, axis=1)
         if center == "median":
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN
-                mean = np.nanmedian(mat, axis=1) if mat.size else mean
+            mean = nan_median_rows(mat)
             lo = hi = np.full(mean.shape, np.nan)
         elif ci == "t":
             lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
@@ -602,7 +705,7 @@ def curves(
                 ok = ~np.isnan(mat[:, j])
                 if not ok.any():
                     continue
-                name = run_names[code] if run_names is not None else pd.unique(df[layout.RUN_ID])[code]
+                name = run_names[code]
                 part = {col: group_labels[col][[k] * int(ok.sum())] for col in by}
                 part.update({layout.RUN_ID: str(name), "x": xs[ok], "y": mat[ok, j]})
                 run_parts.append(pd.DataFrame(part))
@@ -640,26 +743,6 @@ def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
     out = c.mean
     out.attrs.update(caption=c.caption, metric=metric, x=c.x)
     return out
-
-
-def _dense_step_matrix(
-    r: np.ndarray, xv: np.ndarray, yv: np.ndarray, n_runs: int
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(steps,) and (runs, steps) matrix of values, or None when steps are too sparse for one."""
-    lo, hi = xv.min(), xv.max()
-    width = hi - lo + 1
-    # Optimizer steps are integers, so a step's column is an offset and no sort is needed.
-    if width <= 4 * xv.size + 1024 and np.all(xv == np.round(xv)):
-        steps = np.arange(lo, hi + 1)
-        col = (xv - lo).astype(np.int64)
-    else:
-        steps, col = np.unique(xv, return_inverse=True)
-        col = np.asarray(col).ravel()
-    if n_runs * steps.size > 50_000_000:
-        return None
-    full = np.full((n_runs, steps.size), np.nan)
-    full[r, col] = yv
-    return steps, full
 
 
 def _sorted_within_runs(r: np.ndarray, xv: np.ndarray) -> bool:

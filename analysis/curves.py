@@ -38,6 +38,7 @@ from analysis.aggregate import (
     band_caption,
     clamp_limits,
     curves,
+    frame_index,
     is_ratio_metric,
     off_policy_rows,
     robust_limits,
@@ -152,7 +153,23 @@ def no_data(ax: Axes, text: str = "no data") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=7)
 
 
+#: Points drawn per line at most: a panel is a few hundred pixels wide, so more points only cost
+#: drawing time (curves are smoothed before they get here).
+MAX_POINTS = 500
+
+
+def thin(part: pd.DataFrame) -> pd.DataFrame:
+    """Every k-th row of one curve so that at most :data:`MAX_POINTS` are drawn (last row kept)."""
+    n = len(part)
+    if n <= MAX_POINTS:
+        return part
+    k = -(-n // MAX_POINTS)
+    idx = np.r_[np.arange(0, n - 1, k), n - 1]
+    return part.iloc[idx]
+
+
 def _draw(ax: Axes, part: pd.DataFrame, color: str, label: str, band: bool = True) -> None:
+    part = thin(part)
     xs = part["x"].to_numpy()
     ax.plot(xs, part["mean"].to_numpy(), color=color, label=label)
     if band:
@@ -273,6 +290,7 @@ def plot_curve_set(
                         rs = _select(c.runs, col, cv, row, rv)
                         for _, p in rs.groupby(layout.RUN_ID, sort=False):
                             lab = str(p[hue].iloc[0]) if hue else "all"
+                            p = thin(p)
                             ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
                             limit_values.append(p["y"].to_numpy())
                     for lab in hue_labels or [None]:
@@ -362,9 +380,11 @@ def plot_highlight(
             ax = axes[k // ncols, k % ncols]
             for other, p in parts.items():
                 if other != lab and other != baseline and len(p):
-                    ax.plot(p["x"], p["mean"], color="0.82", linewidth=0.7, zorder=1)
+                    q = thin(p)
+                    ax.plot(q["x"], q["mean"], color="0.82", linewidth=0.7, zorder=1)
             if baseline is not None and baseline != lab and len(parts.get(baseline, ())):
                 b = parts[baseline]
+                b = thin(b)
                 ax.plot(b["x"], b["mean"], color="0.15", linewidth=0.9, linestyle="--", zorder=2)
             p = parts[lab]
             if len(p) and p["mean"].notna().any():
@@ -660,6 +680,7 @@ def wseq_bands(
     rows: np.ndarray | None = None,
     smoothing: Mapping[str, Any] | None = None,
     split: str | None = None,
+    index: Any = None,
 ) -> pd.DataFrame:
     """Per (group, x): the median over runs of each run's per-step w_seq p05, p50 and p95.
 
@@ -676,6 +697,8 @@ def wseq_bands(
         rows: bool mask over ``df``'s rows; None for every row.
         smoothing: ``{}``/None, ``{"window": n}`` or ``{"ema": a}``.
         split: a column (e.g. ``reuse_index``) whose values become separate series in each group.
+        index: :func:`analysis.aggregate.frame_index` of ``df`` for ``by`` (without ``split``) and
+            ``x``, when already made.
 
     Returns:
         Columns ``*by``, (``split``), ``x``, ``p05``, ``p50``, ``p95`` (w_seq units) and ``n``
@@ -686,10 +709,7 @@ def wseq_bands(
     if not all(q in df.columns for q in WSEQ_Q):
         return empty
     mask = np.ones(len(df), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
-    work = df[
-        [layout.RUN_ID, layout.STEP, *keys, *(c for c in df.columns if c.startswith(("time/", "tokens/")))]
-    ]
-    work = work.copy()
+    work = df.copy(deep=False)  # the log quantiles are added as columns; the data is not copied
     with np.errstate(divide="ignore", invalid="ignore"):
         for q, name in zip(WSEQ_Q, ("p05", "p50", "p95"), strict=True):
             v = df[q].to_numpy(dtype=np.float64)
@@ -697,8 +717,11 @@ def wseq_bands(
     if split:
         work[split] = work[split].astype(object).map(lambda v: format_value(v) if v == v else "(none)")
     out = None
+    ix = index if index is not None and not split else frame_index(work, keys, x)
     for name in ("p05", "p50", "p95"):
-        c = curves(work, name, x=x, by=keys, smoothing=dict(smoothing or {}), rows=mask, center="median")
+        c = curves(
+            work, name, x=x, by=keys, smoothing=dict(smoothing or {}), rows=mask, center="median", index=ix
+        )
         part = c.mean.rename(columns={"mean": name})
         out = (
             part[[*keys, "x", name, "n"]]

@@ -9,6 +9,7 @@ and skipped, never fatal, because a results folder is often read while runs are 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from harness import layout
@@ -42,6 +44,10 @@ __all__ = [
 
 #: Rendering of a missing config value wherever a label is needed (legends, table rows).
 NONE_LABEL = "(none)"
+
+
+#: Dotted config keys start with a settings section; metric names never do.
+_SETTING_PREFIXES = ("task.", "tiny.", "trainer.", "harness.")
 
 
 class SkippedFileWarning(UserWarning):
@@ -317,6 +323,7 @@ def load(
     *,
     columns: Sequence[str] | None = None,
     config: bool = True,
+    cache_dir: str | Path | None = None,
 ) -> pd.DataFrame:
     """All runs' per-step metrics as one frame, one row per (run, optimizer step).
 
@@ -327,10 +334,14 @@ def load(
         columns: columns to read besides ``run_id`` and ``step``; default all. Metric names are
             read from the parquet files (much faster than reading every column); a requested
             metric that no file has comes back as an all-NaN column, so downstream code can rely
-            on its presence. With ``columns`` given, only the config keys that differ between the
+            on its presence (a requested config key that no run sets does not). With ``columns`` given, only the config keys that differ between the
             loaded runs, the grid's varying keys and config keys named in ``columns`` are joined;
             the values of the constant ones are in ``df.attrs["constant_config"]``.
         config: join each run's configuration as columns.
+        cache_dir: keep the loaded frame there (one Arrow file per set of inputs, see
+            :func:`cache_key`) and reuse it while no run's files changed: a report re-run on
+            finished results reads one file instead of a thousand. None: no cache. A folder that
+            cannot be written only costs the speed-up.
 
     Returns:
         Frame sorted by (run, step) with columns
@@ -371,6 +382,23 @@ def load(
         if missing:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
             warnings.warn(f"{len(missing)} requested run(s) not found in {grid_dir}: {shown}", stacklevel=2)
+
+    if cache_dir is not None:
+        key = cache_key(grid_dir, ids, columns, config)
+        cached = _read_cached(Path(cache_dir), key)
+        if cached is not None:
+            cached.attrs["missing_runs"] = missing
+            for path, reason in cached.attrs.get("skipped", []):
+                warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
+            return cached
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            df = load(grid_dir, ids, columns=columns, config=config)
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        df.attrs["missing_runs"] = missing
+        _write_cached(Path(cache_dir), key, df)
+        return df
 
     skipped: list[tuple[str, str]] = []
     damaged: dict[str, str] = {}
@@ -421,8 +449,9 @@ def load(
         if combined is not None and name in combined.column_names:
             values = combined.column(name).to_numpy()
             data[name] = values if order is None else values[order]
-        else:
+        elif not name.startswith(_SETTING_PREFIXES):  # a setting no run has is no column at all
             data[name] = np.full(codes.size, np.nan)
+    metric_names = [m for m in metric_names if m in data]
 
     config_cols: list[str] = []
     aliases: dict[str, str] = {}
@@ -445,6 +474,81 @@ def load(
         aliases=aliases,
     )
     return df
+
+
+#: Bumped whenever what :func:`load` returns for the same files changes, so older caches are ignored.
+CACHE_FORMAT = 2
+_CACHE_KEEP = 2  # cache files kept per folder (the most recently written)
+
+
+def cache_key(grid_dir: Path, ids: Sequence[str], columns: Sequence[str] | None, config: bool) -> str:
+    """Hash of everything a loaded frame depends on: the loader's format, the arguments, and the
+    name, size and modification time (ns) of every run's ``config.json`` and metrics file.
+
+    Writers replace files by renaming a new one into place, so any change to a run's files
+    changes its size or modification time, and with it the key. Costs one ``stat`` per file.
+    """
+    h = hashlib.sha256(
+        json.dumps([CACHE_FORMAT, list(ids), None if columns is None else list(columns), config]).encode()
+    )
+    runs_dir = os.path.join(os.fspath(grid_dir), layout.RUNS_DIR)
+    for rid in ids:
+        rdir = os.path.join(runs_dir, rid)
+        for path in (os.path.join(rdir, layout.CONFIG_FILE), *_metric_paths(rdir)):
+            try:
+                st = os.stat(path)
+                h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            except OSError:
+                h.update(f"{path}\0-\n".encode())
+    return h.hexdigest()[:24]
+
+
+def _read_cached(folder: Path, key: str) -> pd.DataFrame | None:
+    # Arrow IPC, uncompressed and memory-mapped: reading is a mapping, not a decode.
+    path = folder / f"frame-{key}.arrow"
+    try:
+        table = feather.read_table(path, memory_map=True)
+        attrs = json.loads((table.schema.metadata or {}).get(b"grpo_harness_attrs", b"{}"))
+        df = table.to_pandas()
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    for name in df.columns:  # categories come back as Arrow strings; the loader gives Python ones
+        col = df[name]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            cats = pd.Index(list(col.cat.categories), dtype=object)
+            df[name] = pd.Categorical.from_codes(
+                col.cat.codes.to_numpy(), categories=cats, ordered=col.cat.ordered
+            )
+    attrs["skipped"] = [tuple(x) for x in attrs.get("skipped", [])]
+    df.attrs.update(attrs)
+    return df
+
+
+def _write_cached(folder: Path, key: str, df: pd.DataFrame) -> None:
+    """Write the frame atomically; never raises (a cache that cannot be written is no cache)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        attrs = json.dumps({k: v for k, v in df.attrs.items() if k != "missing_runs"}, default=str)
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), b"grpo_harness_attrs": attrs.encode()}
+        )
+        fd, tmp = tempfile.mkstemp(prefix=".frame-", dir=folder)
+        os.close(fd)
+        try:
+            feather.write_feather(table, tmp, compression="uncompressed")
+            os.chmod(tmp, layout.FILE_MODE)
+            os.replace(tmp, folder / f"frame-{key}.arrow")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        old = sorted(folder.glob("frame-*.arrow"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for stale in old[_CACHE_KEEP:]:
+            stale.unlink(missing_ok=True)
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        return
 
 
 class _Configs:

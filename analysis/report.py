@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import warnings
 from collections.abc import Collection, Mapping, Sequence
@@ -329,7 +330,12 @@ def load_report_inputs(
         run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
-        df = load(grid_dir, ids, columns=None if settings is None else report_columns(settings))
+        df = load(
+            grid_dir,
+            ids,
+            columns=None if settings is None else report_columns(settings),
+            cache_dir=grid_dir / layout.GRID_CACHE_DIR,
+        )
     for w in caught:
         if issubclass(w.category, SkippedFileWarning):
             print(f"report: {w.message}", file=sys.stderr)
@@ -377,20 +383,16 @@ def compute_report(
     damaged = dict(df.attrs.get("damaged_runs") or {})
     # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
     small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns") if k in df.attrs}
-    # A config key the projection asked for that no run has comes back as an empty metric column:
-    # it is not a setting of these runs.
-    config = set(small.get("config_columns", []))
-    empty = [
-        c
-        for c in df.columns
-        if "." in c
-        and c.split(".")[0] in ("trainer", "task", "tiny", "harness")
-        and c not in config
-        and df[c].isna().all()
-    ]
-    df = df.drop(columns=empty) if empty else df.copy(deep=False)
+    df = df.copy(deep=False)
     df.attrs = small
-    with_metrics = set(df[layout.RUN_ID].astype(object).unique()) if len(df) else set()
+    rid_col = df[layout.RUN_ID]
+    if not isinstance(rid_col.dtype, pd.CategoricalDtype):
+        df[layout.RUN_ID] = rid_col = rid_col.astype("category")
+    row_codes = rid_col.cat.codes.to_numpy()
+    run_names = [str(c) for c in rid_col.cat.categories]
+    first_row = np.full(len(run_names), -1, dtype=np.int64)
+    first_row[row_codes[::-1]] = np.arange(len(df) - 1, -1, -1)
+    with_metrics = {run_names[k] for k in np.flatnonzero(first_row >= 0)}
     for rid in requested:
         if rid in damaged:
             left_out.append(f"`{rid}`: damaged run file, left out ({damaged[rid]})")
@@ -413,12 +415,14 @@ def compute_report(
         raise ReportError(f"--metric {s.metric}: no run logged it; logged metrics include {', '.join(known)}")
 
     # One row per run: config values, state, progress.
-    first = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)
-    first.index = first.index.astype(object)
+    present = np.flatnonzero(first_row >= 0)
+    first = df.iloc[first_row[present]].copy()
+    first.index = pd.Index([run_names[k] for k in present], name=layout.RUN_ID, dtype=object)
+    first = first.drop(columns=[layout.RUN_ID])
     runs = first.copy()
-    last_step = df.groupby(layout.RUN_ID, observed=True)[layout.STEP].max()
-    last_step.index = last_step.index.astype(object)
-    runs["last_step"] = last_step.reindex(runs.index)
+    last = np.full(len(run_names), -1, dtype=np.int64)
+    np.maximum.at(last, row_codes, df[layout.STEP].to_numpy())
+    runs["last_step"] = last[present]
     st = run_states.reindex(runs.index)
     runs["state"] = st["state"].fillna(states.UNFINISHED)
     runs["marker_step"] = st["marker_step"]
@@ -611,75 +615,89 @@ def compute_report(
     elif not off.any():
         data.on_policy.append((None, None))
 
-    # Curve figures.
+    # Every figure's and table's numbers are independent of each other: computed on a thread pool
+    # (numpy and pandas release the GIL in their loops), collected in order.
     diverged = runs[(runs["state"] == states.DIVERGED)]
-    curve_metrics = list(s.curves) or [s.metric]
-    for m in curve_metrics:
+    curve_metrics = [m for m in (list(s.curves) or [s.metric]) if m in work.columns]
+    for m in list(s.curves) or [s.metric]:
         if m not in work.columns:
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
-            continue
-        rows = off if agg_mod.is_ratio_metric(m) else None
-        data.curve_sets[m] = agg_mod.curves(
-            work, m, x=s.x, by=by, ci=s.ci, smoothing=s.smoothing, rows=rows, keep_runs=s.seeds
-        )
-        data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
-    data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
-
-    # Dynamics.
-    for m in s.metrics:
-        if m in work.columns and work[m].notna().any():
-            rows = off if agg_mod.is_ratio_metric(m) else None
-            c = agg_mod.curves(
-                work,
-                m,
-                x=s.x,
-                by=[b for b in (data.hue, data.col) if b],
-                ci=s.ci,
-                smoothing=s.smoothing,
-                rows=rows,
-            )
-            data.dynamics[m] = c
-        else:
-            data.dynamics_missing.append(m)
-
-    # w_seq.
-    split = s.wseq_split if s.wseq_split in work.columns else None
-    wseq_points = (
-        int(np.median(pd.Series(off).groupby(work[layout.RUN_ID].astype(object).to_numpy()).sum()))
-        if len(work)
-        else 0
-    )
-    data.wseq = curves.wseq_bands(
-        work,
-        by=[b for b in (data.hue, data.col) if b],
-        x=s.x,
-        rows=off,
-        smoothing=agg_mod.resolve_smoothing(s.smoothing, wseq_points),
-        split=split,
-    )
-
-    # Tables.
+    dyn_by = [b for b in (data.hue, data.col) if b]
+    dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
+    data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
     timing_by = list(by)
     at_once = _at_once(work)
     if at_once is not None:
         per_run = at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown")
         work[AT_ONCE] = pd.Categorical(per_run.to_numpy()[work[layout.RUN_ID].cat.codes.to_numpy()])
         timing_by.append(AT_ONCE)
-    data.timing = tables.timing_table(work, by=timing_by, baseline=data.baseline)
-    data.timing.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
-    data.final = tables.final_performance_table(work, s.metric, by=by, baseline=data.baseline)
-    data.final.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
-    data.check = tables.learning_check(work, s.metric, by=by)
+    run_codes = work[layout.RUN_ID].cat.codes.to_numpy()
+    off_counts = np.bincount(run_codes[off], minlength=len(work[layout.RUN_ID].cat.categories))
+    wseq_points = int(np.median(off_counts[off_counts > 0])) if (off_counts > 0).any() else 0
+    split = s.wseq_split if s.wseq_split in work.columns else None
+
+    def curve(metric: str, group_by: list[str], index: agg_mod.FrameIndex, keep_runs: bool = False) -> Curves:
+        rows = off if agg_mod.is_ratio_metric(metric) else None
+        return agg_mod.curves(
+            work,
+            metric,
+            x=s.x,
+            by=group_by,
+            ci=s.ci,
+            smoothing=s.smoothing,
+            rows=rows,
+            keep_runs=keep_runs,
+            index=index,
+        )
+
+    def wseq(index: agg_mod.FrameIndex) -> pd.DataFrame:
+        smoothing = agg_mod.resolve_smoothing(s.smoothing, wseq_points)
+        return curves.wseq_bands(
+            work, by=dyn_by, x=s.x, rows=off, smoothing=smoothing, split=split, index=index
+        )
+
+    def final_job() -> tuple[pd.DataFrame, pd.Series]:
+        scores = tables.final_scores(work, s.metric)
+        table = tables.final_performance_table(work, s.metric, by=by, baseline=data.baseline, scores=scores)
+        return table, scores
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        curve_index = pool.submit(agg_mod.frame_index, work, by, s.x)
+        dyn_index = curve_index if dyn_by == by else pool.submit(agg_mod.frame_index, work, dyn_by, s.x)
+        jobs = {
+            "timing": pool.submit(tables.timing_table, work, by=timing_by, baseline=data.baseline),
+            "final": pool.submit(final_job),
+            "check": pool.submit(tables.learning_check, work, s.metric, by=by),
+        }
+        if s.target is not None:
+            jobs["ttt"] = pool.submit(
+                tables.time_to_target_table, work, s.target, metric=s.metric, by=by, baseline=data.baseline
+            )
+        ci_, di_ = curve_index.result(), dyn_index.result()
+        jobs["wseq"] = pool.submit(wseq, di_)
+        curve_jobs = {m: pool.submit(curve, m, by, ci_, s.seeds) for m in curve_metrics}
+        dyn_jobs = {m: pool.submit(curve, m, dyn_by, di_) for m in dyn_metrics}
+        for m, job in curve_jobs.items():
+            data.curve_sets[m] = job.result()
+            data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
+        data.dynamics = {m: job.result() for m, job in dyn_jobs.items()}
+        results = {k: job.result() for k, job in jobs.items()}
+    data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
+    data.wseq = results["wseq"]
+    names = _display_names(data, df, col_keys, row_keys)
+    (data.final, scores), data.timing, data.check = results["final"], results["timing"], results["check"]
     data.summary = tables.learning_summary(data.check, by=by)
-    data.summary.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
+    for t in (data.timing, data.final, data.summary):
+        t.attrs.setdefault("display", {}).update(names)
     if s.include_unfinished:
         for t in (data.timing, data.final, data.summary):
             _mark_unfinished(t, runs, by)
         data.check.insert(1, "state", data.check[layout.RUN_ID].map(runs["state"]))
     if s.target is not None:
-        data.ttt = tables.time_to_target_table(work, s.target, metric=s.metric, by=by, baseline=data.baseline)
-        data.ttt.attrs.setdefault("display", {}).update(_display_names(data, df, col_keys, row_keys))
-    scores = tables._final_scores(work, s.metric, None)
+        data.ttt = results["ttt"]
+        data.ttt.attrs.setdefault("display", {}).update(names)
     scores.index = scores.index.astype(object)
     sc = runs.loc[runs["included"], [b for b in by]].copy()
     for b in by:
@@ -726,12 +744,18 @@ def _mark_unfinished(table: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
 
 
 def _at_once(work: pd.DataFrame) -> pd.Series | None:
-    """Per run: the median number of runs that shared its CPUs/GPU while it trained (rounded)."""
+    """Per run: how many runs shared its CPUs/GPU while it trained (mean over its steps, rounded)."""
     column = layout.CONCURRENT_RUNS
     if column not in work.columns or work[column].isna().all():
         return None
-    med = work.groupby(layout.RUN_ID, observed=True, sort=False)[column].median()
-    return med.map(lambda v: "unknown" if pd.isna(v) else str(int(round(v))))
+    codes = work[layout.RUN_ID].cat.codes.to_numpy()
+    v = work[column].to_numpy(dtype=np.float64)
+    ok = ~np.isnan(v)
+    n = len(work[layout.RUN_ID].cat.categories)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(codes[ok], weights=v[ok], minlength=n) / np.bincount(codes[ok], minlength=n)
+    labels_ = ["unknown" if np.isnan(m) else str(int(round(m))) for m in mean]
+    return pd.Series(labels_, index=work[layout.RUN_ID].cat.categories)
 
 
 def _baseline_label(
@@ -1167,8 +1191,8 @@ def _timing_caption(baseline: str | None, at_once: bool) -> str:
         "tokens per second, peak memory (MB, max over runs); means over runs"
         + (f"; speedup = {baseline} s/step / variant s/step in the same panel" if baseline else "")
         + (
-            f". '{AT_ONCE}': how many runs shared the run's CPUs or GPU while it trained (median over its "
-            "steps); runs are only compared with runs executed alike, so a run that happened to run alone "
+            f". '{AT_ONCE}': how many runs shared the run's CPUs or GPU while it trained (mean over its "
+            "steps, rounded); runs are only compared with runs executed alike, so a run that happened to run alone "
             "does not look faster."
             if at_once
             else ". Runs that shared the machine with other runs are slower per step: compare timings of runs "

@@ -24,6 +24,7 @@ from harness import layout
 
 __all__ = [
     "final_performance_table",
+    "final_scores",
     "learning_check",
     "learning_summary",
     "timing_table",
@@ -40,22 +41,51 @@ def _by_list(by: str | Sequence[str] | None) -> list[str]:
     return [by] if isinstance(by, str) else list(dict.fromkeys(by))
 
 
+def _run_index(df: pd.DataFrame) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Each row's run code, the run ids (code order) and the first row of each run."""
+    codes, uniques = pd.factorize(df[layout.RUN_ID], sort=False)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(df) - 1, -1, -1)
+    return codes, [str(u) for u in uniques], first
+
+
+def _by_run_and_step(codes: np.ndarray, steps: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Indices of the ``keep`` rows ordered by (run code, step); no sort when they already are
+    (frames from :func:`analysis.load.load` come sorted by run and step)."""
+    rows = np.flatnonzero(keep)
+    c, st = codes[rows], steps[rows]
+    if rows.size < 2:
+        return rows
+    dc, ds = np.diff(c), np.diff(st)
+    if np.all((dc > 0) | ((dc == 0) & (ds > 0))):
+        return rows
+    return rows[np.lexsort((st, c))]
+
+
+def _per_run_sum(codes: np.ndarray, n: int, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run: the sum of the non-NaN values of ``v`` and how many there are."""
+    ok = ~np.isnan(v)
+    return (
+        np.bincount(codes[ok], weights=v[ok], minlength=n),
+        np.bincount(codes[ok], minlength=n).astype(np.float64),
+    )
+
+
 def _per_run(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """One row per run with its variant labels (``by`` columns as display strings)."""
+    """One row per run, indexed by run id (sorted), with its variant labels (``by`` columns as
+    display strings)."""
     missing = [c for c in by if c not in df.columns]
     if missing:
         raise KeyError(f"columns not in frame: {missing}")
-    ids = df[layout.RUN_ID]
-    present = ids.unique()
-    runs = pd.DataFrame(index=pd.Index(sorted(present.astype(object)), name=layout.RUN_ID))
-    if by:
-        # Config values are constant within a run, so any row of the run carries them.
-        first = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[by]
-        for c in by:
-            values = first[c].reindex(runs.index)
-            if not (isinstance(values.dtype, pd.CategoricalDtype) and values.cat.ordered):
-                values = pd.Series(values.astype(object).to_numpy())  # else labels keep their given order
-            runs[c] = variant_labels(values.reset_index(drop=True))
+    _, names, first = _run_index(df)
+    order = np.argsort(np.asarray(names, dtype=object), kind="stable")
+    runs = pd.DataFrame(index=pd.Index([names[k] for k in order], name=layout.RUN_ID, dtype=object))
+    for c in by:
+        # Config values are constant within a run, so the run's first row carries them.
+        values = df[c].iloc[first[order]].reset_index(drop=True)
+        if not (isinstance(values.dtype, pd.CategoricalDtype) and values.cat.ordered):
+            values = pd.Series(values.astype(object).to_numpy())  # else labels keep their given order
+        runs[c] = variant_labels(values)
     return runs
 
 
@@ -133,28 +163,32 @@ def timing_table(
     """
     by = _by_list(by)
     runs = _per_run(df, by)
-    g = df.groupby(layout.RUN_ID, observed=True, sort=True)
-    work = pd.DataFrame(
-        {
-            layout.RUN_ID: df[layout.RUN_ID],
-            "wall": _col(df, layout.STEP_WALL_S),
-            "gen": _col(df, layout.TOKENS_GENERATED),
-            "trained": _col(df, layout.TOKENS_TRAINED),
-            "mem": _col(df, layout.PEAK_MEMORY_MB),
-        }
-    )
-    wg = work.groupby(layout.RUN_ID, observed=True, sort=True)
-    runs["steps"] = g[layout.STEP].count().reindex(runs.index)
-    runs["s_per_step"] = wg["wall"].mean().reindex(runs.index)
-    wall_sum = wg["wall"].sum(min_count=1).reindex(runs.index)
-    runs["total_s"] = wall_sum
+    codes, names, _ = _run_index(df)
+    n = len(names)
+    pos = pd.Index(names).get_indexer(runs.index)  # code of each row of `runs`
+
+    def col(name: str) -> np.ndarray:
+        return _col(df, name).to_numpy(dtype=np.float64)
+
+    steps = np.bincount(codes, minlength=n).astype(np.float64)
+    wall_sum, wall_n = _per_run_sum(codes, n, col(layout.STEP_WALL_S))
+    gen_sum, gen_n = _per_run_sum(codes, n, col(layout.TOKENS_GENERATED))
+    tr_sum, tr_n = _per_run_sum(codes, n, col(layout.TOKENS_TRAINED))
     with np.errstate(invalid="ignore", divide="ignore"):
-        runs["gen_tokens_per_s"] = wg["gen"].sum(min_count=1).reindex(runs.index) / wall_sum
-        runs["trained_tokens_per_s"] = wg["trained"].sum(min_count=1).reindex(runs.index) / wall_sum
-    runs["peak_memory_mb"] = wg["mem"].max().reindex(runs.index)
-    step_time = _col(df, "step_time").to_numpy(dtype=np.float64)
-    row_run, run_uniques = pd.factorize(df[layout.RUN_ID])
-    run_pos = pd.Index(np.asarray(run_uniques, dtype=object))
+        wall = np.where(wall_n > 0, wall_sum, np.nan)
+        runs["steps"] = steps[pos]
+        runs["s_per_step"] = (wall_sum / wall_n)[pos]
+        runs["total_s"] = wall[pos]
+        runs["gen_tokens_per_s"] = (np.where(gen_n > 0, gen_sum, np.nan) / wall)[pos]
+        runs["trained_tokens_per_s"] = (np.where(tr_n > 0, tr_sum, np.nan) / wall)[pos]
+    mem = col(layout.PEAK_MEMORY_MB)
+    peak = np.full(n, -np.inf)
+    ok = ~np.isnan(mem)
+    np.maximum.at(peak, codes[ok], mem[ok])
+    runs["peak_memory_mb"] = np.where(np.isinf(peak), np.nan, peak)[pos]
+    step_time = col("step_time")
+    row_run = codes
+    run_pos = pd.Index(np.asarray(names, dtype=object))
 
     rows = []
     for key, part in _variant_groups(runs, by):
@@ -196,14 +230,18 @@ def timing_table(
     return table
 
 
-def _final_scores(df: pd.DataFrame, metric: str, last_k: int | None) -> pd.Series:
-    """Per-run score: final value of a sparse eval metric, else mean of the last k logged steps."""
+def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd.Series:
+    """Per-run score: final value of a sparse eval metric, else mean of the last k logged steps
+    (default: the last 10% of the run's logged steps, at least one).
+
+    Returns:
+        Score per run id (sorted), runs without a logged value left out.
+    """
     y = df[metric].to_numpy(dtype=np.float64)
     keep = ~np.isnan(y)
     codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
-    c, yv, st = codes[keep], y[keep], df[layout.STEP].to_numpy()[keep]
-    order = np.lexsort((st, c))  # by run, then step
-    c, yv = c[order], yv[order]
+    order = _by_run_and_step(codes, df[layout.STEP].to_numpy(), keep)
+    c, yv = codes[order], y[order]
     n_runs = len(names)
     counts = np.bincount(c, minlength=n_runs)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
@@ -253,6 +291,7 @@ def final_performance_table(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    scores: pd.Series | None = None,
 ) -> pd.DataFrame:
     """Final performance per variant: mean and IQM over runs with stratified bootstrap intervals.
 
@@ -272,6 +311,7 @@ def final_performance_table(
         task: column that identifies tasks; default auto-detected as above.
         baseline: value of ``by[0]`` the probability of improvement is measured against.
         reps, confidence, seed: bootstrap replicates, coverage and seed.
+        scores: :func:`final_scores` of ``df`` when already computed (``last_k`` then unused).
 
     Returns:
         One row per variant: ``*by``, ``runs``, ``mean``, ``mean_lo``, ``mean_hi``, ``iqm``,
@@ -286,7 +326,7 @@ def final_performance_table(
     if metric not in df.columns:
         raise KeyError(f"metric {metric!r} not in frame")
     runs = _per_run(df, by)
-    runs["score"] = _final_scores(df, metric, last_k).reindex(runs.index)
+    runs["score"] = (final_scores(df, metric, last_k) if scores is None else scores).reindex(runs.index)
     task_col = _task_column(df, task)
     if task_col is not None:
         first_task = df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[task_col]
@@ -416,8 +456,7 @@ def time_to_target_table(
             cols[name] = np.full(len(df), np.nan)
     codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
     keep = ~np.isnan(y)
-    rows_idx = np.flatnonzero(keep)
-    order = rows_idx[np.lexsort((cols["steps"][keep], codes[keep]))]  # logged rows by run, then step
+    order = _by_run_and_step(codes, cols["steps"], keep)
     c, yr = codes[order], y[order]
     if ema is not None and yr.size:
         yr = smooth_runs(yr, np.flatnonzero(np.r_[True, c[1:] != c[:-1]]), ema=ema)
@@ -492,19 +531,33 @@ def learning_check(
     runs = _per_run(df, by)
     seed = seed_column(df)
     if seed is not None and seed not in by:
+        _, run_names, first_rows = _run_index(df)
         runs["seed"] = (
-            df.drop_duplicates(layout.RUN_ID).set_index(layout.RUN_ID)[seed].reindex(runs.index).to_numpy()
+            pd.Series(df[seed].to_numpy()[first_rows], index=run_names).reindex(runs.index).to_numpy()
         )
-    sub = df.loc[df[metric].notna(), [layout.RUN_ID, metric]]
-    g = sub.groupby(layout.RUN_ID, observed=True, sort=True)
-    n = g[metric].transform("size")
-    pos = g.cumcount()
-    k = np.maximum(1, np.ceil(frac * n.to_numpy())).astype(np.int64)
-    head = sub[(pos.to_numpy() < k)]
-    tail = sub[(pos.to_numpy() >= n.to_numpy() - k)]
-    runs["steps"] = g[metric].size().reindex(runs.index)
-    runs["first"] = head.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
-    runs["last"] = tail.groupby(layout.RUN_ID, observed=True)[metric].mean().reindex(runs.index)
+    codes, names, _ = _run_index(df)
+    n_runs = len(names)
+    y = df[metric].to_numpy(dtype=np.float64)
+    keep = ~np.isnan(y)
+    order = _by_run_and_step(codes, df[layout.STEP].to_numpy(), keep)
+    c, yv = codes[order], y[order]
+    counts = np.bincount(c, minlength=n_runs)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    pos_in_run = np.arange(c.size) - np.repeat(starts, counts)
+    k = np.maximum(1, np.ceil(frac * counts)).astype(np.int64)
+    head = pos_in_run < k[c]
+    tail = pos_in_run >= (counts - k)[c]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        first = np.bincount(c[head], weights=yv[head], minlength=n_runs) / np.bincount(
+            c[head], minlength=n_runs
+        )
+        last = np.bincount(c[tail], weights=yv[tail], minlength=n_runs) / np.bincount(
+            c[tail], minlength=n_runs
+        )
+    pos = pd.Index(names).get_indexer(runs.index)
+    runs["steps"] = np.where(counts > 0, counts, np.nan)[pos]
+    runs["first"] = first[pos]
+    runs["last"] = last[pos]
     runs["diff"] = runs["last"] - runs["first"]
     flags = signal_flags(df).reindex(runs.index)
     runs["signal"] = ~flags["no_signal"].fillna(False).astype(bool)

@@ -21,6 +21,8 @@ Layout of one grid's results folder::
             checkpoints/           trainer checkpoints (pruned)
             logs/                  executor stdout/stderr
         report/                    figures and tables written by ``grpo-harness report``
+        .cache/                    the report's loaded frames (analysis.load), rebuilt when a run's
+                                   files change; safe to delete
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ OWNER_FILE = ".owner.json"  # {"host", "pid"} of the process training the run no
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 CHECKPOINTS_DIR = "checkpoints"
+GRID_CACHE_DIR = ".cache"  # per grid folder: frames the report loaded, keyed by the runs' files
 LOGS_DIR = "logs"
 
 # Identity columns of every metrics row.
