@@ -153,6 +153,26 @@ def x_values(df: pd.DataFrame, x: XKind) -> np.ndarray:
     return out
 
 
+def factorize_runs(ids: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Each row's run code and the run ids in code order, runs without rows left out.
+
+    For a categorical ``run_id`` (as :func:`analysis.load.load` returns) the categorical's own
+    codes are used: ``pd.factorize`` would rebuild them at a cost of tens of ms per million rows.
+    """
+    if isinstance(ids.dtype, pd.CategoricalDtype):
+        codes = ids.cat.codes.to_numpy()
+        cats = ids.cat.categories
+        if codes.size and codes.min() < 0:
+            raise ValueError("run_id has missing values")
+        used = np.bincount(codes, minlength=len(cats)) > 0
+        if used.all():
+            return codes.astype(np.int64, copy=False), [str(c) for c in cats]
+        remap = np.cumsum(used) - 1
+        return remap[codes], [str(c) for c, u in zip(cats, used, strict=True) if u]
+    codes, uniques = pd.factorize(ids, sort=False)
+    return codes, [str(u) for u in uniques]
+
+
 def run_codes(df: pd.DataFrame) -> np.ndarray:
     """Integer code of each row's run (the categorical's codes when ``run_id`` is one)."""
     rid = df[layout.RUN_ID]
@@ -486,8 +506,7 @@ def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> Frame
         run_all = rid.cat.codes.to_numpy()
         run_names = [str(c) for c in rid.cat.categories]
     else:
-        run_all, uniques = pd.factorize(rid)
-        run_names = [str(u) for u in uniques]
+        run_all, run_names = factorize_runs(rid)
     n_codes = int(run_all.max()) + 1 if run_all.size else 0
     # Group keys are per-run values (grid axes), so they are read from each run's first row and
     # grouped over runs rather than over every row.

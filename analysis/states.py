@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.aggregate import factorize_runs
 from harness import layout
 
 __all__ = [
@@ -158,7 +159,7 @@ def signal_flags(df: pd.DataFrame) -> pd.DataFrame:
         0 on every logged step) and ``no_signal`` (either).
     """
     ids = df[layout.RUN_ID]
-    codes, names = pd.factorize(ids, sort=False)
+    codes, names = factorize_runs(ids)
     n_runs = len(names)
     out = pd.DataFrame(index=pd.Index([str(n) for n in names], name=layout.RUN_ID, dtype=object))
 

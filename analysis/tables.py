@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.aggregate import smooth_runs, variant_labels, x_values
+from analysis.aggregate import factorize_runs, smooth_runs, variant_labels, x_values
 from analysis.load import seed_column
 from analysis.states import signal_flags
 from harness import layout
@@ -43,10 +43,10 @@ def _by_list(by: str | Sequence[str] | None) -> list[str]:
 
 def _run_index(df: pd.DataFrame) -> tuple[np.ndarray, list[str], np.ndarray]:
     """Each row's run code, the run ids (code order) and the first row of each run."""
-    codes, uniques = pd.factorize(df[layout.RUN_ID], sort=False)
-    first = np.full(len(uniques), -1, dtype=np.int64)
+    codes, names = factorize_runs(df[layout.RUN_ID])
+    first = np.full(len(names), -1, dtype=np.int64)
     first[codes[::-1]] = np.arange(len(df) - 1, -1, -1)
-    return codes, [str(u) for u in uniques], first
+    return codes, names, first
 
 
 def _by_run_and_step(codes: np.ndarray, steps: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -239,7 +239,7 @@ def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd
     """
     y = df[metric].to_numpy(dtype=np.float64)
     keep = ~np.isnan(y)
-    codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
+    codes, names = factorize_runs(df[layout.RUN_ID])
     order = _by_run_and_step(codes, df[layout.STEP].to_numpy(), keep)
     c, yv = codes[order], y[order]
     n_runs = len(names)
@@ -454,7 +454,7 @@ def time_to_target_table(
             cols[name] = x_values(df, name)
         except KeyError:
             cols[name] = np.full(len(df), np.nan)
-    codes, names = pd.factorize(df[layout.RUN_ID], sort=False)
+    codes, names = factorize_runs(df[layout.RUN_ID])
     keep = ~np.isnan(y)
     order = _by_run_and_step(codes, cols["steps"], keep)
     c, yr = codes[order], y[order]
