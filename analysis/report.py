@@ -667,7 +667,9 @@ def compute_report(
         curve_index = pool.submit(agg_mod.frame_index, work, by, s.x)
         dyn_index = curve_index if dyn_by == by else pool.submit(agg_mod.frame_index, work, dyn_by, s.x)
         jobs = {
-            "timing": pool.submit(tables.timing_table, work, by=timing_by, baseline=data.baseline),
+            "timing": pool.submit(
+                tables.timing_table, work, by=timing_by, baseline=data.baseline, same=[AT_ONCE]
+            ),
             "final": pool.submit(final_job),
             "check": pool.submit(tables.learning_check, work, s.metric, by=by),
         }

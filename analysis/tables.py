@@ -112,12 +112,15 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
     return df[name] if name in df.columns else pd.Series(np.nan, index=df.index)
 
 
-def _baseline_values(table: pd.DataFrame, by: list[str], baseline: Any, column: str) -> np.ndarray:
+def _baseline_values(
+    table: pd.DataFrame, by: list[str], baseline: Any, column: str, same: Sequence[str] = ()
+) -> np.ndarray:
     """Per row of ``table``: ``column`` of the baseline variant in the same facet (``by[1:]``).
 
     Variants are compared with the baseline where everything else is equal: with facets (say
     ``num_iterations``) a row's reference is the baseline's row with the same facet values; a
-    facet without the baseline uses the mean over the baseline's rows.
+    facet without the baseline uses the mean over the baseline's rows that agree with it on the
+    ``same`` columns (NaN when there are none).
     """
     out = np.full(len(table), np.nan)
     if baseline is None or not by or table.empty:
@@ -132,12 +135,26 @@ def _baseline_values(table: pd.DataFrame, by: list[str], baseline: Any, column: 
     ref = {k: float(v) for k, v in zip(key[is_base], table.loc[is_base, column], strict=True)}
     # A facet without baseline runs (the baseline is its own panel, as "no sync" in a grid of sync
     # periods) is compared with the baseline wherever it is.
-    pooled = float(table.loc[is_base, column].mean()) if is_base.any() else np.nan
-    return np.array([ref.get(k, pooled) for k in key], dtype=np.float64)
+    same = [c for c in same if c in facets]
+    skey = (
+        table[same].astype(str).agg("\x1f".join, axis=1).to_numpy()
+        if same
+        else np.zeros(len(table), dtype=object)
+    )
+    pooled = {
+        k: float(table.loc[is_base & (skey == k), column].mean()) for k in set(skey[is_base]) if is_base.any()
+    }
+    return np.array(
+        [ref.get(k, pooled.get(sk, np.nan)) for k, sk in zip(key, skey, strict=True)], dtype=np.float64
+    )
 
 
 def timing_table(
-    df: pd.DataFrame, *, by: str | Sequence[str] = "loss_type", baseline: Any = "grpo"
+    df: pd.DataFrame,
+    *,
+    by: str | Sequence[str] = "loss_type",
+    baseline: Any = "grpo",
+    same: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Cost per variant: wall-clock per optimizer step, throughput and memory.
 
@@ -150,7 +167,10 @@ def timing_table(
     Args:
         df: frame from :func:`analysis.load.load`.
         by: variant column(s); the first one is matched against ``baseline``.
-        baseline: value of ``by[0]`` whose seconds per step is the speedup reference.
+        baseline: value of ``by[0]`` whose seconds per step is the speedup reference (in the same
+            group of the other ``by`` columns; in a group without it, the baseline's mean over
+            groups that agree on ``same``).
+        same: ``by`` columns a speedup never crosses (e.g. how many runs shared the machine).
 
     Returns:
         One row per variant: ``*by``, ``runs``, ``steps`` (mean per run), ``s_per_step``,
@@ -213,7 +233,7 @@ def timing_table(
     if table.empty:
         return table
     if baseline is not None:
-        base = _baseline_values(table, by, baseline, "s_per_step")
+        base = _baseline_values(table, by, baseline, "s_per_step", same)
         with np.errstate(invalid="ignore", divide="ignore"):
             table["speedup"] = base / table["s_per_step"].to_numpy(dtype=np.float64)
     table.attrs["display"] = {

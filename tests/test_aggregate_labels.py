@@ -130,12 +130,16 @@ def test_timing_compares_runs_executed_alike():
         at_once={"a": "1", "b": "1", "c": "2"},
         **{layout.STEP_WALL_S: {"a": 1.0, "b": 0.5, "c": 2.0}},
     )
-    t = tables.timing_table(df, by=["loss_type", "at_once"], baseline="grpo").set_index(
-        ["loss_type", "at_once"]
-    )
+    t = tables.timing_table(df, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
+    t = t.set_index(["loss_type", "at_once"])
     assert t.loc[("grpo", "1"), "s_per_step"] == 1.0 and t.loc[("grpo", "2"), "s_per_step"] == 2.0
     assert t.loc[("dapo", "1"), "speedup"] == 2.0  # against grpo run alone, not against the shared run
     assert t.loc[("grpo", "2"), "speedup"] == 1.0
+    # a variant that ran alone where the baseline never did has no speedup: no like to compare with
+    alone = df[df[layout.RUN_ID] != "a"].copy()
+    alone[layout.RUN_ID] = alone[layout.RUN_ID].cat.remove_unused_categories()
+    t = tables.timing_table(alone, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
+    assert np.isnan(t.set_index(["loss_type", "at_once"]).loc[("dapo", "1"), "speedup"])
 
 
 def test_probability_of_improvement_within_each_panel():
