@@ -144,9 +144,9 @@ def plot_final(
                     linestyle="none",
                     markersize=3,
                     alpha=0.6,
-                    label="one run",
+                    label="a run",
                 ),
-                Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% bootstrap CI"),
+                Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
             ],
             None,
         )
