@@ -472,6 +472,8 @@ class FrameIndex:
         order_groups: groups in display order.
         step_grid, step_col: for ``x="step"`` with rows sorted by (run, step) and a dense enough
             grid: the steps and each row's column in it; None otherwise.
+        complete: every run logged every step of the grid, rows in (run, step) order: a metric's
+            column reshaped is its (runs, steps) matrix.
     """
 
     by: tuple[str, ...]
@@ -488,6 +490,7 @@ class FrameIndex:
     order_groups: np.ndarray
     step_grid: np.ndarray | None
     step_col: np.ndarray | None
+    complete: bool = False
 
 
 def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> FrameIndex:
@@ -537,6 +540,13 @@ def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> Frame
         if hi - lo + 1 <= 4 * x_all.size + 1024 and n_codes * (hi - lo + 1) <= 50_000_000:
             step_grid = np.arange(lo, hi + 1)
             step_col = (x_all - lo).astype(np.int64)
+    # Every run logged every step of the grid, in order: the rows are a (runs, steps) matrix as is.
+    complete = (
+        step_grid is not None
+        and run_all.size == n_codes * step_grid.size
+        and bool(np.all(step_col.reshape(n_codes, -1) == np.arange(step_grid.size)))
+        and bool(np.all(run_all.reshape(n_codes, -1) == np.arange(n_codes)[:, None]))
+    )
     return FrameIndex(
         tuple(by),
         x,
@@ -552,6 +562,7 @@ def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> Frame
         order_groups,
         step_grid,
         step_col,
+        complete,
     )
 
 
@@ -676,7 +687,22 @@ def curves(
     skw = resolve_smoothing(smoothing, points)
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    if x == "step" and ix.step_col is not None and r.size:
+    if x == "step" and ix.complete and keep.all():
+        # Every run has every step and the metric no gap: the column is the (runs, steps) matrix;
+        # a trailing window runs along each row at once.
+        full = y_all.reshape(n_codes, ix.step_grid.size)
+        if skw.get("window", 1) > 1:
+            cs = np.zeros((n_codes, full.shape[1] + 1))
+            np.cumsum(full, axis=1, out=cs[:, 1:])
+            idx = np.arange(1, full.shape[1] + 1)
+            lo = np.maximum(idx - skw["window"], 0)
+            full = (cs[:, 1:] - cs[:, lo]) / (idx - lo)
+        elif skw:
+            full = smooth(full.T, **skw).T
+        for k in range(n_groups):
+            members = ix.members[k]
+            matrices.append((ix.step_grid, full[members].T, members))
+    elif x == "step" and ix.step_col is not None and r.size:
         # Rows are sorted by (run, step) (as load returns them; checked once by the index), so each
         # run is smoothed along its own logged points at once and scattered onto the step grid.
         col = ix.step_col if keep.all() else ix.step_col[keep]

@@ -206,16 +206,23 @@ def timing_table(
     ok = ~np.isnan(mem)
     np.maximum.at(peak, codes[ok], mem[ok])
     runs["peak_memory_mb"] = np.where(np.isinf(peak), np.nan, peak)[pos]
+    # TRL's step_time pooled over each variant's steps: rows sorted by variant once, then a median
+    # per contiguous slice.
     step_time = col("step_time")
-    row_run = codes
     run_pos = pd.Index(np.asarray(names, dtype=object))
+    variant_of_run = np.full(n, -1, dtype=np.int64)
+    groups = list(_variant_groups(runs, by))
+    for g, (_, part) in enumerate(groups):
+        variant_of_run[run_pos.get_indexer(part.index)] = g
+    row_variant = variant_of_run[codes]
+    ok = ~np.isnan(step_time) & (row_variant >= 0)
+    order = np.argsort(row_variant[ok], kind="stable")
+    st_sorted = step_time[ok][order]
+    bounds = np.searchsorted(row_variant[ok][order], np.arange(len(groups) + 1))
 
     rows = []
-    for key, part in _variant_groups(runs, by):
-        members = np.zeros(len(run_pos), dtype=bool)
-        members[run_pos.get_indexer(part.index)] = True
-        st = step_time[members[row_run]]
-        st = st[~np.isnan(st)]
+    for g, (key, part) in enumerate(groups):
+        st = st_sorted[bounds[g] : bounds[g + 1]]
         rows.append(
             {
                 **_key_dict(by, key),
