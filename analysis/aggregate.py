@@ -307,7 +307,7 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
 def smoothing_caption(kwargs: Mapping[str, Any], smoothing: Any, n_points: int) -> str:
     """The sentence that states the smoothing rule of a figure (empty without smoothing)."""
     if not kwargs:
-        return "Raw per-step values (no smoothing)." if smoothing not in (None, "none") else ""
+        return "" if smoothing is None else "Raw per-step values (no smoothing)."
     if "ema" in kwargs:
         return f"Each run smoothed before averaging: EMA with alpha = {kwargs['ema']:g}."
     w = kwargs["window"]

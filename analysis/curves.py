@@ -697,8 +697,8 @@ def wseq_bands(
         rows: bool mask over ``df``'s rows; None for every row.
         smoothing: ``{}``/None, ``{"window": n}`` or ``{"ema": a}``.
         split: a column (e.g. ``reuse_index``) whose values become separate series in each group.
-        index: :func:`analysis.aggregate.frame_index` of ``df`` for ``by`` (without ``split``) and
-            ``x``, when already made.
+        index: :func:`analysis.aggregate.frame_index` of ``df`` for ``by`` and ``x``, when already
+            made.
 
     Returns:
         Columns ``*by``, (``split``), ``x``, ``p05``, ``p50``, ``p95`` (w_seq units) and ``n``
@@ -714,22 +714,45 @@ def wseq_bands(
         for q, name in zip(WSEQ_Q, ("p05", "p50", "p95"), strict=True):
             v = df[q].to_numpy(dtype=np.float64)
             work[name] = np.log(np.where((v > 0) & np.isfinite(v), v, np.nan))
+    by = list(by)
+    ix = index if index is not None else frame_index(work, by, x)
+    # The split column changes from step to step within a run (the pass over a generation batch),
+    # so runs are grouped by ``by`` and each split value is its own selection of rows.
     if split:
-        work[split] = work[split].astype(object).map(lambda v: format_value(v) if v == v else "(none)")
-    out = None
-    ix = index if index is not None and not split else frame_index(work, keys, x)
-    for name in ("p05", "p50", "p95"):
-        c = curves(
-            work, name, x=x, by=keys, smoothing=dict(smoothing or {}), rows=mask, center="median", index=ix
+        labels_ = work[split].map(lambda v: format_value(v) if v == v else "(none)").to_numpy(dtype=object)
+        values = sorted(
+            set(labels_[mask]), key=lambda v: (0, float(v)) if v.replace(".", "", 1).isdigit() else (1, v)
         )
-        part = c.mean.rename(columns={"mean": name})
-        out = (
-            part[[*keys, "x", name, "n"]]
-            if out is None
-            else out.merge(part[[*keys, "x", name]], on=[*keys, "x"], how="outer")
-        )
-    if out is None or out.empty:
+        selections = [(v, mask & (labels_ == v)) for v in values]
+    else:
+        selections = [(None, mask)]
+    parts = []
+    for value, rows_v in selections:
+        out = None
+        for name in ("p05", "p50", "p95"):
+            c = curves(
+                work,
+                name,
+                x=x,
+                by=by,
+                smoothing=dict(smoothing or {}),
+                rows=rows_v,
+                center="median",
+                index=ix,
+            )
+            part = c.mean.rename(columns={"mean": name})
+            out = (
+                part[[*by, "x", name, "n"]]
+                if out is None
+                else out.merge(part[[*by, "x", name]], on=[*by, "x"], how="outer")
+            )
+        if out is not None and not out.empty:
+            if split:
+                out[split] = value
+            parts.append(out)
+    if not parts:
         return empty
+    out = pd.concat(parts, ignore_index=True)
     for name in ("p05", "p50", "p95"):
         out[name] = np.exp(out[name].to_numpy(dtype=np.float64))
     return out.sort_values([*keys, "x"], kind="stable").reset_index(drop=True)

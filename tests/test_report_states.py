@@ -195,3 +195,38 @@ def test_missing_steps_are_mentioned(broken):
     done.write_text(json.dumps({"steps": STEPS, "missing_steps": [40, 41, 42]}))
     index = (report.make_report(broken) / "index.md").read_text()
     assert "`grpo-1` (grpo): 3 step(s) without metrics" in index
+
+
+def test_grid_report_section_lays_out_the_report_and_flags_override_it(broken):
+    info = json.loads((broken / layout.GRID_FILE).read_text())
+    info["report"] = {
+        "hue": ["trainer.loss_type"],
+        "col": ["trainer.num_iterations"],
+        "smoothing": {"window": 3},
+    }
+    (broken / layout.GRID_FILE).write_text(json.dumps(info))
+    index = (report.make_report(broken) / "index.md").read_text()
+    assert "in panels by num_iterations" in index and "w = 3" in index
+    index = (report.make_report(broken, smoothing="none", col=()) / "index.md").read_text()
+    assert "in panels by" not in index and "Raw per-step values" in index
+
+
+def test_seeds_draw_each_run_and_wseq_splits_by_reuse_index(broken):
+    df, st, info, _ = report.load_report_inputs(broken)
+    df[layout.REUSE_INDEX] = np.where(df[layout.STEP] % 2 == 0, 2.0, 1.0)
+    settings = report.ReportSettings.merged(info.get("report"), seeds=True, wseq_split=layout.REUSE_INDEX)
+    data = report.compute_report(df, st, settings)
+    runs = data.curve_sets["reward"].runs
+    assert set(runs[layout.RUN_ID]) == {f"{lt}-{s}" for lt in ("grpo", "dapo") for s in range(3)} | {
+        "grpo-nosignal"
+    }
+    from analysis import curves
+
+    fig, axes = curves.plot_curve_set(data.curve_sets["reward"], hue=data.hue, colors=data.colors, seeds=True)
+    faint = [line for line in axes[0, 0].get_lines() if line.get_alpha() == 0.35]
+    assert len(faint) == 7
+    assert set(data.wseq[layout.REUSE_INDEX]) == {"2"}  # only the off-policy (second) passes
+    fig, _ = curves.plot_wseq(
+        bands=data.wseq, hue=data.hue, split=layout.REUSE_INDEX, hue_order=data.hue_order
+    )
+    assert "reuse_index 2" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
