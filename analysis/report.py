@@ -1252,7 +1252,7 @@ def make_report(
         grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
     except ValueError:
         grid_info = None  # load_report_inputs names the damaged file
-    section = grid_info.get("report") if isinstance(grid_info, dict) and not all_runs else None
+    section = grid_info.get("report") if isinstance(grid_info, dict) else None
     settings = ReportSettings.merged(
         section if isinstance(section, Mapping) else None,
         hue=_keys(hue),
