@@ -632,8 +632,9 @@ def curves(
 
     With ``x="step"`` runs are aligned on their logged steps. With ``x="tokens"`` or ``"time"``
     runs are logged at different x, so each run is linearly interpolated onto ``grid_points``
-    evenly spaced points spanning its group's x range; a run contributes only inside its own range
-    (no extrapolation). ``n`` says how many runs cover each point.
+    evenly spaced points over the x range that every run of its group reached (no
+    extrapolation, no tail drawn from the longest run alone). ``n`` says how many runs cover each
+    point.
 
     Args:
         df: frame from :func:`analysis.load.load` (``run_id``, ``step``, ``metric``, ``by`` columns).
@@ -769,6 +770,9 @@ def curves(
     smooth_text = smoothing_caption(skw, smoothing, points)
     if smooth_text:
         caption += " " + smooth_text
+    if x != "step":
+        what = "generated tokens" if x == "tokens" else "time"
+        caption += f" Each curve spans the {what} that every run of its variant reached."
     runs_frame = None
     if keep_runs:
         runs_frame = (
@@ -819,7 +823,13 @@ def _group_matrix(
         mat = np.full((xs.size, starts.size), np.nan)
         mat[np.asarray(inverse).ravel(), run_index] = yv
         return xs, mat, members
-    xs = np.linspace(xv.min(), xv.max(), grid_points) if xv.size else np.zeros(0)
+    # Runs reach different token counts and times: the curve spans the range every run of the group
+    # reached, so each point is a mean over all of them (a tail over the one longest run would be
+    # a single run drawn as a mean, with a band that explodes as runs drop out).
+    lo, hi = np.max(xv[starts]), np.min(xv[ends - 1])
+    if not lo < hi:
+        lo, hi = xv.min(), xv.max()
+    xs = np.linspace(lo, hi, grid_points) if xv.size else np.zeros(0)
     mat = np.full((xs.size, starts.size), np.nan)
     for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
         mat[:, j] = np.interp(xs, xv[a:b], yv[a:b], left=np.nan, right=np.nan)
