@@ -395,13 +395,7 @@ def plot_highlight(
             ax.set_title(wrap_title(lab))
             if k % ncols == 0:
                 ax.set_ylabel(ylabel or metric_label(c.metric))
-        for k in range(n, nr * ncols):
-            axes[k // ncols, k % ncols].set_visible(False)
-        for j in range(ncols):
-            last = max((k for k in range(n) if k % ncols == j), default=None)
-            if last is not None:
-                axes[last // ncols, j].set_xlabel(X_LABELS.get(c.x, c.x))
-                axes[last // ncols, j].xaxis.set_tick_params(labelbottom=True)
+        _finish_grid(axes, {(k // ncols, k % ncols) for k in range(n)}, c.x)
         lim = robust_limits(np.concatenate([v.ravel() for v in values])) if values else None
         lim = clamp_limits(lim, c.metric, agg["mean"].to_numpy())
         if lim is not None:
@@ -413,6 +407,18 @@ def plot_highlight(
             )
         fit_legend(fig, handles, legend_title)
     return fig, axes
+
+
+def _finish_grid(axes: np.ndarray, used: set[tuple[int, int]], x: str) -> None:
+    """Hide the panels of a grid that hold nothing; label x on the lowest used panel of each column."""
+    nr, nc = axes.shape
+    for i in range(nr):
+        for j in range(nc):
+            if (i, j) not in used:
+                axes[i, j].set_visible(False)
+            elif i == nr - 1 or (i + 1, j) not in used:
+                axes[i, j].set_xlabel(X_LABELS.get(x, x))
+                axes[i, j].xaxis.set_tick_params(labelbottom=True)
 
 
 def _note_coinciding(ax: Axes, part: pd.DataFrame, hue: str | None) -> None:
@@ -655,13 +661,7 @@ def plot_panels(
         if not cells:
             no_data(axes[0, 0])
             used.add((0, 0))
-        for i in range(nr):
-            for j in range(nc):
-                if (i, j) not in used:
-                    axes[i, j].set_visible(False)
-                elif i == nr - 1 or (i + 1, j) not in used:
-                    axes[i, j].set_xlabel(X_LABELS.get(x, x))
-                    axes[i, j].xaxis.set_tick_params(labelbottom=True)
+        _finish_grid(axes, used, x)
         if hue is not None:
             fit_legend(
                 fig, line_handles([lab for lab in hue_labels if lab in drawn], colors), legend_title or hue
@@ -890,13 +890,7 @@ def plot_wseq(
                     ax.set_title(wrap_title(title))
                 if j == 0:
                     ax.set_ylabel(f"{wrap_title(str(fv))}\nw_seq")
-        for i in range(nr):
-            for j in range(nc):
-                if (i, j) not in used:
-                    axes[i, j].set_visible(False)
-                elif i == nr - 1 or (i + 1, j) not in used:
-                    axes[i, j].set_xlabel(X_LABELS.get(x, x))
-                    axes[i, j].xaxis.set_tick_params(labelbottom=True)
+        _finish_grid(axes, used, x)
         extra: list[Any] = [
             Patch(facecolor="0.6", alpha=0.4, label="p05-p95 of w_seq"),
             Line2D([], [], color="0.3", linewidth=1.2, label="median (p50)"),
