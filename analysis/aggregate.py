@@ -230,7 +230,8 @@ def smooth_runs(
     reaches back into the previous run); an EMA runs run by run.
 
     Args:
-        y: shape ``(n,)``, the runs' series one after another, no NaNs.
+        y: shape ``(n,)``, the runs' series one after another, no NaNs (±inf allowed: a window
+            holding one is infinite, and only that window).
         starts: shape ``(n_runs,)``, increasing, ``starts[0] == 0``: where each run begins.
         ema, window: as in :func:`smooth`.
 
@@ -249,9 +250,10 @@ def smooth_runs(
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     n = y.size
+    finite = np.isfinite(y)
     cs = np.empty(n + 1)
     cs[0] = 0.0
-    np.cumsum(y, out=cs[1:])
+    np.cumsum(y if finite.all() else np.where(finite, y, 0.0), out=cs[1:])
     # the first row of each row's run: starts spread forward by a running maximum
     run_start = np.zeros(n, dtype=np.int64)
     run_start[starts] = starts
@@ -259,7 +261,15 @@ def smooth_runs(
     idx = np.arange(1, n + 1)
     lo = idx - int(window)
     np.maximum(lo, run_start, out=lo)
-    return (cs[1:] - cs[lo]) / (idx - lo)
+    out = (cs[1:] - cs[lo]) / (idx - lo)
+    if not finite.all():
+        # A window holding +inf (-inf) has mean +inf (-inf), both: NaN; counted apart so an
+        # infinite value never leaks past its own window (a running sum through inf would).
+        pos = np.concatenate([[0], np.cumsum(y == np.inf)])
+        neg = np.concatenate([[0], np.cumsum(y == -np.inf)])
+        p, q = pos[1:] - pos[lo], neg[1:] - neg[lo]
+        out = np.where(p > 0, np.where(q > 0, np.nan, np.inf), np.where(q > 0, -np.inf, out))
+    return out
 
 
 def auto_window(n_points: int) -> int:
@@ -627,6 +637,7 @@ def curves(
     grid_points: int = 200,
     center: Literal["mean", "median"] = "mean",
     index: FrameIndex | None = None,
+    infinite: bool = False,
 ) -> Curves:
     """Mean curve over runs and its confidence band, per group of ``by`` and per x.
 
@@ -655,6 +666,8 @@ def curves(
         center: ``"median"``: ``mean`` holds the median over runs instead, and no band is
             computed (``lo``/``hi`` NaN), e.g. for heavy-tailed ratios.
         index: :func:`frame_index` of ``df`` for ``by`` and ``x``, to share between metrics.
+        infinite: keep ±inf values (e.g. log-ratios beyond float range) instead of leaving them
+            out (and saying how many in the caption).
 
     Returns:
         A :class:`Curves`.
@@ -676,7 +689,8 @@ def curves(
     x_all, run_all, n_codes, n_groups = ix.x_all, ix.run_all, ix.n_codes, ix.n_groups
     group_of_run, group_labels, order_groups = ix.group_of_run, ix.group_labels, ix.order_groups
 
-    keep = ~np.isnan(y_all)
+    keep = ~np.isnan(y_all) if infinite else np.isfinite(y_all)
+    non_finite = int(np.isinf(y_all[~np.isnan(y_all)]).sum()) if not infinite else 0
     if x != "step":
         keep &= ~np.isnan(x_all)
     if rows is not None:
@@ -688,7 +702,7 @@ def curves(
     skw = resolve_smoothing(smoothing, points)
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    if x == "step" and ix.complete and keep.all():
+    if x == "step" and ix.complete and keep.all() and np.isfinite(y_all).all():
         # Every run has every step and the metric no gap: the column is the (runs, steps) matrix;
         # a trailing window runs along each row at once.
         full = y_all.reshape(n_codes, ix.step_grid.size)
@@ -773,6 +787,8 @@ def curves(
     if x != "step":
         what = "generated tokens" if x == "tokens" else "time"
         caption += f" Each curve spans the {what} that every run of its variant reached."
+    if non_finite:
+        caption += f" {non_finite} infinite value(s) of {metric} left out."
     runs_frame = None
     if keep_runs:
         runs_frame = (

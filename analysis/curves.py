@@ -687,7 +687,9 @@ def wseq_bands(
     Each run's quantile series is taken over ``rows`` only (off-policy steps), smoothed on the
     log scale (``smoothing``: keywords of :func:`analysis.aggregate.smooth`), and the median over
     the group's runs is taken at each x (the median, because ratios are heavy-tailed and one run's
-    blow-up should not move the summary). A quantile of 0 (underflow) or infinity is left out.
+    blow-up should not move the summary). A quantile of 0 (underflow) or infinity (beyond float
+    range) is kept as such: a window holding one is infinite, and the median over runs is infinite
+    when most runs are.
 
     Args:
         df: frame from :func:`analysis.load.load` with ``w_seq/p05``, ``w_seq/p50``, ``w_seq/p95``.
@@ -713,7 +715,7 @@ def wseq_bands(
     with np.errstate(divide="ignore", invalid="ignore"):
         for q, name in zip(WSEQ_Q, ("p05", "p50", "p95"), strict=True):
             v = df[q].to_numpy(dtype=np.float64)
-            work[name] = np.log(np.where((v > 0) & np.isfinite(v), v, np.nan))
+            work[name] = np.log(v)  # 0 -> -inf, inf -> inf: kept, and drawn at the axis' edge
     by = list(by)
     ix = index if index is not None else frame_index(work, by, x)
     # The split column changes from step to step within a run (the pass over a generation batch),
@@ -739,6 +741,7 @@ def wseq_bands(
                 rows=rows_v,
                 center="median",
                 index=ix,
+                infinite=True,
             )
             part = c.mean.rename(columns={"mean": name})
             out = (
