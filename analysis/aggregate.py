@@ -233,7 +233,7 @@ def smooth_runs(
         y: shape ``(n,)``, the runs' series one after another, no NaNs (±inf allowed: a window
             holding one is infinite, and only that window).
         starts: shape ``(n_runs,)``, increasing, ``starts[0] == 0``: where each run begins.
-        ema, window: as in :func:`smooth`.
+        ema, window: as in :func:`smooth`; ``window`` may also give one window per run.
 
     Returns:
         Shape ``(n,)``.
@@ -247,9 +247,14 @@ def smooth_runs(
         for a, b in zip(starts, ends, strict=True):
             out[a:b] = smooth(y[a:b], ema=ema)
         return out
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
     n = y.size
+    if np.ndim(window):  # one window per run
+        w = np.asarray(window, dtype=np.int64)
+        if w.shape != np.shape(starts) or (w < 1).any():
+            raise ValueError("window: one value >= 1 per run expected")
+        window = np.repeat(w, np.diff(np.r_[starts, n]))
+    elif window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
     finite = np.isfinite(y)
     cs = np.empty(n + 1)
     cs[0] = 0.0
@@ -259,7 +264,7 @@ def smooth_runs(
     run_start[starts] = starts
     np.maximum.accumulate(run_start, out=run_start)
     idx = np.arange(1, n + 1)
-    lo = idx - int(window)
+    lo = idx - (window if np.ndim(window) else int(window))
     np.maximum(lo, run_start, out=lo)
     out = (cs[1:] - cs[lo]) / (idx - lo)
     if not finite.all():
@@ -314,18 +319,31 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
     raise ValueError(f"smoothing must be 'auto', 'none', {{'window': n}} or {{'ema': a}}, got {smoothing!r}")
 
 
-def smoothing_caption(kwargs: Mapping[str, Any], smoothing: Any, n_points: int) -> str:
-    """The sentence that states the smoothing rule of a figure (empty without smoothing)."""
+def smoothing_caption(
+    kwargs: Mapping[str, Any], smoothing: Any, n_points: int, counts: np.ndarray | None = None
+) -> str:
+    """The sentence that states the smoothing rule of a figure (empty when none was asked for).
+
+    Args:
+        kwargs: the keywords applied (``{"window": n or per-run array}`` / ``{"ema": a}``).
+        smoothing: the setting as given (``"auto"``, ``"none"``, a mapping, or None).
+        n_points: median logged points per run.
+        counts: logged points of each run drawn, for the auto rule's range of windows.
+    """
     if not kwargs:
         return "" if smoothing is None else "Raw per-step values (no smoothing)."
     if "ema" in kwargs:
         return f"Each run smoothed before averaging: EMA with alpha = {kwargs['ema']:g}."
-    w = kwargs["window"]
-    rule = f"w = ⌈n/10⌉ = {w} for n = {n_points} logged points per run" if smoothing == AUTO else f"w = {w}"
-    return (
-        f"Each run smoothed before averaging: trailing mean over the last w logged points ({rule}); "
-        "the last point of a curve is the run's final score."
-    )
+    if smoothing == AUTO:
+        ns = np.asarray(counts if counts is not None and len(counts) else [n_points])
+        ws = np.maximum(1, np.ceil(ns / 10)).astype(int)
+        span = f"w = {ws.min()}" if ws.min() == ws.max() else f"w = {ws.min()}-{ws.max()}"
+        pts = f"n = {ns.min()}" if ns.min() == ns.max() else f"n = {ns.min()}-{ns.max()}"
+        return (
+            "Each run smoothed before averaging: trailing mean over the last w = ⌈n/10⌉ of its own n "
+            f"logged points ({span} for {pts}); the last point of a run's curve is its final score."
+        )
+    return f"Each run smoothed before averaging: trailing mean over the last w = {kwargs['window']} logged points."
 
 
 def band_caption(
@@ -700,17 +718,24 @@ def curves(
     counts = np.bincount(r, minlength=n_codes) if r.size else np.zeros(n_codes, dtype=np.int64)
     points = int(np.median(counts[counts > 0])) if (counts > 0).any() else 0
     skw = resolve_smoothing(smoothing, points)
+    if smoothing == AUTO:
+        # each run's own window, a tenth of its own logged points: its last smoothed point is then
+        # exactly its final score, however many points the other runs logged
+        per_run = np.maximum(1, np.ceil(counts / 10)).astype(np.int64)
+        skw = {"window": per_run} if (per_run[counts > 0] > 1).any() else {}
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
     if x == "step" and ix.complete and keep.all() and np.isfinite(y_all).all():
         # Every run has every step and the metric no gap: the column is the (runs, steps) matrix;
         # a trailing window runs along each row at once.
         full = y_all.reshape(n_codes, ix.step_grid.size)
-        if skw.get("window", 1) > 1:
+        w = skw.get("window", 1)
+        w = int(np.max(w)) if np.ndim(w) else w  # every run has every step: one window for all
+        if w > 1:
             cs = np.zeros((n_codes, full.shape[1] + 1))
             np.cumsum(full, axis=1, out=cs[:, 1:])
             idx = np.arange(1, full.shape[1] + 1)
-            lo = np.maximum(idx - skw["window"], 0)
+            lo = np.maximum(idx - w, 0)
             full = (cs[:, 1:] - cs[:, lo]) / (idx - lo)
         elif skw:
             full = smooth(full.T, **skw).T
@@ -722,7 +747,8 @@ def curves(
         # run is smoothed along its own logged points at once and scattered onto the step grid.
         col = ix.step_col if keep.all() else ix.step_col[keep]
         if skw:
-            yv = smooth_runs(yv, np.flatnonzero(np.r_[True, r[1:] != r[:-1]]), **skw)
+            starts_, kw = _run_windows(r, skw)
+            yv = smooth_runs(yv, starts_, **kw)
         full = np.full((n_codes, ix.step_grid.size), np.nan)
         full[r, col] = yv
         for k in range(n_groups):
@@ -781,7 +807,7 @@ def curves(
     mean_frame = pd.DataFrame(data)
     per_curve = [int(np.max(c)) for c in cols["n"] if len(c)]
     caption = band_caption(ci, confidence, n_boot, seed, runs=per_curve)
-    smooth_text = smoothing_caption(skw, smoothing, points)
+    smooth_text = smoothing_caption(skw, smoothing, points, counts[counts > 0])
     if smooth_text:
         caption += " " + smooth_text
     if x != "step":
@@ -796,7 +822,7 @@ def curves(
             if run_parts
             else pd.DataFrame({**{c: pd.Categorical([]) for c in by}, layout.RUN_ID: [], "x": [], "y": []})
         )
-    return Curves(mean_frame, runs_frame, caption, metric, x, skw, points)
+    return Curves(mean_frame, runs_frame, caption, metric, x, skw, points)  # skw["window"] may be per run
 
 
 def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
@@ -808,6 +834,16 @@ def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
     out = c.mean
     out.attrs.update(caption=c.caption, metric=metric, x=c.x)
     return out
+
+
+def _run_windows(r: np.ndarray, skw: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+    """Run starts of ``r`` (sorted run codes) and the smoothing keywords, a per-code window array
+    narrowed to those runs."""
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    w = skw.get("window")
+    if w is not None and np.ndim(w):
+        return starts, {"window": np.asarray(w)[r[starts]]}
+    return starts, skw
 
 
 def _sorted_within_runs(r: np.ndarray, xv: np.ndarray) -> bool:
@@ -831,7 +867,8 @@ def _group_matrix(
     starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
     ends = np.r_[starts[1:], r.size]
     if skw:
-        yv = smooth_runs(yv, starts, **skw)
+        starts_, kw = _run_windows(r, skw)
+        yv = smooth_runs(yv, starts_, **kw)
     run_index = np.repeat(np.arange(starts.size), ends - starts)
     members = r[starts]
     if x == "step":

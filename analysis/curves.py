@@ -678,7 +678,7 @@ def wseq_bands(
     by: Sequence[str],
     x: XKind = "step",
     rows: np.ndarray | None = None,
-    smoothing: Mapping[str, Any] | None = None,
+    smoothing: Any = None,
     split: str | None = None,
     index: Any = None,
 ) -> pd.DataFrame:
@@ -697,7 +697,7 @@ def wseq_bands(
         x: x kind; for tokens and time each run is interpolated onto a common grid
             (:func:`analysis.aggregate.curves`).
         rows: bool mask over ``df``'s rows; None for every row.
-        smoothing: ``{}``/None, ``{"window": n}`` or ``{"ema": a}``.
+        smoothing: as in :func:`analysis.aggregate.curves` (``"auto"``: each run's own window).
         split: a column (e.g. ``reuse_index``) whose values become separate series in each group.
         index: :func:`analysis.aggregate.frame_index` of ``df`` for ``by`` and ``x``, when already
             made.
@@ -737,7 +737,7 @@ def wseq_bands(
                 name,
                 x=x,
                 by=by,
-                smoothing=dict(smoothing or {}),
+                smoothing=smoothing,
                 rows=rows_v,
                 center="median",
                 index=ix,

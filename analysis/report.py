@@ -631,9 +631,6 @@ def compute_report(
         per_run = at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown")
         work[AT_ONCE] = pd.Categorical(per_run.to_numpy()[work[layout.RUN_ID].cat.codes.to_numpy()])
         timing_by.append(AT_ONCE)
-    run_codes = work[layout.RUN_ID].cat.codes.to_numpy()
-    off_counts = np.bincount(run_codes[off], minlength=len(work[layout.RUN_ID].cat.categories))
-    wseq_points = int(np.median(off_counts[off_counts > 0])) if (off_counts > 0).any() else 0
     split = s.wseq_split if s.wseq_split in work.columns else None
 
     def curve(metric: str, group_by: list[str], index: agg_mod.FrameIndex, keep_runs: bool = False) -> Curves:
@@ -651,9 +648,8 @@ def compute_report(
         )
 
     def wseq(index: agg_mod.FrameIndex) -> pd.DataFrame:
-        smoothing = agg_mod.resolve_smoothing(s.smoothing, wseq_points)
         return curves.wseq_bands(
-            work, by=dyn_by, x=s.x, rows=off, smoothing=smoothing, split=split, index=index
+            work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=index
         )
 
     def final_job() -> tuple[pd.DataFrame, pd.Series]:

@@ -51,8 +51,8 @@ def test_band_is_over_seeds_of_the_smoothed_runs():
 def test_auto_smoothing_is_stated_in_the_caption():
     df = _frame({"a": list(np.linspace(0, 1, 40)), "b": list(np.linspace(0, 1, 40))}, loss_type="grpo")
     c = aggregate.curves(df, "reward", by=["loss_type"], smoothing="auto")
-    assert c.smoothing == {"window": 4} and c.points == 40
-    assert "w = ⌈n/10⌉ = 4 for n = 40 logged points per run" in c.caption
+    assert list(c.smoothing["window"]) == [4, 4] and c.points == 40
+    assert "w = ⌈n/10⌉ of its own n logged points (w = 4 for n = 40)" in c.caption
     # the last point of the smoothed curve is the mean of the last 10% of the run: the final score
     assert c.mean["mean"].iloc[-1] == pytest.approx(np.mean(np.linspace(0, 1, 40)[-4:]))
 
@@ -179,3 +179,16 @@ def test_complete_grid_fast_path_equals_the_general_path(smoothing):
     assert not aggregate.frame_index(reordered, ["loss_type"], "step").complete
     back = aggregate.curves(reordered, "reward", by=["loss_type"], smoothing=smoothing).mean
     assert np.allclose(fast[["mean", "lo", "hi"]], back[["mean", "lo", "hi"]], equal_nan=True)
+
+
+def test_auto_window_is_each_runs_own():
+    # 40 points and 10 points: windows 4 and 1; each curve's last point is that run's final score
+    df = _frame(
+        {"a": list(np.linspace(0, 1, 40)), "b": list(np.linspace(0, 1, 10))}, loss_type={"a": "x", "b": "y"}
+    )
+    c = aggregate.curves(df, "reward", by=["loss_type"], smoothing="auto")
+    assert list(c.smoothing["window"]) == [4, 1]
+    last = c.mean.groupby("loss_type", observed=True)["mean"].last()
+    scores = tables.final_scores(df, "reward")
+    assert last["x"] == pytest.approx(scores["a"]) and last["y"] == pytest.approx(scores["b"])
+    assert "(w = 1-4 for n = 10-40)" in c.caption
