@@ -171,19 +171,30 @@ def combo_label(keys: Sequence[str], values: Sequence[Any]) -> str:
             first = next(iter(named))
             pairs = {k: v for k, v in pairs.items() if k not in named or k == first}
             pairs[first] = _Named(name)
-    parts: list[str] = []
+    # A combined form stands where its first key stands, so labels keep the keys' order
+    # ("dapo, ε 0.2/0.28" as "dapo, ε=0.1").
+    combined_at: dict[str, str] = {}
     done: set[str] = set()
     for combo, fmt in COMBINED.items():
         if all(k in pairs and not is_missing(pairs[k]) for k in combo):
-            parts.append(fmt(*(format_value(pairs[k]) for k in combo)))
+            first = min(combo, key=lambda k: list(pairs).index(k))
+            combined_at[first] = fmt(*(format_value(pairs[k]) for k in combo))
             done.update(combo)
-    for k in keys:
-        if k in done or k not in pairs or is_missing(pairs[k]):
+    parts: list[str] = []
+    for k in pairs:
+        if k in combined_at:
+            parts.append(combined_at[k])
+            continue
+        if k in done or is_missing(pairs[k]):
             continue
         v = pairs[k]
+        if (
+            k == "trainer.sync_ref_model"
+            and bool(v)
+            and not is_missing(pairs.get("trainer.ref_model_sync_steps"))
+        ):
+            continue  # "sync every N" says it
         parts.append(str(v) if isinstance(v, _Named) else _single(k, v))
-        if k == "trainer.sync_ref_model" and bool(v) and "trainer.ref_model_sync_steps" in pairs:
-            parts.pop()  # "sync every N" says it
     if not parts:
         return NONE_LABEL
     text = parts[0]

@@ -119,8 +119,8 @@ def _baseline_values(
 
     Variants are compared with the baseline where everything else is equal: with facets (say
     ``num_iterations``) a row's reference is the baseline's row with the same facet values; a
-    facet without the baseline uses the mean over the baseline's rows that agree with it on the
-    ``same`` columns (NaN when there are none).
+    facet without the baseline is compared with the baseline's rows that agree with it on the
+    ``same`` columns only when the baseline sits in panels of its own; otherwise it gets NaN.
     """
     out = np.full(len(table), np.nan)
     if baseline is None or not by or table.empty:
@@ -133,20 +133,29 @@ def _baseline_values(
         return out
     key = table[facets].astype(str).agg("\x1f".join, axis=1).to_numpy()
     ref = {k: float(v) for k, v in zip(key[is_base], table.loc[is_base, column], strict=True)}
-    # A facet without baseline runs (the baseline is its own panel, as "no sync" in a grid of sync
-    # periods) is compared with the baseline wherever it is.
+    if not _baseline_has_own_panels(key, is_base):
+        return np.array([ref.get(k, np.nan) for k in key], dtype=np.float64)
+    # The baseline is a panel of its own (as "no sync" beside sync periods): every other panel is
+    # compared with it, among rows that agree on the ``same`` columns.
     same = [c for c in same if c in facets]
     skey = (
         table[same].astype(str).agg("\x1f".join, axis=1).to_numpy()
         if same
         else np.zeros(len(table), dtype=object)
     )
-    pooled = {
-        k: float(table.loc[is_base & (skey == k), column].mean()) for k in set(skey[is_base]) if is_base.any()
-    }
+    pooled = {k: float(table.loc[is_base & (skey == k), column].mean()) for k in set(skey[is_base])}
     return np.array(
         [ref.get(k, pooled.get(sk, np.nan)) for k, sk in zip(key, skey, strict=True)], dtype=np.float64
     )
+
+
+def _baseline_has_own_panels(panel: np.ndarray, is_base: np.ndarray) -> bool:
+    """Whether the baseline sits in panels of its own (no other variant shares one with it): only
+    then is a panel compared with it across panels; a baseline missing from one panel is never
+    borrowed from another."""
+    if not is_base.any():
+        return False
+    return not (set(panel[is_base]) & set(panel[~is_base]))
 
 
 def timing_table(
@@ -371,7 +380,11 @@ def final_performance_table(
         for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
             fkey = fkey if isinstance(fkey, tuple) else (fkey,)
             base_mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
-        pooled_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
+        panel_of = (
+            runs[by[1:]].astype(str).agg("\x1f".join, axis=1).to_numpy() if by[1:] else np.zeros(len(runs))
+        )
+        if _baseline_has_own_panels(panel_of, base_mask):
+            pooled_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
     rows = []
     for key, part in _variant_groups(runs, by):
         key_t = key if isinstance(key, tuple) else (key,)
@@ -392,7 +405,7 @@ def final_performance_table(
             p, p_lo, p_hi = stats.stratified_bootstrap_ci(
                 stats.probability_of_improvement, mat, base_mat, reps=reps, confidence=confidence, seed=seed
             )
-            if max(np.sum(~np.isnan(m), axis=0).max(initial=0) for m in (mat, base_mat)) < 2:
+            if min(np.sum(~np.isnan(m), axis=0).max(initial=0) for m in (mat, base_mat)) < 2:
                 p_lo = p_hi = float("nan")
         else:
             p = p_lo = p_hi = float("nan")

@@ -192,3 +192,37 @@ def test_auto_window_is_each_runs_own():
     scores = tables.final_scores(df, "reward")
     assert last["x"] == pytest.approx(scores["a"]) and last["y"] == pytest.approx(scores["b"])
     assert "(w = 1-4 for n = 10-40)" in c.caption
+
+
+def test_a_baseline_is_borrowed_across_panels_only_from_a_panel_of_its_own():
+    def grid(base_panels):
+        rows = {}
+        for mu in (1, 2):
+            for s in range(2):
+                rows[f"v{mu}{s}"] = ("var", f"μ={mu}", 0.5 + 0.1 * s)
+        for s in range(2):
+            rows[f"b{s}"] = ("base", base_panels, 0.2 + 0.1 * s)
+        return _frame(
+            {k: [v[2]] for k, v in rows.items()},
+            hue={k: v[0] for k, v in rows.items()},
+            panel={k: v[1] for k, v in rows.items()},
+            **{layout.STEP_WALL_S: {k: 1.0 if v[0] == "base" else 0.5 for k, v in rows.items()}},
+        )
+
+    # baseline only in panel μ=1, which it shares: panel μ=2 has no baseline, and borrows none
+    shared = tables.final_performance_table(
+        grid("μ=1"), "reward", by=["hue", "panel"], baseline="base", reps=100
+    )
+    shared = shared.set_index(["hue", "panel"])
+    assert shared.loc[("var", "μ=1"), "p_improve"] == 1.0 and np.isnan(
+        shared.loc[("var", "μ=2"), "p_improve"]
+    )
+    timing = tables.timing_table(grid("μ=1"), by=["hue", "panel"], baseline="base").set_index(
+        ["hue", "panel"]
+    )
+    assert timing.loc[("var", "μ=1"), "speedup"] == 2.0 and np.isnan(timing.loc[("var", "μ=2"), "speedup"])
+    # baseline in a panel of its own ("no sync"): every panel is compared with it
+    own = tables.final_performance_table(
+        grid("no sync"), "reward", by=["hue", "panel"], baseline="base", reps=100
+    )
+    assert (own.set_index(["hue", "panel"]).loc["var", "p_improve"] == 1.0).all()
