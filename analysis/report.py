@@ -79,7 +79,8 @@ class ReportSettings:
         hue: keys whose values are the compared variants (colours); None: ``loss_type`` when it
             varies, else every key that differs.
         col, row: keys faceted into panel columns / rows.
-        baseline: ``KEY=VALUE[, KEY=VALUE]`` or a variant label; None for none.
+        baseline: ``KEY=VALUE[, KEY=VALUE]`` or a variant label; None: ``loss_type=grpo`` when
+            such runs exist (without a note when they do not).
         x: ``step``, ``tokens`` or ``time``.
         smoothing: ``auto`` (trailing mean over a tenth of each run's points), ``none``,
             ``{"window": n}`` or ``{"ema": a}``.
@@ -97,7 +98,7 @@ class ReportSettings:
     hue: tuple[str, ...] | None = None
     col: tuple[str, ...] = ()
     row: tuple[str, ...] = ()
-    baseline: str | None = "loss_type=grpo"
+    baseline: str | None = None
     x: str = "step"
     smoothing: Any = agg_mod.AUTO
     metric: str = "reward"
@@ -124,6 +125,73 @@ class ReportSettings:
                     v = (v,) if isinstance(v, str) else tuple(v)
                 values[k] = v
         return replace(cls(), **values)
+
+
+#: The grid file's ``report:`` keys and what each takes (``grpo-harness plan`` checks them in the
+#: grid file; a ``grid.json`` edited by hand or from another version is checked again here).
+_SECTION_KEYS: dict[str, str] = {
+    "hue": "a setting key or a list of them",
+    "col": "a setting key or a list of them",
+    "row": "a setting key or a list of them",
+    "baseline": "KEY=VALUE[, KEY=VALUE] or a variant label",
+    "x": "step, tokens or time",
+    "smoothing": "auto, none, {window: N} (N >= 1) or {ema: A} (0 < A <= 1)",
+    "metric": "a metric name",
+    "curves": "a list of metric names",
+    "metrics": "a list of metric names",
+    "target": "a finite number",
+    "lead": "curves or final",
+    "seeds": "true or false",
+}
+
+
+def check_section(section: Any, where: str) -> list[str]:
+    """Problems with a ``report:`` section as recorded in ``grid.json`` (empty list: none).
+
+    Args:
+        section: the recorded section.
+        where: the file, for the messages.
+    """
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [
+            f"{where}: report is {type(section).__name__}, not a mapping of layout keys ({', '.join(_SECTION_KEYS)})"
+        ]
+    problems = []
+
+    def names(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+    for key, value in section.items():
+        ok = {
+            "hue": names(value) and bool(value),
+            "col": names(value),
+            "row": names(value),
+            "baseline": isinstance(value, str) or value is None,
+            "x": value in _X_CHOICES,
+            "smoothing": _smoothing_ok(value),
+            "metric": isinstance(value, str),
+            "curves": isinstance(value, list) and all(isinstance(x, str) for x in value),
+            "metrics": isinstance(value, list) and all(isinstance(x, str) for x in value),
+            "target": value is None
+            or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)),
+            "lead": value in ("curves", "final"),
+            "seeds": isinstance(value, bool),
+        }.get(key)
+        if ok is None:
+            problems.append(f"{where}: report.{key}: unknown key; valid: {', '.join(_SECTION_KEYS)}")
+        elif not ok:
+            problems.append(f"{where}: report.{key} = {value!r}: give {_SECTION_KEYS[key]}")
+    return problems
+
+
+def _smoothing_ok(value: Any) -> bool:
+    try:
+        agg_mod.resolve_smoothing(value, 10)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def parse_baseline(text: str | None) -> tuple[str | None, str | None]:
@@ -400,7 +468,10 @@ def compute_report(
             left_out.append(f"`{rid}`: no run folder yet (not started)")
         elif rid not in with_metrics:
             state = run_states.loc[rid, "state"] if rid in run_states.index else states.UNFINISHED
-            what = "failed before its first step" if state == states.FAILED else "no metrics logged yet"
+            what = {
+                states.FAILED: "failed before its first step",
+                states.DONE: "done, but none of its metrics could be read (see Files not loaded)",
+            }.get(state, "no metrics logged yet")
             left_out.append(f"`{rid}`: {what}")
     if df.empty:
         data.empty = True
@@ -410,9 +481,14 @@ def compute_report(
         x_values(df, s.x)
     except KeyError as e:
         raise ReportError(f"--x {s.x}: {e.args[0]}") from e
-    if s.metric not in df.columns:
-        known = sorted(c for c in df.columns if c.startswith(("reward", "eval/", "rewards/")))
-        raise ReportError(f"--metric {s.metric}: no run logged it; logged metrics include {', '.join(known)}")
+    if s.metric not in df.columns or not np.isfinite(df[s.metric].to_numpy(dtype=np.float64)).any():
+        known = sorted(
+            c for c in df.columns if c.startswith(("reward", "eval/", "rewards/")) and df[c].notna().any()
+        )
+        raise ReportError(
+            f"--metric {s.metric}: no run logged it (report.metric in the grid file, or --metric); "
+            f"logged metrics include {', '.join(known) or 'none'}"
+        )
 
     # One row per run: config values, state, progress.
     present = np.flatnonzero(first_row >= 0)
@@ -428,14 +504,20 @@ def compute_report(
     runs["marker_step"] = st["marker_step"]
     runs["diverged_metric"] = st["diverged_metric"]
     runs["missing_steps"] = st["missing_steps"].fillna(0).astype(int)
+    runs["conflict"] = st["conflict"].fillna("")
     ms = "trainer.max_steps" if "trainer.max_steps" in runs.columns else None
-    runs["max_steps"] = runs[ms] if ms else np.nan
+    runs["max_steps"] = [_as_int(v) for v in runs[ms]] if ms else None
     flags = states.signal_flags(df)
     flags.index = flags.index.astype(object)
     runs["no_signal"] = flags["no_signal"].reindex(runs.index).fillna(False).astype(bool)
     runs["zero_variance"] = flags["zero_variance"].reindex(runs.index).fillna(False).astype(bool)
-    done = runs["state"] == states.DONE
-    runs["included"] = done | (s.include_unfinished & ~done)
+    score = df[s.metric].to_numpy(dtype=np.float64)
+    scored = np.bincount(row_codes[np.isfinite(score)], minlength=len(run_names)) > 0
+    runs["scored"] = scored[present]
+    # A DONE marker is only a result when what is on disk agrees with it.
+    runs["problem"] = [_done_problem(r, s.metric) for _, r in runs.iterrows()] if len(runs) else []
+    done = (runs["state"] == states.DONE) & (runs["problem"] == "")
+    runs["included"] = done | (s.include_unfinished & (runs["state"] != states.DONE))
 
     # Labels: variant (hue), panel (col), panel row (row).
     col_keys = [_key_column(df, k, k in strict_keys) for k in s.col]
@@ -476,6 +558,13 @@ def compute_report(
                 runs[k] = first[k] if k in first.columns else np.nan
         explicit = True
     hue_keys = [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys]
+    also_panels = [k for k in hue_keys if k in faceted]
+    if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
+        hue_keys = [k for k in hue_keys if k not in faceted]
+        if s.hue is not None:
+            note = f"{', '.join(labels.key_title(k) for k in also_panels)} is a panel key, so it is not a colour too"
+            print(f"report: {note}", file=sys.stderr)
+            lines.append(f"Note: {note}.")
     runs[VARIANT], extra = labels.label_runs(runs, hue_keys, [k for k in differing if k not in hue_keys])
     if extra and explicit:
         note = (
@@ -500,18 +589,22 @@ def compute_report(
         data.row = PANEL_ROW
 
     # Runs left out, and notes on the included ones.
-    for rid, r in runs[runs["state"] != states.DONE].iterrows():  # finished runs need no line
+    for rid, r in runs[(runs["state"] != states.DONE) | (runs["problem"] != "")].iterrows():
         where = _where(r, data)
         step = None if pd.isna(r["last_step"]) else int(r["last_step"])
-        max_steps = None if pd.isna(r["max_steps"]) else int(r["max_steps"])
+        max_steps = r["max_steps"]
         if r["state"] == states.DIVERGED:
-            marker = None if pd.isna(r["marker_step"]) else int(r["marker_step"])
+            marker = _as_int(r["marker_step"])
             dstep, dmetric = states.divergence_point(
                 df, rid, marker, r["diverged_metric"] if isinstance(r["diverged_metric"], str) else None
             )
             runs.at[rid, "marker_step"] = dstep
             runs.at[rid, "diverged_metric"] = dmetric
             text = states.describe(r["state"], step=dstep, max_steps=max_steps, metric=dmetric)
+            if step is not None and dstep > step + 1:
+                text += f"; its metrics end at step {step}"
+        elif r["state"] == states.DONE:
+            text = f"done, but {r['problem']}: not counted"
         else:
             text = states.describe(r["state"], step=step, max_steps=max_steps)
         if r["state"] != states.DONE:
@@ -566,13 +659,10 @@ def compute_report(
     )
     data.colors = style.variant_colors(data.hue_order or ["all"])
     by = [c for c in (data.hue, data.col, data.row) if c]
-    data.baseline = _baseline_label(runs[runs["included"]], df, data.hue, s.baseline, lines)
+    data.baseline = _baseline_label(runs[runs["included"]], df, data.hue, s.baseline, lines, label_keys)
 
-    per_variant = (
-        inc.groupby([VARIANT] if data.hue else [], observed=True).size()
-        if data.hue
-        else pd.Series([len(inc)])
-    )
+    curve_keys = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in inc.columns]
+    per_variant = inc.groupby(curve_keys, observed=True).size() if curve_keys else pd.Series([len(inc)])
     seeds = seed_column(df)
     lines.append(
         "Compared: "
@@ -580,14 +670,21 @@ def compute_report(
         + (f", in panels by {labels.titles([_dotted(df, k) for k in col_keys])}" if col_keys else "")
         + (f" and rows by {labels.titles([_dotted(df, k) for k in row_keys])}" if row_keys else "")
         + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
-        + (f"; {_count_range(per_variant)} finished run(s) per variant" if len(inc) else "; no finished run")
+        + (f"; {_count_range(per_variant)} finished run(s) per curve" if len(inc) else "; no finished run")
         + (f" (differing in {seeds})." if seeds and len(per_variant) and per_variant.max() > 1 else ".")
     )
     if len(inc) and per_variant.max() < 2:
-        lines.append("With one run per variant there are no confidence intervals.")
-    if s.include_unfinished:
+        lines.append("With one run per curve there are no confidence intervals.")
+    if s.include_unfinished and (inc["state"] != states.DONE).any():
         lines.append(
             "Runs that did not finish are included (`--include-unfinished`) and marked in the tables."
+        )
+    task = next((c for c in ("task.name", "task") if c in inc.columns), None)
+    if task and task not in faceted and inc[task].astype(str).nunique() > 1:
+        lines.append(
+            f"Note: these runs are on different tasks ({', '.join(sorted(inc[task].astype(str).unique()))}); "
+            "final scores are compared within each task (stratified), curves and figures mix them: "
+            f"`--col {task}` draws them apart."
         )
     lines.extend(f"Note: {n}." for n in notes)
 
@@ -706,6 +803,33 @@ def compute_report(
     return data
 
 
+def _done_problem(r: pd.Series, metric: str) -> str:
+    """Why a run with a DONE marker is not a finished result, or "" when it is one."""
+    if r["state"] != states.DONE:
+        return ""
+    if r["conflict"]:
+        return r["conflict"]
+    max_steps, marker = r["max_steps"], _as_int(r["marker_step"])
+    if max_steps is not None and marker is not None and marker < max_steps:
+        return f"its DONE marker says {marker} of {max_steps} steps"
+    if max_steps is not None and r["last_step"] < max_steps and not r["missing_steps"]:
+        return f"its metrics end at step {int(r['last_step'])} of {max_steps}"
+    if not r["scored"]:
+        return f"no {metric} logged"
+    return ""
+
+
+def _as_int(v: Any) -> int | None:
+    """A config or marker value as a step count, or None when it is not a finite whole number."""
+    if isinstance(v, bool) or labels.is_missing(v):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if np.isfinite(f) and f.is_integer() and f >= 0 else None
+
+
 def _count_range(counts: pd.Series) -> str:
     lo, hi = int(counts.min()), int(counts.max())
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
@@ -757,10 +881,22 @@ def _at_once(work: pd.DataFrame) -> pd.Series | None:
 
 
 def _baseline_label(
-    inc: pd.DataFrame, df: pd.DataFrame, hue: str | None, text: str | None, lines: list[str]
+    inc: pd.DataFrame,
+    df: pd.DataFrame,
+    hue: str | None,
+    text: str | None,
+    lines: list[str],
+    label_keys: Sequence[str] = (),
 ) -> str | None:
-    """The variant label of the baseline runs among the included runs, or None (with a note)."""
-    if not text or hue is None or inc.empty:
+    """The variant label of the baseline runs among the included runs, or None (with a note).
+
+    ``text`` None is the default, ``loss_type=grpo``, which says nothing when no run matches in a
+    grid that does not compare loss types; a baseline the user gave always says why it was not
+    found.
+    """
+    explicit = text is not None
+    text = text if explicit else "loss_type=grpo"
+    if hue is None or inc.empty:
         return None
     variants = [str(v) for v in inc[VARIANT].astype(str).unique()]
     pairs = _baseline_pairs(text)
@@ -774,19 +910,24 @@ def _baseline_label(
         try:
             col = _resolve_column(df, key)
         except ReportError:
-            if "loss_type" in text and text == "loss_type=grpo":
-                return None  # the default baseline on a grid that does not compare loss types
-            _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
-            return None
-        if col not in inc.columns:
-            _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
+            col = None
+        if col is None or col not in inc.columns:
+            if explicit:
+                _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
             return None
         match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
     hit = inc.loc[match, VARIANT].astype(str)
     if hit.empty:
-        if text != "loss_type=grpo" or "loss_type" in df.columns:
+        if explicit or "loss_type" in df.columns:  # the default is news only where loss types vary
             _note(lines, f"no finished run has {text}; no baseline")
         return None
+    other = [k for k, _ in pairs if _dotted(df, _resolve_column(df, k)) not in label_keys]
+    if other:
+        _note(
+            lines,
+            f"baseline keys {', '.join(other)} do not name a variant (they are panels or constant), so they only "
+            "choose its label; each panel compares with that label in the same panel",
+        )
     counts = hit.value_counts()
     value = pairs[0][1] if len(pairs) == 1 else None
     if value is not None and value in counts.index:
@@ -1249,6 +1390,12 @@ def make_report(
     except ValueError:
         grid_info = None  # load_report_inputs names the damaged file
     section = grid_info.get("report") if isinstance(grid_info, dict) else None
+    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
+    if problems:
+        raise ReportError(
+            "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
+            "`plan` again, or give the layout on the command line)"
+        )
     settings = ReportSettings.merged(
         section if isinstance(section, Mapping) else None,
         hue=_keys(hue),

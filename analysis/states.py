@@ -96,7 +96,8 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
         One row per run, indexed by ``run_id`` (in the given order), with columns ``state`` (one
         of :data:`STATES`), ``marker_step`` (Int64: DONE's ``steps`` or DIVERGED's ``step``; NA
         otherwise), ``diverged_metric`` (str or None, when DIVERGED names it), ``missing_steps``
-        (int: steps DONE lists as missing) and ``error`` (FAILED's error line, or "").
+        (int: steps DONE lists as missing), ``error`` (FAILED's error line, or "") and
+        ``conflict`` (markers that contradict each other, or "").
 
     A marker that exists but cannot be parsed still sets the state (its fields are then NA): a
     DONE file is only written once the run finished.
@@ -111,6 +112,7 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
             "diverged_metric": None,
             "missing_steps": 0,
             "error": "",
+            "conflict": "",
         }
         done = os.path.join(rdir, layout.DONE_FILE)
         diverged = os.path.join(rdir, layout.DIVERGED_FILE)
@@ -123,6 +125,8 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
                 marker_step=_int_or_none(info.get("steps")),
                 missing_steps=len(missing) if isinstance(missing, list) else 0,
             )
+            if os.path.exists(diverged):  # a new attempt removes DIVERGED before it trains
+                row["conflict"] = "has both a DONE and a DIVERGED marker"
         elif os.path.exists(diverged):
             info = _read_object(diverged) or {}
             metric = info.get("metric")
@@ -138,7 +142,9 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
         rows.append(row)
     out = pd.DataFrame(rows, index=pd.Index(list(run_ids), name=layout.RUN_ID, dtype=object))
     if out.empty:
-        out = pd.DataFrame(columns=["state", "marker_step", "diverged_metric", "missing_steps", "error"])
+        out = pd.DataFrame(
+            columns=["state", "marker_step", "diverged_metric", "missing_steps", "error", "conflict"]
+        )
         out.index.name = layout.RUN_ID
     out["marker_step"] = out["marker_step"].astype("Int64")
     out["missing_steps"] = out["missing_steps"].astype(np.int64)
@@ -196,7 +202,13 @@ def divergence_point(df: pd.DataFrame, run_id: str, step: int | None, metric: st
     rows = df[(df[layout.RUN_ID] == run_id).to_numpy()]
     cols = [c for c in DIVERGENCE_METRICS if c in rows.columns]
     steps = rows[layout.STEP].to_numpy()
-    bad = {c: ~np.isfinite(rows[c].to_numpy(dtype=np.float64)) & rows[c].notna().to_numpy() for c in cols}
+    # loss and grad_norm are logged on every step, so NaN there is the divergence; reward is NaN on
+    # steps that do not generate, so only an infinite reward counts
+    bad = {
+        c: np.isinf(v) if c == "reward" else ~np.isfinite(v)
+        for c in cols
+        for v in [rows[c].to_numpy(dtype=np.float64)]
+    }
     if step is None:
         hit = [int(steps[np.flatnonzero(b)[0]]) for b in bad.values() if b.any()]
         step = min(hit) if hit else (int(steps.max()) if steps.size else 0)
