@@ -483,7 +483,8 @@ _CACHE_KEEP = 2  # cache files kept per folder (the most recently written)
 
 def cache_key(grid_dir: Path, ids: Sequence[str], columns: Sequence[str] | None, config: bool) -> str:
     """Hash of everything a loaded frame depends on: the loader's format, the arguments, and the
-    name, size and modification time (ns) of every run's ``config.json`` and metrics file.
+    name, size, modification and status-change times (ns) and inode of every run's ``config.json``
+    and metrics file.
 
     Writers replace files by renaming a new one into place, so any change to a run's files
     changes its size or modification time, and with it the key. Costs one ``stat`` per file.
@@ -497,7 +498,8 @@ def cache_key(grid_dir: Path, ids: Sequence[str], columns: Sequence[str] | None,
         for path in (os.path.join(rdir, layout.CONFIG_FILE), *_metric_paths(rdir)):
             try:
                 st = os.stat(path)
-                h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                # ctime and inode too: a copy that restores the mtime (cp -p, rsync -a) changes them
+                h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\n".encode())
             except OSError:
                 h.update(f"{path}\0-\n".encode())
     return h.hexdigest()[:24]

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from filelock import FileLock
 
 from analysis import aggregate as agg_mod
 from analysis import curves, finals, labels, states, style, tables
@@ -309,6 +310,7 @@ class ReportData:
     on_policy: list[tuple[Any, Any]] = field(default_factory=list)
     dynamics: dict[str, Curves] = field(default_factory=dict)
     dynamics_missing: list[str] = field(default_factory=list)
+    dynamics_absent: dict[str, list[str]] = field(default_factory=dict)
     wseq: pd.DataFrame | None = None
     off_policy_how: str = ""
     scores: pd.DataFrame | None = None
@@ -722,6 +724,26 @@ def compute_report(
     dyn_by = [b for b in (data.hue, data.col) if b]
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
+    if data.hue:  # variants that log a metric others do (VESPO has no clip fraction): say so
+        for m in dyn_metrics:
+            codes_ = work[VARIANT].cat.codes.to_numpy()[work[m].notna().to_numpy()]
+            logged = {str(work[VARIANT].cat.categories[k]) for k in np.unique(codes_)}
+            absent = [v for v in data.hue_order if v not in logged]
+            if absent:
+                data.dynamics_absent[m] = absent
+    if s.wseq_split and s.wseq_split not in work.columns:
+        lines.append(f"Note: no run recorded `{s.wseq_split}`, so the w_seq figure is not split by it.")
+    if s.x != "step":
+        x_missing = runs.index[runs["included"]].difference(
+            pd.Index(work.loc[~np.isnan(x_values(work, s.x)), layout.RUN_ID].astype(str).unique())
+        )
+        if len(x_missing):
+            lines.append(
+                f"Note: {len(x_missing)} run(s) recorded no {agg_mod.X_LABELS[s.x]} and are not in the curves: "
+                + ", ".join(f"`{r}`" for r in x_missing[:10])
+                + (" ..." if len(x_missing) > 10 else "")
+                + "."
+            )
     timing_by = list(by)
     at_once = _at_once(work)
     if at_once is not None:
@@ -1171,6 +1193,10 @@ def render_report(data: ReportData, out: Path) -> list[str]:
                 if data.dynamics_missing
                 else ""
             )
+            + "".join(
+                f". {labels.metric_label(m)}: not logged by {', '.join(v)}"
+                for m, v in data.dynamics_absent.items()
+            )
             + ". Same line, band and smoothing as the curves above"
             + (f"; {', '.join(ratio)} over off-policy steps only ({_off_policy_text(data)})" if ratio else "")
             + ".",
@@ -1209,8 +1235,18 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     if data.final is not None and not data.final.empty:
         by = [b for b in (data.hue, data.col, data.row) if b]
         # panel by panel, variants in their order within each
+        # panel by panel in the figures' order, variants in their order within each
+        rank = {
+            data.row: {v: k for k, v in enumerate(data.row_values)},
+            data.col: {v: k for k, v in enumerate(data.col_values)},
+            data.hue: {v: k for k, v in enumerate(data.hue_order)},
+        }
         order = [b for b in (data.row, data.col, data.hue) if b]
-        table = data.final.sort_values(order, kind="stable") if order else data.final
+        table = (
+            data.final.sort_values(order, key=lambda c: c.astype(str).map(rank[c.name]), kind="stable")
+            if order
+            else data.final
+        )
         names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in table.iterrows()]
         colors = [
             data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in table.iterrows()
@@ -1229,7 +1265,14 @@ def render_report(data: ReportData, out: Path) -> list[str]:
                 if data.baseline
                 else ""
             )
-            + ". A hollow circle has no interval (one run).",
+            + ". A hollow circle has no interval (one run)"
+            + ("; the baseline's own row in the last panel is empty" if data.baseline else "")
+            + (
+                "; with fewer than 4 runs per variant nothing is trimmed, so the IQM equals the mean"
+                if data.final is not None and len(data.final) and data.final["runs"].max() < 4
+                else ""
+            )
+            + ".",
         )
         lines.extend(["![aggregate](aggregate.png)", ""])
         fig, _ = finals.plot_profile(
@@ -1423,17 +1466,26 @@ def make_report(
     if df.attrs.get("missing_runs"):
         data.lines.insert(1, f"Not found on disk (not started?): {len(df.attrs['missing_runs'])} run(s).")
     out = grid_dir / layout.REPORT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.iterdir():  # a previous report's figures and tables must not outlive their data
-        if old.is_file() and old.suffix in REPORT_SUFFIXES:
-            old.unlink()
-    lines = render_report(data, out)
-    skipped = df.attrs.get("skipped", [])
-    if skipped:
-        lines.extend(["## Files not loaded", ""])
-        lines.extend(f"- `{path}`: {reason}" for path, reason in skipped)
-        lines.append("")
-    (out / "index.md").write_text("\n".join(lines))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        # One report at a time per folder: a second one waits, then replaces the first's outputs
+        # whole (two interleaved reports would leave figures that index.md does not list).
+        with FileLock(str(out / ".report.lock")):
+            for old in out.iterdir():  # a previous report's figures and tables must not outlive their data
+                if old.is_file() and old.suffix in REPORT_SUFFIXES:
+                    old.unlink()
+            lines = render_report(data, out)
+            skipped = df.attrs.get("skipped", [])
+            if skipped:
+                lines.extend(["## Files not loaded", ""])
+                lines.extend(f"- `{path}`: {reason}" for path, reason in skipped)
+                lines.append("")
+            (out / "index.md").write_text("\n".join(lines))
+    except OSError as e:
+        raise ReportError(
+            f"cannot write the report into {out}: {e.strerror or e} ({e.filename or out}); "
+            "free space or fix its permissions, then run `grpo-harness report` again"
+        ) from e
     return out
 
 

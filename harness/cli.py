@@ -164,10 +164,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"nothing to run; results in {grid_dir}/runs/")
     if not args.no_report:
-        from analysis.report import make_report
+        from analysis.report import ReportError, make_report
 
-        out = make_report(grid_dir)
-        print(f"report: {out}/index.md")
+        try:
+            out = make_report(grid_dir)
+            print(f"report: {out}/index.md")
+        except ReportError as e:  # the runs are on disk whatever happens to their report
+            print(f"report: {e}", file=sys.stderr)
+            return 1
     return 1 if failed else 0
 
 
