@@ -35,6 +35,7 @@ __all__ = [
     "aggregate",
     "auto_window",
     "clamp_limits",
+    "curve_limits",
     "band_caption",
     "curves",
     "frame_index",
@@ -420,6 +421,24 @@ FRACTION_PREFIXES: tuple[str, ...] = (
     "frac_",
     "completions/clipped_ratio",
 )
+
+
+def curve_limits(curves_: Sequence[np.ndarray], bands: Sequence[np.ndarray]) -> tuple[float, float] | None:
+    """y-limits for curves with bands: robust over everything drawn (:func:`robust_limits`), then
+    widened so that every curve's last point, its final value, is inside.
+
+    Args:
+        curves_: each curve's mean values in x order.
+        bands: band values (``lo``, ``hi``), any shapes.
+    """
+    values = [np.ravel(v) for v in (*curves_, *bands)]
+    lim = robust_limits(np.concatenate(values)) if values else None
+    ends = [float(c[np.isfinite(c)][-1]) for c in curves_ if np.isfinite(c).any()]
+    if lim is None or not ends:
+        return lim
+    lo, hi = min(lim[0], min(ends)), max(lim[1], max(ends))
+    pad = 0.04 * (hi - lo) if hi > lo else 0.0
+    return (lo - pad if lo < lim[0] else lo, hi + pad if hi > lim[1] else hi)
 
 
 def clamp_limits(

@@ -16,6 +16,7 @@ What every figure here does for its reader:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,6 +38,7 @@ from analysis.aggregate import (
     aggregate,
     band_caption,
     clamp_limits,
+    curve_limits,
     curves,
     frame_index,
     is_ratio_metric,
@@ -134,12 +136,18 @@ def fit_legend(
         leg.remove()
         leg = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, title=title)
         if ncols == 1 or leg.get_window_extent(renderer).width <= width:
-            return leg
+            break
         ncols -= 1
+    # The figure grows by the legend's height, so the panels keep the height they were given
+    # (constrained layout would otherwise shrink them, to nothing under a tall legend).
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w, h + leg.get_window_extent(renderer).height / fig.dpi + 0.05)
+    return leg
 
 
 def line_handles(labels: Sequence[str], colors: Mapping[str, str]) -> list[Line2D]:
-    return [Line2D([], [], color=colors[lab], label=lab) for lab in labels]
+    """Legend lines for variant labels; a long label is wrapped at ", " onto several lines."""
+    return [Line2D([], [], color=colors[lab], label=wrap_title(lab, 40)) for lab in labels]
 
 
 def _panel_title(parts: Sequence[str | None], on_policy: bool) -> str:
@@ -150,7 +158,19 @@ def _panel_title(parts: Sequence[str | None], on_policy: bool) -> str:
 
 
 def no_data(ax: Axes, text: str = "no data") -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4", fontsize=7)
+    """Say in the middle of a panel why it is empty (over any reference line drawn there)."""
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        color="0.4",
+        fontsize=7,
+        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
+        zorder=5,
+    )
 
 
 #: Points drawn per line at most: a panel is a few hundred pixels wide, so more points only cost
@@ -277,7 +297,8 @@ def plot_curve_set(
         fig = style.figure(len(cols), len(rows))
         axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=sharey)
         drawn: list[str] = []
-        limit_values: list[np.ndarray] = []
+        means: list[np.ndarray] = []
+        bands: list[np.ndarray] = []
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
@@ -292,12 +313,13 @@ def plot_curve_set(
                             lab = str(p[hue].iloc[0]) if hue else "all"
                             p = thin(p)
                             ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
-                            limit_values.append(p["y"].to_numpy())
+                            bands.append(p["y"].to_numpy())
                     for lab in hue_labels or [None]:
                         p = part if lab is None else part[(part[hue] == lab).to_numpy()]
                         if len(p) and p["mean"].notna().any():
                             _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or c.metric)
-                            limit_values.append(p[["mean", "lo", "hi"]].to_numpy())
+                            means.append(p["mean"].to_numpy())
+                            bands.append(p[["lo", "hi"]].to_numpy())
                             if lab is not None and lab not in drawn:
                                 drawn.append(lab)
                 _note_coinciding(ax, part, hue)
@@ -309,8 +331,7 @@ def plot_curve_set(
                     ax.set_xlabel(X_LABELS.get(c.x, c.x))
                 if j == 0:
                     ax.set_ylabel(ylabel or metric_label(c.metric))
-        lim = robust_limits(np.concatenate([v.ravel() for v in limit_values])) if limit_values else None
-        lim = clamp_limits(lim, c.metric, agg["mean"].to_numpy())
+        lim = clamp_limits(curve_limits(means, bands), c.metric, agg["mean"].to_numpy())
         if lim is not None and sharey:
             axes[0, 0].set_ylim(*lim)
         extra = []
@@ -328,9 +349,12 @@ def plot_curve_set(
 
 
 def wrap_title(text: str, width: int = 24) -> str:
-    """A panel title broken at ", " so that it fits above a panel of a multi-panel figure."""
+    """A panel title or label broken at ", " (or, for a longer part, between words) so that it
+    fits above a panel of a multi-panel figure or in a legend."""
     if len(text) <= width:
         return text
+    if ", " not in text:
+        return "\n".join(textwrap.wrap(text, width, break_long_words=True)) or text
     lines, line = [], ""
     for part in text.split(", "):
         candidate = f"{line}, {part}" if line else part
@@ -375,7 +399,8 @@ def plot_highlight(
         fig = style.figure(ncols, nr, panel_height=1.45)
         axes = fig.subplots(nr, ncols, squeeze=False, sharex=True, sharey=True)
         parts = {lab: agg[(agg[hue] == lab).to_numpy()] for lab in hue_order}
-        values = [p[["mean", "lo", "hi"]].to_numpy() for p in parts.values() if len(p)]
+        line_values = [p["mean"].to_numpy() for p in parts.values() if len(p)]
+        band_values = [p[["lo", "hi"]].to_numpy() for p in parts.values() if len(p)]
         for k, lab in enumerate(hue_order):
             ax = axes[k // ncols, k % ncols]
             for other, p in parts.items():
@@ -396,8 +421,7 @@ def plot_highlight(
             if k % ncols == 0:
                 ax.set_ylabel(ylabel or metric_label(c.metric))
         _finish_grid(axes, {(k // ncols, k % ncols) for k in range(n)}, c.x)
-        lim = robust_limits(np.concatenate([v.ravel() for v in values])) if values else None
-        lim = clamp_limits(lim, c.metric, agg["mean"].to_numpy())
+        lim = clamp_limits(curve_limits(line_values, band_values), c.metric, agg["mean"].to_numpy())
         if lim is not None:
             axes[0, 0].set_ylim(*lim)
         handles = [Line2D([], [], color="0.82", linewidth=0.7, label="the other variants")]
@@ -616,8 +640,8 @@ def plot_panels(
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True)
         used = set()
         drawn: list[str] = []
-        row_values: dict[int, list[np.ndarray]] = {}
-        row_means: dict[int, list[np.ndarray]] = {}
+        row_curves: dict[int, list[np.ndarray]] = {}
+        row_bands: dict[int, list[np.ndarray]] = {}
         for i, j, m, cv in cells:
             ax = axes[i, j]
             used.add((i, j))
@@ -631,18 +655,16 @@ def plot_panels(
                 no_data(ax, ON_POLICY_NOTE if on else "no data")
                 ax.tick_params(axis="y", left=False, labelleft=False)
             else:
-                vals = []
+                key = i if col is not None else -1 - (i * nc + j)  # with facets a metric's row shares y
                 for lab in hue_labels or [None]:
                     p = a if lab is None else a[(a[hue] == lab).to_numpy()]
                     if len(p) and p["mean"].notna().any():
                         _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or m)
-                        vals.append(p[["mean", "lo", "hi"]].to_numpy())
+                        row_curves.setdefault(key, []).append(p["mean"].to_numpy())
+                        row_bands.setdefault(key, []).append(p[["lo", "hi"]].to_numpy())
                         if lab is not None and lab not in drawn:
                             drawn.append(lab)
                 _note_coinciding(ax, a, hue)
-                key = i if col is not None else -1 - (i * nc + j)  # with facets a metric's row shares y
-                row_values.setdefault(key, []).extend(v.ravel() for v in vals)
-                row_means.setdefault(key, []).append(a["mean"].to_numpy())
             label = metric_label(m) + ("\n(off-policy steps)" if ratio else "")
             if col is None:
                 ax.set_title(label)
@@ -653,9 +675,9 @@ def plot_panels(
                     ax.set_title(wrap_title(str(cv) + (" (on-policy)" if cv in on_policy else "")))
         for i, j, m, _ in cells:
             key = i if col is not None else -1 - (i * nc + j)
-            if key in row_values:
-                lim = robust_limits(np.concatenate(row_values[key]))
-                lim = clamp_limits(lim, m, np.concatenate(row_means[key]))
+            if key in row_curves:
+                lim = curve_limits(row_curves[key], row_bands[key])
+                lim = clamp_limits(lim, m, np.concatenate(row_curves[key]))
                 if lim is not None and axes[i, j].get_ylim() != lim:
                     axes[i, j].set_ylim(*lim)
         if not cells:
@@ -837,9 +859,15 @@ def plot_wseq(
         nc = min(ncols, n)
         nr = -(-n // nc)
         cells = [(k // nc, k % nc, lab, None) for k, lab in enumerate(labels)]
-    else:
+    elif len(labels) <= ncols:
         nc, nr = len(labels), max(len(facets), 1)
         cells = [(i, j, lab, fv) for i, fv in enumerate(facets) for j, lab in enumerate(labels)]
+    else:  # too many variants for one row per facet: (facet, variant) panels wrapped, both named
+        pairs = [(fv, lab) for fv in facets for lab in labels]
+        nc = ncols
+        nr = -(-len(pairs) // nc)
+        cells = [(k // nc, k % nc, lab, fv) for k, (fv, lab) in enumerate(pairs)]
+    wrapped = col is not None and len(labels) > ncols
 
     vals = bands[["p05", "p50", "p95"]].to_numpy(dtype=np.float64).ravel() if len(bands) else np.zeros(0)
     logs = np.log(vals[np.isfinite(vals) & (vals > 0)])
@@ -884,8 +912,8 @@ def plot_wseq(
             ax.set_ylim(lo_lim, hi_lim)
             _ratio_ticks(ax, lo_lim, hi_lim)
             title = lab if hue is not None else "all runs"
-            if fv is None:
-                ax.set_title(wrap_title(title))
+            if fv is None or wrapped:
+                ax.set_title(wrap_title(title) + ("" if fv is None else f"\n{wrap_title(str(fv))}"))
                 if j == 0:
                     ax.set_ylabel("w_seq")
             else:

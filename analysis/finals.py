@@ -88,7 +88,9 @@ def plot_final(
     )
     with style.context():
         width = min(style.FULL_WIDTH_IN, 1.2 + 1.9 * len(cols))
-        fig = style.figure(len(cols), len(rows), width=width, panel_height=0.35 + 0.28 * len(labels))
+        fig = style.figure(
+            len(cols), len(rows), width=width, panel_height=max(1.3, 0.75 + 0.22 * len(labels))
+        )
         axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=True)
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
@@ -187,7 +189,7 @@ def plot_aggregate(
         panels.append(("p_improve", f"P(variant > {baseline})"))
     n = len(table)
     with style.context():
-        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=0.45 + 0.2 * max(n, 1))
+        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=max(1.3, 0.6 + 0.2 * n))
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]

@@ -790,7 +790,13 @@ def compute_report(
         }
         if s.target is not None:
             jobs["ttt"] = pool.submit(
-                tables.time_to_target_table, work, s.target, metric=s.metric, by=by, baseline=data.baseline
+                tables.time_to_target_table,
+                work,
+                s.target,
+                metric=s.metric,
+                by=by,
+                baseline=data.baseline,
+                smoothing=s.smoothing,
             )
         ci_, di_ = curve_index.result(), dyn_index.result()
         jobs["wseq"] = pool.submit(wseq, di_)
@@ -1217,6 +1223,11 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     )
     style.save(fig, out / "w_seq")
     skipped = [cv for cv, _ in data.on_policy if cv is not None]
+    infinite = (
+        {q: int(np.isinf(data.wseq[q].to_numpy(dtype=float)).sum()) for q in ("p05", "p95")}
+        if data.wseq is not None and len(data.wseq)
+        else {}
+    )
     section(
         "Sequence importance ratio w_seq",
         "How far each variant's sequence-level ratio w_seq = pi_theta / pi_old (product over the completion's "
@@ -1225,8 +1236,12 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         + "): per step, the median "
         "over runs of each run's p05-p95 of w_seq over its completions (band) and p50 (line), each run smoothed "
         "on the log scale as the curves above; log axis fitted to the values drawn."
+        + (f" Left out, on-policy throughout (w_seq ≡ 1): {', '.join(map(str, skipped))}." if skipped else "")
         + (
-            f" Left out, on-policy throughout (w_seq ≡ 1): {', '.join(map(str, skipped))}." if skipped else ""
+            f" At {infinite['p95']} point(s) the p95 is beyond float range (w_seq = inf) and at {infinite['p05']} "
+            "the p05 underflows to 0: drawn at the top or bottom edge."
+            if sum(infinite.values())
+            else ""
         ),
     )
     lines.extend(["![w_seq](w_seq.png)", ""])

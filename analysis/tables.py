@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.aggregate import factorize_runs, smooth_runs, variant_labels, x_values
+from analysis.aggregate import factorize_runs, resolve_smoothing, smooth_runs, variant_labels, x_values
 from analysis.load import seed_column
 from analysis.states import signal_flags
 from harness import layout
@@ -461,6 +461,7 @@ def time_to_target_table(
     by: str | Sequence[str] = "loss_type",
     baseline: Any = "grpo",
     ema: float | None = None,
+    smoothing: Any = None,
 ) -> pd.DataFrame:
     """Steps, generated tokens and seconds until a run first reaches ``metric >= threshold``.
 
@@ -470,8 +471,10 @@ def time_to_target_table(
         metric: the column compared with ``threshold``.
         by: variant column(s); the first is matched against ``baseline``.
         baseline: value of ``by[0]`` the speedups are relative to.
-        ema: smooth each run's metric first (EMA weight, see :func:`analysis.curves.smooth`), so
+        ema: smooth each run's metric first (EMA weight, see :func:`analysis.aggregate.smooth`), so
             a single noisy step does not count as reaching the target.
+        smoothing: instead of ``ema``, the report's smoothing (``"auto"``: each run's trailing
+            mean over a tenth of its points, ``{"window": n}``, ``{"ema": a}``).
 
     Returns:
         One row per variant: ``*by``, ``runs``, ``reached`` (runs that reached the target),
@@ -498,8 +501,18 @@ def time_to_target_table(
     keep = ~np.isnan(y)
     order = _by_run_and_step(codes, cols["steps"], keep)
     c, yr = codes[order], y[order]
-    if ema is not None and yr.size:
-        yr = smooth_runs(yr, np.flatnonzero(np.r_[True, c[1:] != c[:-1]]), ema=ema)
+    if ema is not None:
+        smoothing = {"ema": ema}
+    if smoothing not in (None, "none") and yr.size:
+        # on each run's smoothed curve, as the figures draw it: one noisy step is not "reaching" it
+        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        if smoothing == "auto":
+            kw: dict[str, Any] = {
+                "window": np.maximum(1, np.ceil(np.diff(np.r_[starts, c.size]) / 10)).astype(int)
+            }
+        else:
+            kw = resolve_smoothing(smoothing, 0)
+        yr = smooth_runs(yr, starts, **kw) if kw else yr
     hits = np.flatnonzero(yr >= threshold)
     hit_runs, first_hit = np.unique(c[hits], return_index=True)  # each run's first row at target
     at = order[hits[first_hit]]
@@ -530,7 +543,11 @@ def time_to_target_table(
             table[f"speedup_{name}"] = base / table[name].to_numpy(dtype=np.float64)
     table.attrs["caption"] = (
         f"First time each run reaches {metric} >= {threshold:g}"
-        + (f" (EMA {ema:g})" if ema is not None else "")
+        + (
+            f" on each run's smoothed curve ({'a trailing mean over a tenth of its points' if smoothing == 'auto' else smoothing})"
+            if smoothing not in (None, "none")
+            else ""
+        )
         + "; means over the runs that reached it"
         + (f"; speedup = {baseline} mean / variant mean." if baseline is not None else ".")
     )
