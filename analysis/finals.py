@@ -274,12 +274,23 @@ def plot_profile(
             part = _sel(profile, col, cv, None, None)
             if part.empty:
                 no_data(ax)
+            drawn = []
             for lab in labels:
                 p = part if hue is None else part[(part[hue].astype(str) == lab).to_numpy()]
                 if len(p):
                     ax.step(
                         p["tau"], p["fraction"], where="post", color=colors.get(lab, "0.3"), linewidth=1.1
                     )
+                    drawn.append(p["fraction"].to_numpy())
+            if len(drawn) > 1 and all(np.array_equal(d, drawn[0], equal_nan=True) for d in drawn):
+                ax.text(
+                    0.02,
+                    0.03,
+                    f"all {len(drawn)} variants coincide",
+                    transform=ax.transAxes,
+                    fontsize=6.5,
+                    color="0.35",
+                )
             ax.set_ylim(-0.03, 1.03)
             ax.set_title("" if cv is None else str(cv))
             ax.set_xlabel(f"final {metric_label(metric)} threshold τ")

@@ -451,6 +451,12 @@ def compute_report(
     requested = df.attrs.get("requested_runs") or list(run_states.index)
     missing_runs = list(df.attrs.get("missing_runs") or [])
     damaged = dict(df.attrs.get("damaged_runs") or {})
+    unreadable: dict[str, int] = {}  # run id -> metrics files that could not be read
+    for path, _ in df.attrs.get("skipped") or []:
+        parts = Path(path).parts
+        if layout.METRICS_DIR in parts:
+            rid = parts[parts.index(layout.METRICS_DIR) - 1]
+            unreadable[rid] = unreadable.get(rid, 0) + 1
     # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
     small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns") if k in df.attrs}
     df = df.copy(deep=False)
@@ -612,6 +618,12 @@ def compute_report(
         if r["state"] != states.DONE:
             left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
     notes = []
+    for rid in runs.index[runs["included"]]:
+        if rid in unreadable:
+            notes.append(
+                f"`{rid}` ({_where(runs.loc[rid], data)}): {unreadable[rid]} metrics file(s) unreadable (see Files "
+                "not loaded), so some of its steps are missing from its numbers"
+            )
     for rid, r in runs[runs["included"] & ((runs["missing_steps"] > 0) | runs["no_signal"])].iterrows():
         if r["missing_steps"]:
             notes.append(
