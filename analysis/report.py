@@ -615,8 +615,7 @@ def compute_report(
             text = f"done, but {r['problem']}: not counted"
         else:
             text = states.describe(r["state"], step=step, max_steps=max_steps)
-        if r["state"] != states.DONE:
-            left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
+        left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
     notes = []
     for rid in runs.index[runs["included"]]:
         if rid in unreadable:

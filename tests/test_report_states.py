@@ -230,3 +230,89 @@ def test_seeds_draw_each_run_and_wseq_splits_by_reuse_index(broken):
         bands=data.wseq, hue=data.hue, split=layout.REUSE_INDEX, hue_order=data.hue_order
     )
     assert "reuse_index 2" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+
+
+def test_an_infinite_reward_stays_in_its_own_run(broken):
+    path = layout.run_dir(broken, "grpo-0") / layout.METRICS_DIR / layout.COMPACT_FILE
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).to_pandas()
+    t.loc[t["step"] == 51, "reward"] = np.inf
+    pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
+    df, st, info, _ = report.load_report_inputs(broken)
+    data = report.compute_report(df, st, report.ReportSettings.merged(info.get("report")))
+    mean = data.curve_sets["reward"].mean
+    for variant in ("grpo", "dapo"):  # every curve still has values after step 51
+        assert mean[(mean["variant"] == variant) & (mean["x"] > 60)]["mean"].notna().all()
+    assert "1 infinite value(s) of reward left out" in data.curve_sets["reward"].caption
+
+
+@pytest.mark.parametrize(
+    "marker, also_diverged, reason",
+    [
+        ({"steps": 60}, False, "its DONE marker says 60 of 120 steps"),
+        ({"steps": 120}, True, "has both a DONE and a DIVERGED marker"),
+    ],
+)
+def test_a_done_marker_that_disagrees_is_not_counted(broken, marker, also_diverged, reason):
+    rdir = layout.run_dir(broken, "dapo-0")
+    (rdir / layout.DONE_FILE).write_text(json.dumps(marker))
+    if also_diverged:
+        (rdir / layout.DIVERGED_FILE).write_text(json.dumps({"step": 3}))
+    out = report.make_report(broken)
+    assert f"`dapo-0` (dapo): done, but {reason}: not counted" in (out / "index.md").read_text()
+    assert pd.read_csv(out / "final_performance.csv").set_index("variant").loc["dapo", "runs"] == 2
+
+
+def test_done_runs_whose_metrics_stop_early_or_lack_the_score_are_not_counted(broken):
+    import pyarrow.parquet as pq
+
+    short = layout.run_dir(broken, "dapo-1") / layout.METRICS_DIR / layout.COMPACT_FILE
+    pq.write_table(pq.read_table(short).slice(0, 100), short)
+    no_score = layout.run_dir(broken, "dapo-2") / layout.METRICS_DIR / layout.COMPACT_FILE
+    pq.write_table(pq.read_table(no_score).drop(["reward"]), no_score)
+    index = (report.make_report(broken) / "index.md").read_text()
+    assert "`dapo-1` (dapo): done, but its metrics end at step 100 of 120: not counted" in index
+    assert "`dapo-2` (dapo): done, but no reward logged: not counted" in index
+
+
+def test_a_config_whose_max_steps_is_not_a_number_does_not_stop_the_report(broken):
+    cfg = layout.run_dir(broken, "dapo-stopped") / layout.CONFIG_FILE
+    data = json.loads(cfg.read_text())
+    data["config"]["trainer"]["max_steps"] = "lots"
+    cfg.write_text(json.dumps(data))
+    assert _cli(broken) == 0
+    assert "`dapo-stopped` (dapo" in (broken / layout.REPORT_DIR / "index.md").read_text()
+
+
+def test_a_bad_report_section_in_grid_json_is_named(broken, capsys):
+    info = json.loads((broken / layout.GRID_FILE).read_text())
+    info["report"] = {"hue": 5, "smoothing": "bogus", "colour": "red"}
+    (broken / layout.GRID_FILE).write_text(json.dumps(info))
+    assert _cli(broken) == 2
+    err = capsys.readouterr().err
+    assert (
+        "report.hue = 5" in err
+        and "report.smoothing = 'bogus'" in err
+        and "report.colour: unknown key" in err
+    )
+
+
+def test_the_cache_sees_a_copy_that_keeps_size_and_mtime(broken):
+    import os
+    import shutil
+
+    report.make_report(broken)
+    path = layout.run_dir(broken, "dapo-0") / layout.METRICS_DIR / layout.COMPACT_FILE
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path).to_pandas()
+    t["reward"] = t["reward"] + 1.0  # same size on disk, other numbers
+    tmp = path.with_name("tmp.parquet")
+    pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), tmp)
+    st = os.stat(path)
+    shutil.copyfile(tmp, path)
+    tmp.unlink()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # as cp -p or rsync -a would
+    checks = pd.read_csv(report.make_report(broken) / "learning_check_runs.csv").set_index(layout.RUN_ID)
+    assert checks.loc["dapo-0", "last"] > 1.0
