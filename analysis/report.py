@@ -1399,8 +1399,9 @@ def _timing_caption(baseline: str | None, at_once: bool) -> str:
         "tokens per second, peak memory (MB, max over runs); means over runs"
         + (f"; speedup = {baseline} s/step / variant s/step in the same panel" if baseline else "")
         + (
-            f". '{AT_ONCE}': how many runs shared the run's CPUs or GPU while it trained (mean over its "
-            "steps, rounded); runs are only compared with runs executed alike, so a run that happened to run alone "
+            f". '{AT_ONCE}': how many harness runs shared the run's CPUs or GPU while it trained (mean over its "
+            "steps, rounded; other processes on the machine are not counted, so compare timings from a quiet "
+            "machine); runs are only compared with runs executed alike, so a run that happened to run alone "
             "does not look faster."
             if at_once
             else ". Runs that shared the machine with other runs are slower per step: compare timings of runs "
