@@ -167,7 +167,7 @@ def factorize_runs(ids: pd.Series) -> tuple[np.ndarray, list[str]]:
             raise ValueError("run_id has missing values")
         used = np.bincount(codes, minlength=len(cats)) > 0
         if used.all():
-            return codes.astype(np.int64, copy=False), [str(c) for c in cats]
+            return codes, [str(c) for c in cats]
         remap = np.cumsum(used) - 1
         return remap[codes], [str(c) for c, u in zip(cats, used, strict=True) if u]
     codes, uniques = pd.factorize(ids, sort=False)

@@ -523,7 +523,7 @@ def compute_report(
     scored = np.bincount(row_codes[np.isfinite(score)], minlength=len(run_names)) > 0
     runs["scored"] = scored[present]
     # A DONE marker is only a result when what is on disk agrees with it.
-    runs["problem"] = [_done_problem(r, s.metric) for _, r in runs.iterrows()] if len(runs) else []
+    runs["problem"] = _done_problems(runs, s.metric)
     done = (runs["state"] == states.DONE) & (runs["problem"] == "")
     runs["included"] = done | (s.include_unfinished & (runs["state"] != states.DONE))
 
@@ -736,9 +736,13 @@ def compute_report(
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
     if data.hue:  # variants that log a metric others do (VESPO has no clip fraction): say so
+        variant_codes = work[VARIANT].cat.codes.to_numpy()
+        names_ = [str(c) for c in work[VARIANT].cat.categories]
         for m in dyn_metrics:
-            codes_ = work[VARIANT].cat.codes.to_numpy()[work[m].notna().to_numpy()]
-            logged = {str(work[VARIANT].cat.categories[k]) for k in np.unique(codes_)}
+            counts_ = np.bincount(
+                variant_codes, weights=~np.isnan(work[m].to_numpy(dtype=np.float64)), minlength=len(names_)
+            )
+            logged = {names_[k] for k in np.flatnonzero(counts_ > 0)}
             absent = [v for v in data.hue_order if v not in logged]
             if absent:
                 data.dynamics_absent[m] = absent
@@ -758,8 +762,10 @@ def compute_report(
     timing_by = list(by)
     at_once = _at_once(work)
     if at_once is not None:
-        per_run = at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown")
-        work[AT_ONCE] = pd.Categorical(per_run.to_numpy()[work[layout.RUN_ID].cat.codes.to_numpy()])
+        per_run = pd.Categorical(at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown"))
+        work[AT_ONCE] = pd.Categorical.from_codes(
+            np.asarray(per_run.codes)[work[layout.RUN_ID].cat.codes.to_numpy()], categories=per_run.categories
+        )
         timing_by.append(AT_ONCE)
     split = s.wseq_split if s.wseq_split in work.columns else None
 
@@ -797,7 +803,7 @@ def compute_report(
                 tables.timing_table, work, by=timing_by, baseline=data.baseline, same=[AT_ONCE]
             ),
             "final": pool.submit(final_job),
-            "check": pool.submit(tables.learning_check, work, s.metric, by=by),
+            "check": pool.submit(tables.learning_check, work, s.metric, by=by, signal=flags),
         }
         if s.target is not None:
             jobs["ttt"] = pool.submit(
@@ -842,20 +848,34 @@ def compute_report(
     return data
 
 
-def _done_problem(r: pd.Series, metric: str) -> str:
-    """Why a run with a DONE marker is not a finished result, or "" when it is one."""
-    if r["state"] != states.DONE:
-        return ""
-    if r["conflict"]:
-        return r["conflict"]
-    max_steps, marker = r["max_steps"], _as_int(r["marker_step"])
-    if max_steps is not None and marker is not None and marker < max_steps:
-        return f"its DONE marker says {marker} of {max_steps} steps"
-    if max_steps is not None and r["last_step"] < max_steps and not r["missing_steps"]:
-        return f"its metrics end at step {int(r['last_step'])} of {max_steps}"
-    if not r["scored"]:
-        return f"no {metric} logged"
-    return ""
+def _done_problems(runs: pd.DataFrame, metric: str) -> list[str]:
+    """Why each run with a DONE marker is not a finished result ("" when it is one, or not DONE):
+    contradicting markers, a DONE marker or metrics that stop before ``max_steps`` (unless DONE
+    lists the missing steps), or no value of the score ``metric`` at all."""
+    done = (runs["state"] == states.DONE).to_numpy()
+    max_steps = np.array([np.nan if v is None else float(v) for v in runs["max_steps"]], dtype=np.float64)
+    marker = np.array([np.nan if (m := _as_int(v)) is None else float(m) for v in runs["marker_step"]])
+    last = runs["last_step"].to_numpy(dtype=np.float64)
+    out = [""] * len(runs)
+    flagged = np.flatnonzero(
+        done
+        & (
+            (runs["conflict"] != "").to_numpy()
+            | (marker < max_steps)
+            | ((last < max_steps) & (runs["missing_steps"] == 0).to_numpy())
+            | ~runs["scored"].to_numpy(dtype=bool)
+        )
+    )
+    for k in flagged:
+        if runs["conflict"].iloc[k]:
+            out[k] = runs["conflict"].iloc[k]
+        elif marker[k] < max_steps[k]:
+            out[k] = f"its DONE marker says {int(marker[k])} of {int(max_steps[k])} steps"
+        elif last[k] < max_steps[k] and not runs["missing_steps"].iloc[k]:
+            out[k] = f"its metrics end at step {int(last[k])} of {int(max_steps[k])}"
+        else:
+            out[k] = f"no {metric} logged"
+    return out
 
 
 def _as_int(v: Any) -> int | None:

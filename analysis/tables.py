@@ -561,7 +561,12 @@ def time_to_target_table(
 
 
 def learning_check(
-    df: pd.DataFrame, metric: str = "reward", *, by: str | Sequence[str] = "loss_type", frac: float = 0.2
+    df: pd.DataFrame,
+    metric: str = "reward",
+    *,
+    by: str | Sequence[str] = "loss_type",
+    frac: float = 0.2,
+    signal: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Did each run learn? Mean ``metric`` over its first vs its last ``frac`` of logged steps.
 
@@ -570,6 +575,7 @@ def learning_check(
         metric: the column compared.
         by: variant column(s) reported with each run.
         frac: fraction of each run's logged steps (at least one) in each window.
+        signal: :func:`analysis.states.signal_flags` of ``df`` when already computed.
 
     Returns:
         One row per run: ``run_id``, ``*by``, ``seed`` (when a seed column exists), ``steps``,
@@ -586,13 +592,10 @@ def learning_check(
     if metric not in df.columns:
         raise KeyError(f"metric {metric!r} not in frame")
     runs = _per_run(df, by)
+    codes, names, first_rows = _run_index(df)
     seed = seed_column(df)
     if seed is not None and seed not in by:
-        _, run_names, first_rows = _run_index(df)
-        runs["seed"] = (
-            pd.Series(df[seed].to_numpy()[first_rows], index=run_names).reindex(runs.index).to_numpy()
-        )
-    codes, names, _ = _run_index(df)
+        runs["seed"] = pd.Series(df[seed].to_numpy()[first_rows], index=names).reindex(runs.index).to_numpy()
     n_runs = len(names)
     y = df[metric].to_numpy(dtype=np.float64)
     keep = ~np.isnan(y)
@@ -616,7 +619,7 @@ def learning_check(
     runs["first"] = first[pos]
     runs["last"] = last[pos]
     runs["diff"] = runs["last"] - runs["first"]
-    flags = signal_flags(df).reindex(runs.index)
+    flags = (signal_flags(df) if signal is None else signal).reindex(runs.index)
     runs["signal"] = ~flags["no_signal"].fillna(False).astype(bool)
     runs["note"] = [
         "no learning signal: every group had zero reward variance (all advantages 0)"
