@@ -794,14 +794,16 @@ def curves(
     run_names = ix.run_names
     for k in order_groups:
         xs, mat, members = matrices[k]
-        mean, std, n = stats.nan_moments(mat, axis=1)
-        if center == "median":
+        if center == "median":  # no moments needed: the median and how many runs it is over
             mean = nan_median_rows(mat)
-            lo = hi = np.full(mean.shape, np.nan)
-        elif ci == "t":
-            lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
+            n = (~np.isnan(mat)).sum(axis=1)
+            std = lo = hi = np.full(mean.shape, np.nan)
         else:
-            lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
+            mean, std, n = stats.nan_moments(mat, axis=1)
+            if ci == "t":
+                lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
+            else:
+                lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
         for name, arr in (("x", xs), ("mean", mean), ("lo", lo), ("hi", hi), ("std", std), ("n", n)):
             cols[name].append(np.asarray(arr))
         lengths.append(len(xs))
