@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -222,6 +222,23 @@ def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None
     return y
 
 
+def _trailing_mean_rows(mat: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last ``window`` columns of each row (fewer at the start), no NaNs.
+
+    The rows of ``mat`` (shape ``(runs, points)``) are independent runs; same values as
+    :func:`smooth` on ``mat.T``, from one cumulative sum and slices (no gather).
+    """
+    n = mat.shape[1]
+    cs = np.cumsum(mat, axis=1)
+    out = np.empty_like(cs)
+    head = min(window, n)
+    out[:, :head] = cs[:, :head] / np.arange(1, head + 1)
+    if n > window:
+        np.subtract(cs[:, window:], cs[:, : n - window], out=out[:, window:])
+        out[:, window:] /= window
+    return out
+
+
 def smooth_runs(
     y: np.ndarray, starts: np.ndarray, *, ema: float | None = None, window: int | None = None
 ) -> np.ndarray:
@@ -248,7 +265,16 @@ def smooth_runs(
         for a, b in zip(starts, ends, strict=True):
             out[a:b] = smooth(y[a:b], ema=ema)
         return out
-    n = y.size
+    return _windowed_mean(y, _window_lo(starts, y.size, window))
+
+
+def _window_lo(starts: np.ndarray, n: int, window: int | np.ndarray) -> np.ndarray:
+    """For each of ``n`` points of concatenated runs (run ``k`` begins at ``starts[k]``), where its
+    trailing window begins: ``max(i + 1 - window, start of its run)``, shape ``(n,)``.
+
+    Raises:
+        ValueError: a window below 1, or a per-run ``window`` whose shape is not ``starts``'.
+    """
     if np.ndim(window):  # one window per run
         w = np.asarray(window, dtype=np.int64)
         if w.shape != np.shape(starts) or (w < 1).any():
@@ -256,18 +282,25 @@ def smooth_runs(
         window = np.repeat(w, np.diff(np.r_[starts, n]))
     elif window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    finite = np.isfinite(y)
-    cs = np.empty(n + 1)
-    cs[0] = 0.0
-    np.cumsum(y if finite.all() else np.where(finite, y, 0.0), out=cs[1:])
     # the first row of each row's run: starts spread forward by a running maximum
     run_start = np.zeros(n, dtype=np.int64)
     run_start[starts] = starts
     np.maximum.accumulate(run_start, out=run_start)
-    idx = np.arange(1, n + 1)
-    lo = idx - (window if np.ndim(window) else int(window))
+    lo = np.arange(1, n + 1) - (window if np.ndim(window) else int(window))
     np.maximum(lo, run_start, out=lo)
-    out = (cs[1:] - cs[lo]) / (idx - lo)
+    return lo
+
+
+def _windowed_mean(y: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Mean of ``y[lo[i]:i + 1]`` for every ``i`` (windows from :func:`_window_lo`), shape ``(n,)``;
+    a window holding ``+inf`` (``-inf``) is ``+inf`` (``-inf``), both: NaN."""
+    n = y.size
+    finite = np.isfinite(y)
+    cs = np.empty(n + 1)
+    cs[0] = 0.0
+    np.cumsum(y if finite.all() else np.where(finite, y, 0.0), out=cs[1:])
+    out = cs[1:] - cs[lo]
+    out /= np.arange(1, n + 1) - lo
     if not finite.all():
         # A window holding +inf (-inf) has mean +inf (-inf), both: NaN; counted apart so an
         # infinite value never leaks past its own window (a running sum through inf would).
@@ -538,6 +571,61 @@ class FrameIndex:
     step_grid: np.ndarray | None
     step_col: np.ndarray | None
     complete: bool = False
+    _plans: list[RowPlan] = field(default_factory=list, compare=False, repr=False)
+
+    def row_plan(self, keep: np.ndarray) -> RowPlan:
+        """The :class:`RowPlan` of the rows ``keep`` selects (bool, shape ``(rows,)``), made once
+        per distinct selection: the metrics drawn over the same rows (every off-policy metric, or
+        every metric logged on every step) share it. Needs ``step_col``."""
+        for plan in self._plans:
+            if np.array_equal(plan.keep, keep):
+                return plan
+        sel = np.flatnonzero(keep)
+        r = self.run_all[sel].astype(np.int64)  # categorical codes may be int8: r * steps must not wrap
+        col = self.step_col[sel]
+        plan = RowPlan(
+            keep=keep,
+            sel=sel,
+            r=r,
+            flat=r * self.step_grid.size + col,
+            counts=np.bincount(r, minlength=self.n_codes) if r.size else np.zeros(self.n_codes, np.int64),
+            starts=np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if r.size else np.zeros(0, np.int64),
+        )
+        if len(self._plans) < 8:  # a report asks for a handful of selections
+            self._plans.append(plan)
+        return plan
+
+
+@dataclass
+class RowPlan:
+    """A selection of a frame's rows, in (run, step) order, ready for :func:`curves`.
+
+    Attributes:
+        keep: (rows,) bool, the selection.
+        sel: (kept,) positions of the kept rows.
+        r: (kept,) their run codes.
+        flat: (kept,) their cell in the (runs, steps) matrix, flattened: ``r * steps + column``.
+        counts: (n_codes,) kept rows per run.
+        starts: where each run with kept rows begins within the kept rows.
+    """
+
+    keep: np.ndarray
+    sel: np.ndarray
+    r: np.ndarray
+    flat: np.ndarray
+    counts: np.ndarray
+    starts: np.ndarray
+    _lo: dict[Any, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def window_lo(self, window: int | np.ndarray) -> np.ndarray:
+        """Where each kept row's trailing window begins (:func:`_window_lo`), for one window or one
+        window per run code (shape ``(n_codes,)``)."""
+        key = ("runs", np.asarray(window).tobytes()) if np.ndim(window) else ("one", int(window))
+        lo = self._lo.get(key)
+        if lo is None:
+            w = np.asarray(window)[self.r[self.starts]] if np.ndim(window) else window
+            lo = self._lo[key] = _window_lo(self.starts, self.r.size, w)
+        return lo
 
 
 def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> FrameIndex:
@@ -675,6 +763,7 @@ def curves(
     center: Literal["mean", "median"] = "mean",
     index: FrameIndex | None = None,
     infinite: bool = False,
+    values: np.ndarray | None = None,
 ) -> Curves:
     """Mean curve over runs and its confidence band, per group of ``by`` and per x.
 
@@ -705,36 +794,50 @@ def curves(
         index: :func:`frame_index` of ``df`` for ``by`` and ``x``, to share between metrics.
         infinite: keep ±inf values (e.g. log-ratios beyond float range) instead of leaving them
             out (and saying how many in the caption).
+        values: shape ``(len(df),)``: the metric's values when they are not a column of ``df``
+            (``metric`` then only names them).
 
     Returns:
         A :class:`Curves`.
 
     Raises:
         KeyError: if ``metric`` or a ``by`` column is missing.
-        ValueError: for an unknown ``x``/``ci`` or bad smoothing.
+        ValueError: for an unknown ``x``/``ci``, bad smoothing or ``values`` of another length.
     """
     if ci not in ("t", "bootstrap"):
         raise ValueError(f"ci must be 't' or 'bootstrap', got {ci!r}")
     by = list(dict.fromkeys(by))
-    missing = [c for c in [metric, *by] if c not in df.columns]
+    missing = [c for c in [*([metric] if values is None else []), *by] if c not in df.columns]
     if missing:
         raise KeyError(f"columns not in frame: {missing}")
     ix = index if index is not None else frame_index(df, by, x)
     if ix.by != tuple(by) or ix.x != x or ix.rows != len(df):
         raise ValueError("index was made for another frame, grouping or x")
-    y_all = df[metric].to_numpy(dtype=np.float64)
+    y_all = df[metric].to_numpy(dtype=np.float64) if values is None else np.asarray(values, dtype=np.float64)
+    if y_all.shape != (len(df),):
+        raise ValueError(f"values: shape {y_all.shape}, expected ({len(df)},)")
     x_all, run_all, n_codes, n_groups = ix.x_all, ix.run_all, ix.n_codes, ix.n_groups
     group_of_run, group_labels, order_groups = ix.group_of_run, ix.group_labels, ix.order_groups
 
     keep = ~np.isnan(y_all) if infinite else np.isfinite(y_all)
-    non_finite = int(np.isinf(y_all[~np.isnan(y_all)]).sum()) if not infinite else 0
+    all_finite = bool(keep.all()) if not infinite else bool(np.isfinite(y_all).all())
+    non_finite = 0 if infinite or all_finite else int(np.isinf(y_all).sum())
     if x != "step":
         keep &= ~np.isnan(x_all)
     if rows is not None:
         keep &= np.asarray(rows, dtype=bool)
-    r, xv, yv = (run_all, x_all, y_all) if keep.all() else (run_all[keep], x_all[keep], y_all[keep])
-
-    counts = np.bincount(r, minlength=n_codes) if r.size else np.zeros(n_codes, dtype=np.int64)
+    kept_all = bool(keep.all())
+    fast_complete = x == "step" and ix.complete and kept_all and all_finite
+    plan = None
+    if fast_complete:
+        counts = np.full(n_codes, ix.step_grid.size, dtype=np.int64)
+    elif x == "step" and ix.step_col is not None:
+        # the kept rows' positions, runs and steps, shared by the metrics kept on the same rows
+        plan = ix.row_plan(keep)
+        counts = plan.counts
+    else:
+        r, xv, yv = (run_all, x_all, y_all) if kept_all else (run_all[keep], x_all[keep], y_all[keep])
+        counts = np.bincount(r, minlength=n_codes) if r.size else np.zeros(n_codes, dtype=np.int64)
     points = int(np.median(counts[counts > 0])) if (counts > 0).any() else 0
     skw = resolve_smoothing(smoothing, points)
     if smoothing == AUTO:
@@ -744,32 +847,31 @@ def curves(
         skw = {"window": per_run} if (per_run[counts > 0] > 1).any() else {}
 
     matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    if x == "step" and ix.complete and keep.all() and np.isfinite(y_all).all():
+    if fast_complete:
         # Every run has every step and the metric no gap: the column is the (runs, steps) matrix;
         # a trailing window runs along each row at once.
         full = y_all.reshape(n_codes, ix.step_grid.size)
         w = skw.get("window", 1)
         w = int(np.max(w)) if np.ndim(w) else w  # every run has every step: one window for all
         if w > 1:
-            cs = np.zeros((n_codes, full.shape[1] + 1))
-            np.cumsum(full, axis=1, out=cs[:, 1:])
-            idx = np.arange(1, full.shape[1] + 1)
-            lo = np.maximum(idx - w, 0)
-            full = (cs[:, 1:] - cs[:, lo]) / (idx - lo)
+            full = _trailing_mean_rows(full, w)
         elif skw:
             full = smooth(full.T, **skw).T
         for k in range(n_groups):
             members = ix.members[k]
             matrices.append((ix.step_grid, full[members].T, members))
-    elif x == "step" and ix.step_col is not None and r.size:
+    elif plan is not None:
         # Rows are sorted by (run, step) (as load returns them; checked once by the index), so each
         # run is smoothed along its own logged points at once and scattered onto the step grid.
-        col = ix.step_col if keep.all() else ix.step_col[keep]
-        if skw:
-            starts_, kw = _run_windows(r, skw)
+        yv = y_all if kept_all else y_all[plan.sel]
+        if "window" in skw:
+            yv = _windowed_mean(yv, plan.window_lo(skw["window"]))
+        elif skw:
+            starts_, kw = _run_windows(plan.r, skw)
             yv = smooth_runs(yv, starts_, **kw)
-        full = np.full((n_codes, ix.step_grid.size), np.nan)
-        full[r, col] = yv
+        full = np.full(n_codes * ix.step_grid.size, np.nan)
+        full[plan.flat] = yv
+        full = full.reshape(n_codes, ix.step_grid.size)
         for k in range(n_groups):
             members = ix.members[k]
             mat = full[members].T

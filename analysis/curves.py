@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
@@ -401,12 +402,12 @@ def plot_highlight(
         parts = {lab: agg[(agg[hue] == lab).to_numpy()] for lab in hue_order}
         line_values = [p["mean"].to_numpy() for p in parts.values() if len(p)]
         band_values = [p[["lo", "hi"]].to_numpy() for p in parts.values() if len(p)]
+        thinned = {lab: _pieces(thin(p)[["x", "mean"]].to_numpy()) for lab, p in parts.items() if len(p)}
         for k, lab in enumerate(hue_order):
             ax = axes[k // ncols, k % ncols]
-            for other, p in parts.items():
-                if other != lab and other != baseline and len(p):
-                    q = thin(p)
-                    ax.plot(q["x"], q["mean"], color="0.82", linewidth=0.7, zorder=1)
+            others = [xy for other, ps in thinned.items() if other not in (lab, baseline) for xy in ps]
+            if others:  # one artist for all of them: drawn at once
+                ax.add_collection(LineCollection(others, colors="0.82", linewidths=0.7, zorder=1))
             if baseline is not None and baseline != lab and len(parts.get(baseline, ())):
                 b = parts[baseline]
                 b = thin(b)
@@ -431,6 +432,17 @@ def plot_highlight(
             )
         fit_legend(fig, handles, legend_title)
     return fig, axes
+
+
+def _pieces(xy: np.ndarray) -> list[np.ndarray]:
+    """A curve's (points, 2) array cut at its missing values, as a line is (for a LineCollection)."""
+    ok = np.isfinite(xy).all(axis=1)
+    if ok.all():
+        return [xy]
+    cuts = np.flatnonzero(np.diff(ok.astype(np.int8))) + 1
+    return [
+        p for p, good in zip(np.split(xy, cuts), np.split(ok, cuts), strict=True) if good[0] and len(p) > 1
+    ]
 
 
 def _finish_grid(axes: np.ndarray, used: set[tuple[int, int]], x: str) -> None:
@@ -733,17 +745,23 @@ def wseq_bands(
     if not all(q in df.columns for q in WSEQ_Q):
         return empty
     mask = np.ones(len(df), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
-    work = df.copy(deep=False)  # the log quantiles are added as columns; the data is not copied
+    logs = {}
+    sel = None if mask.all() else np.flatnonzero(mask)  # the log of the rows drawn only
     with np.errstate(divide="ignore", invalid="ignore"):
         for q, name in zip(WSEQ_Q, ("p05", "p50", "p95"), strict=True):
             v = df[q].to_numpy(dtype=np.float64)
-            work[name] = np.log(v)  # 0 -> -inf, inf -> inf: kept, and drawn at the axis' edge
+            # 0 -> -inf, inf -> inf: kept, and drawn at the axis' edge
+            if sel is None:
+                logs[name] = np.log(v)
+            else:
+                logs[name] = np.full(len(df), np.nan)
+                logs[name][sel] = np.log(v[sel])
     by = list(by)
-    ix = index if index is not None else frame_index(work, by, x)
+    ix = index if index is not None else frame_index(df, by, x)
     # The split column changes from step to step within a run (the pass over a generation batch),
     # so runs are grouped by ``by`` and each split value is its own selection of rows.
     if split:
-        labels_ = work[split].map(lambda v: format_value(v) if v == v else "(none)").to_numpy(dtype=object)
+        labels_ = df[split].map(lambda v: format_value(v) if v == v else "(none)").to_numpy(dtype=object)
         values = sorted(
             set(labels_[mask]), key=lambda v: (0, float(v)) if v.replace(".", "", 1).isdigit() else (1, v)
         )
@@ -755,7 +773,7 @@ def wseq_bands(
         out = None
         for name in ("p05", "p50", "p95"):
             c = curves(
-                work,
+                df,
                 name,
                 x=x,
                 by=by,
@@ -764,13 +782,15 @@ def wseq_bands(
                 center="median",
                 index=ix,
                 infinite=True,
+                values=logs[name],
             )
             part = c.mean.rename(columns={"mean": name})
-            out = (
-                part[[*by, "x", name, "n"]]
-                if out is None
-                else out.merge(part[[*by, "x", name]], on=[*by, "x"], how="outer")
-            )
+            if out is None:
+                out = part[[*by, "x", name, "n"]]
+            elif len(part) == len(out) and all(part[k].equals(out[k]) for k in (*by, "x")):
+                out[name] = part[name].to_numpy()  # the quantiles were logged on the same steps
+            else:
+                out = out.merge(part[[*by, "x", name]], on=[*by, "x"], how="outer")
         if out is not None and not out.empty:
             if split:
                 out[split] = value

@@ -655,21 +655,14 @@ def compute_report(
             work[name] = pd.Categorical.from_codes(
                 label_codes[work_codes], categories=runs[name].cat.categories, ordered=True
             )
-    data.hue_order = (
-        [str(c) for c in runs[VARIANT].cat.categories if c in set(inc[VARIANT].astype(str))]
-        if data.hue
-        else []
-    )
-    data.col_values = (
-        [str(c) for c in runs[PANEL].cat.categories if c in set(inc[PANEL].astype(str))]
-        if data.col
-        else [None]
-    )
-    data.row_values = (
-        [str(c) for c in runs[PANEL_ROW].cat.categories if c in set(inc[PANEL_ROW].astype(str))]
-        if data.row
-        else [None]
-    )
+
+    def used_labels(name: str) -> list[str]:
+        used = set(inc[name].astype(str))
+        return [str(c) for c in runs[name].cat.categories if str(c) in used]
+
+    data.hue_order = used_labels(VARIANT) if data.hue else []
+    data.col_values = used_labels(PANEL) if data.col else [None]
+    data.row_values = used_labels(PANEL_ROW) if data.row else [None]
     data.colors = style.variant_colors(data.hue_order or ["all"])
     by = [c for c in (data.hue, data.col, data.row) if c]
     data.baseline = _baseline_label(runs[runs["included"]], df, data.hue, s.baseline, lines, label_keys)
@@ -710,12 +703,13 @@ def compute_report(
     off, data.off_policy_how = off_policy_rows(work)
     facet_cols = [c for c in (data.col, data.row) if c]
     if facet_cols:
-        fkeys = (
-            work[facet_cols].astype(str).agg("\x1f".join, axis=1).to_numpy()
-            if len(facet_cols) > 1
-            else work[facet_cols[0]].astype(str).to_numpy()
+        # facets are per run: whether each run has an off-policy step, then any per facet
+        rid_cats = work[layout.RUN_ID].cat.categories
+        n_off = np.bincount(work[layout.RUN_ID].cat.codes.to_numpy()[off], minlength=len(rid_cats))
+        run_off = pd.Series(n_off > 0, index=pd.Index([str(c) for c in rid_cats], dtype=object))
+        any_off = (
+            run_off.reindex(inc.index, fill_value=False).groupby(tables.joined_keys(inc, facet_cols)).any()
         )
-        any_off = pd.Series(off).groupby(fkeys).any()
         for key, is_off in any_off.items():
             if not is_off:
                 parts = key.split("\x1f") if len(facet_cols) > 1 else [key]
@@ -735,17 +729,6 @@ def compute_report(
     dyn_by = [b for b in (data.hue, data.col) if b]
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
-    if data.hue:  # variants that log a metric others do (VESPO has no clip fraction): say so
-        variant_codes = work[VARIANT].cat.codes.to_numpy()
-        names_ = [str(c) for c in work[VARIANT].cat.categories]
-        for m in dyn_metrics:
-            counts_ = np.bincount(
-                variant_codes, weights=~np.isnan(work[m].to_numpy(dtype=np.float64)), minlength=len(names_)
-            )
-            logged = {names_[k] for k in np.flatnonzero(counts_ > 0)}
-            absent = [v for v in data.hue_order if v not in logged]
-            if absent:
-                data.dynamics_absent[m] = absent
     if s.wseq_split and s.wseq_split not in work.columns:
         lines.append(f"Note: no run recorded `{s.wseq_split}`, so the w_seq figure is not split by it.")
     if s.x != "step":
@@ -788,6 +771,14 @@ def compute_report(
             work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=index
         )
 
+    def not_logged(metric: str) -> list[str]:
+        # variants that never log a metric others do (VESPO has no clip fraction), to say so
+        codes_ = work[VARIANT].cat.codes.to_numpy()
+        present_ = ~np.isnan(work[metric].to_numpy(dtype=np.float64))
+        counts_ = np.bincount(codes_[present_], minlength=len(work[VARIANT].cat.categories))
+        logged = {str(work[VARIANT].cat.categories[k]) for k in np.flatnonzero(counts_)}
+        return [v for v in data.hue_order if v not in logged]
+
     def final_job() -> tuple[pd.DataFrame, pd.Series]:
         scores = tables.final_scores(work, s.metric)
         table = tables.final_performance_table(work, s.metric, by=by, baseline=data.baseline, scores=scores)
@@ -795,7 +786,13 @@ def compute_report(
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+    from threadpoolctl import threadpool_limits
+
+    # The products in the bootstrap are small: BLAS threads would only spin against the pool's.
+    with (
+        threadpool_limits(limits=1, user_api="blas"),
+        ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool,
+    ):
         curve_index = pool.submit(agg_mod.frame_index, work, by, s.x)
         dyn_index = curve_index if dyn_by == by else pool.submit(agg_mod.frame_index, work, dyn_by, s.x)
         jobs = {
@@ -819,10 +816,14 @@ def compute_report(
         jobs["wseq"] = pool.submit(wseq, di_)
         curve_jobs = {m: pool.submit(curve, m, by, ci_, s.seeds) for m in curve_metrics}
         dyn_jobs = {m: pool.submit(curve, m, dyn_by, di_) for m in dyn_metrics}
+        absent_jobs = {m: pool.submit(not_logged, m) for m in dyn_metrics} if data.hue else {}
         for m, job in curve_jobs.items():
             data.curve_sets[m] = job.result()
             data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
         data.dynamics = {m: job.result() for m, job in dyn_jobs.items()}
+        for m, job in absent_jobs.items():
+            if absent := job.result():
+                data.dynamics_absent[m] = absent
         results = {k: job.result() for k, job in jobs.items()}
     data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
     data.wseq = results["wseq"]
@@ -917,9 +918,8 @@ def _mark_unfinished(table: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
     if table is None or table.empty or not by:
         return
     inc = runs[runs["included"]]
-    key = inc[by].astype(str).agg("\x1f".join, axis=1)
-    unfinished = (inc["state"] != states.DONE).groupby(key.to_numpy()).sum()
-    tkey = table[by].astype(str).agg("\x1f".join, axis=1)
+    unfinished = (inc["state"] != states.DONE).groupby(tables.joined_keys(inc, by)).sum()
+    tkey = pd.Series(tables.joined_keys(table, by))
     table["unfinished"] = tkey.map(unfinished).fillna(0).astype(int).to_numpy()
     table.attrs.setdefault("display", {})["unfinished"] = "of which unfinished"
 
@@ -1026,16 +1026,18 @@ def _variants_table(runs: pd.DataFrame, keys: list[str], data: ReportData) -> pd
     if not keys and not data.col and not data.row:
         return None
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
+    done = (runs["state"] == states.DONE).to_numpy()
+    key_values = runs[keys] if keys else None
     rows = []
-    for key, part in runs.groupby(cols, observed=True, sort=True):
+    for key, pos in runs.groupby(cols, observed=True, sort=True).indices.items():
         key = key if isinstance(key, tuple) else (key,)
-        r = part.iloc[0]
+        finished = int(done[pos].sum())
         rows.append(
             {
                 **dict(zip(cols, (str(k) for k in key), strict=True)),
-                "settings": labels.describe_combo(keys, [r[k] for k in keys]) if keys else "",
-                "finished": int((part["state"] == states.DONE).sum()),
-                "other": int((part["state"] != states.DONE).sum()),
+                "settings": labels.describe_combo(keys, list(key_values.iloc[pos[0]])) if keys else "",
+                "finished": finished,
+                "other": len(pos) - finished,
             }
         )
     return pd.DataFrame(rows)

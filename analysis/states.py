@@ -173,9 +173,9 @@ def signal_flags(df: pd.DataFrame) -> pd.DataFrame:
         if column not in df.columns or n_runs == 0:
             return np.zeros(n_runs, dtype=bool)
         v = df[column].to_numpy(dtype=np.float64)
-        logged = np.bincount(codes, weights=~np.isnan(v), minlength=n_runs)
-        hits = np.bincount(codes, weights=v == value, minlength=n_runs)
-        return (logged > 0) & (hits == logged)
+        logged = np.bincount(codes[~np.isnan(v)], minlength=n_runs)
+        other = np.bincount(codes[(v != value) & ~np.isnan(v)], minlength=n_runs)
+        return (logged > 0) & (other == 0)
 
     out["zero_variance"] = all_equal(ZERO_STD, 1.0)
     out["zero_grad"] = all_equal(GRAD_NORM, 0.0)

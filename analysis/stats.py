@@ -13,7 +13,9 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import stats as _st
@@ -26,9 +28,16 @@ __all__ = [
     "performance_profile",
     "probability_of_improvement",
     "stratified_bootstrap_ci",
+    "stratified_bootstrap_cis",
     "t_interval",
     "t_interval_from_moments",
 ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(p: float, dof: float) -> float:
+    """Student-t quantile ``t_{p, dof}`` (``scipy.stats.t.ppf``); NaN for a NaN ``dof``."""
+    return float("nan") if math.isnan(dof) else float(_st.t.ppf(p, dof))
 
 
 def t_interval_from_moments(
@@ -58,8 +67,13 @@ def t_interval_from_moments(
     std = np.asarray(std, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
     dof = np.where(n >= 2, n - 1.0, np.nan)
+    # The quantile depends on the sample size only, and a curve has few distinct sizes: evaluated
+    # once per size (scipy's ppf costs about a microsecond per element).
+    sizes, inverse = np.unique(dof, return_inverse=True)
+    q = np.array([_t_quantile(0.5 + confidence / 2.0, float(d)) for d in sizes])
+    q = q[inverse.reshape(dof.shape)] if q.size else np.full(dof.shape, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        half = _st.t.ppf(0.5 + confidence / 2.0, dof) * std / np.sqrt(n)
+        half = q * std / np.sqrt(n)
     return mean - half, mean + half
 
 
@@ -206,7 +220,7 @@ def _draw_counts(
         if idx.size == 0:
             out.append((np.zeros(0), np.zeros((reps, 0))))
             continue
-        draws = rng.choice(idx.size, size=(reps, idx.size), replace=True)
+        draws = rng.integers(0, idx.size, size=(reps, idx.size))  # = rng.choice(idx.size, ..., replace=True)
         flat = draws + (np.arange(reps) * idx.size)[:, None]
         counts = np.bincount(flat.ravel(), minlength=reps * idx.size).reshape(reps, idx.size)
         out.append((scores[idx, task], counts.astype(np.float64)))
@@ -283,6 +297,31 @@ def stratified_bootstrap_ci(
     Raises:
         ValueError: if no matrix is given, ``reps < 1`` or ``confidence`` is not in (0, 1).
     """
+    return stratified_bootstrap_cis([func], *score_matrices, reps=reps, confidence=confidence, seed=seed)[0]
+
+
+def stratified_bootstrap_cis(
+    funcs: Sequence[Callable[..., float]],
+    *score_matrices: np.ndarray,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[tuple[float, float, float]]:
+    """:func:`stratified_bootstrap_ci` of several statistics on the same replicates.
+
+    The runs are drawn once and every statistic is evaluated on those draws, so each result equals
+    the one :func:`stratified_bootstrap_ci` gives for that statistic with the same ``seed``.
+
+    Args:
+        funcs: the statistics, each as ``func`` of :func:`stratified_bootstrap_ci`.
+        *score_matrices, reps, confidence, seed: as in :func:`stratified_bootstrap_ci`.
+
+    Returns:
+        One ``(estimate, lo, hi)`` per statistic, in order.
+
+    Raises:
+        ValueError: if no matrix is given, ``reps < 1`` or ``confidence`` is not in (0, 1).
+    """
     if not score_matrices:
         raise ValueError("at least one score matrix is required")
     if reps < 1:
@@ -293,22 +332,26 @@ def stratified_bootstrap_ci(
     for m in score_matrices:
         m = np.asarray(m, dtype=np.float64)
         mats.append(m[:, None] if m.ndim == 1 else m)
-    estimate = float(func(*mats))
     rng = np.random.default_rng(seed)
     counts = [_draw_counts(m, rng, reps) for m in mats]
-    batched = _BATCHED.get(func)
-    if batched is not None:
-        values = np.asarray(batched(*counts), dtype=np.float64)
-    else:
-        values = np.array(
-            [func(*(_replicate(m, c, k) for m, c in zip(mats, counts, strict=True))) for k in range(reps)]
-        )
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return estimate, float("nan"), float("nan")
     alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
-    return estimate, float(lo), float(hi)
+    out = []
+    for func in funcs:
+        estimate = float(func(*mats))
+        batched = _BATCHED.get(func)
+        if batched is not None:
+            values = np.asarray(batched(*counts), dtype=np.float64)
+        else:
+            values = np.array(
+                [func(*(_replicate(m, c, k) for m, c in zip(mats, counts, strict=True))) for k in range(reps)]
+            )
+        values = values[~np.isnan(values)]
+        if values.size == 0:
+            out.append((estimate, float("nan"), float("nan")))
+            continue
+        lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+        out.append((estimate, float(lo), float(hi)))
+    return out
 
 
 def bootstrap_mean_interval(

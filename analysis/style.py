@@ -73,6 +73,9 @@ _FIXED: dict[str, int] = {
 RC: dict[str, Any] = {
     "font.size": 8,
     "axes.titlesize": 8,
+    # a fixed title height: no panel has tick labels on top, and matplotlib would otherwise measure
+    # every shared axis to place each title
+    "axes.titley": 1.0,
     "axes.labelsize": 8,
     "xtick.labelsize": 7,
     "ytick.labelsize": 7,

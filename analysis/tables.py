@@ -62,13 +62,59 @@ def _by_run_and_step(codes: np.ndarray, steps: np.ndarray, keep: np.ndarray) -> 
     return rows[np.lexsort((st, c))]
 
 
+def joined_keys(frame: pd.DataFrame, cols: Sequence[str]) -> np.ndarray:
+    """Each row's values of ``cols`` as one string (joined by ``\\x1f``), to group by several
+    columns at once; shape ``(len(frame),)``, dtype object (``""`` for every row without columns)."""
+    if not cols:
+        return np.full(len(frame), "", dtype=object)
+    parts = [frame[c].astype(str).to_numpy(dtype=object) for c in cols]
+    if len(parts) == 1:
+        return parts[0]
+    return np.array(["\x1f".join(t) for t in zip(*parts, strict=True)], dtype=object)
+
+
 def _per_run_sum(codes: np.ndarray, n: int, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per run: the sum of the non-NaN values of ``v`` and how many there are."""
-    ok = ~np.isnan(v)
+    nan = np.isnan(v)
+    if not nan.any():  # the common case: no selection of rows needed
+        return np.bincount(codes, weights=v, minlength=n), np.bincount(codes, minlength=n).astype(np.float64)
     return (
-        np.bincount(codes[ok], weights=v[ok], minlength=n),
-        np.bincount(codes[ok], minlength=n).astype(np.float64),
+        np.bincount(codes, weights=np.where(nan, 0.0, v), minlength=n),
+        np.bincount(codes, weights=(~nan).astype(np.float64), minlength=n),
     )
+
+
+def _rows_by_group(codes: np.ndarray, group_of_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions ordered by the group of their run (``group_of_run[code]``, -1: none), and the
+    bounds of each group ``g`` in that order (``bounds[g]:bounds[g + 1]``); rows keep their order
+    within a group.
+
+    When each run's rows are one contiguous block (as :func:`analysis.load.load` returns them) the
+    blocks are reordered as wholes; otherwise the rows are sorted.
+    """
+    n_groups = int(group_of_run.max()) + 1 if group_of_run.size else 0
+    if codes.size == 0:
+        return np.zeros(0, np.int64), np.zeros(n_groups + 1, np.int64)
+    edges = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    starts = np.r_[0, edges]
+    block_codes = codes[starts]
+    if np.unique(block_codes).size == block_codes.size:  # one block per run
+        ends = np.r_[edges, codes.size]
+        g = group_of_run[block_codes]
+        keep = np.flatnonzero(g >= 0)
+        order_b = keep[np.argsort(g[keep], kind="stable")]
+        lengths = (ends - starts)[order_b]
+        # the rows of the chosen blocks, block after block: output position i of block b holds
+        # row starts[b] + (i - heads[b])
+        heads = np.r_[0, np.cumsum(lengths)[:-1]]
+        rows = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts[order_b] - heads, lengths)
+        per_group = np.bincount(g[order_b], weights=lengths, minlength=n_groups).astype(np.int64)
+    else:
+        row_group = group_of_run[codes]
+        keep = np.flatnonzero(row_group >= 0)
+        rows = keep[np.argsort(row_group[keep], kind="stable")]
+        per_group = np.bincount(row_group[keep], minlength=n_groups)
+    return rows, np.r_[0, np.cumsum(per_group)]
 
 
 def _per_run(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -131,18 +177,14 @@ def _baseline_values(
         hit = table.loc[is_base, column]
         out[:] = float(hit.mean()) if len(hit) else np.nan
         return out
-    key = table[facets].astype(str).agg("\x1f".join, axis=1).to_numpy()
+    key = joined_keys(table, facets)
     ref = {k: float(v) for k, v in zip(key[is_base], table.loc[is_base, column], strict=True)}
     if not _baseline_has_own_panels(key, is_base):
         return np.array([ref.get(k, np.nan) for k in key], dtype=np.float64)
     # The baseline is a panel of its own (as "no sync" beside sync periods): every other panel is
     # compared with it, among rows that agree on the ``same`` columns.
     same = [c for c in same if c in facets]
-    skey = (
-        table[same].astype(str).agg("\x1f".join, axis=1).to_numpy()
-        if same
-        else np.zeros(len(table), dtype=object)
-    )
+    skey = joined_keys(table, same) if same else np.zeros(len(table), dtype=object)
     pooled = {k: float(table.loc[is_base & (skey == k), column].mean()) for k in set(skey[is_base])}
     return np.array(
         [ref.get(k, pooled.get(sk, np.nan)) for k, sk in zip(key, skey, strict=True)], dtype=np.float64
@@ -215,23 +257,21 @@ def timing_table(
     ok = ~np.isnan(mem)
     np.maximum.at(peak, codes[ok], mem[ok])
     runs["peak_memory_mb"] = np.where(np.isinf(peak), np.nan, peak)[pos]
-    # TRL's step_time pooled over each variant's steps: rows sorted by variant once, then a median
-    # per contiguous slice.
+    # TRL's step_time pooled over each variant's steps: rows grouped by variant once, then a median
+    # per slice.
     step_time = col("step_time")
     run_pos = pd.Index(np.asarray(names, dtype=object))
     variant_of_run = np.full(n, -1, dtype=np.int64)
     groups = list(_variant_groups(runs, by))
     for g, (_, part) in enumerate(groups):
         variant_of_run[run_pos.get_indexer(part.index)] = g
-    row_variant = variant_of_run[codes]
-    ok = ~np.isnan(step_time) & (row_variant >= 0)
-    order = np.argsort(row_variant[ok], kind="stable")
-    st_sorted = step_time[ok][order]
-    bounds = np.searchsorted(row_variant[ok][order], np.arange(len(groups) + 1))
+    order, bounds = _rows_by_group(codes, variant_of_run)
+    st_sorted = step_time[order]
 
     rows = []
     for g, (key, part) in enumerate(groups):
         st = st_sorted[bounds[g] : bounds[g + 1]]
+        st = st[~np.isnan(st)]
         rows.append(
             {
                 **_key_dict(by, key),
@@ -380,9 +420,7 @@ def final_performance_table(
         for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
             fkey = fkey if isinstance(fkey, tuple) else (fkey,)
             base_mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
-        panel_of = (
-            runs[by[1:]].astype(str).agg("\x1f".join, axis=1).to_numpy() if by[1:] else np.zeros(len(runs))
-        )
+        panel_of = joined_keys(runs, by[1:]) if by[1:] else np.zeros(len(runs))
         if _baseline_has_own_panels(panel_of, base_mask):
             pooled_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
     rows = []
@@ -390,11 +428,8 @@ def final_performance_table(
         key_t = key if isinstance(key, tuple) else (key,)
         base_mat = base_mats.get(tuple(str(v) for v in key_t[1:]), pooled_mat)
         mat = _score_matrix(part["score"], part["_task"], task_order)
-        mean, mean_lo, mean_hi = stats.stratified_bootstrap_ci(
-            stats.mean_score, mat, reps=reps, confidence=confidence, seed=seed
-        )
-        iq, iq_lo, iq_hi = stats.stratified_bootstrap_ci(
-            stats.iqm, mat, reps=reps, confidence=confidence, seed=seed
+        (mean, mean_lo, mean_hi), (iq, iq_lo, iq_hi) = stats.stratified_bootstrap_cis(
+            [stats.mean_score, stats.iqm], mat, reps=reps, confidence=confidence, seed=seed
         )
         if np.sum(~np.isnan(mat), axis=0).max(initial=0) < 2:
             # One run per task: a bootstrap over runs can only return the run itself.
