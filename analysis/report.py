@@ -322,6 +322,20 @@ class ReportData:
     profile: pd.DataFrame | None = None
     empty: bool = False
 
+    def panels(self) -> dict[str, Any]:
+        """The layout keywords every faceted figure takes (:func:`analysis.curves.plot_curve_set`,
+        :func:`analysis.finals.plot_final`): label columns, colours, orders, on-policy panels."""
+        return {
+            "hue": self.hue,
+            "col": self.col,
+            "row": self.row,
+            "colors": self.colors,
+            "hue_order": self.hue_order,
+            "col_values": self.col_values,
+            "row_values": self.row_values,
+            "on_policy": self.on_policy,
+        }
+
 
 def report_columns(settings: ReportSettings) -> list[str]:
     """The metric and config columns a report with ``settings`` reads (a projection: real runs log
@@ -1138,14 +1152,7 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         for m, c in data.curve_sets.items():
             fig, _ = curves.plot_curve_set(
                 c,
-                hue=data.hue,
-                col=data.col,
-                row=data.row,
-                colors=data.colors,
-                hue_order=data.hue_order,
-                col_values=data.col_values,
-                row_values=data.row_values,
-                on_policy=data.on_policy,
+                **data.panels(),
                 marks=data.marks.get(m, []),
                 mark_runs=data.mark_runs.get(m),
                 syncs=data.syncs,
@@ -1183,14 +1190,7 @@ def render_report(data: ReportData, out: Path) -> list[str]:
             data.scores,
             data.final,
             metric=s.metric,
-            hue=data.hue,
-            col=data.col,
-            row=data.row,
-            colors=data.colors,
-            hue_order=data.hue_order,
-            col_values=data.col_values,
-            row_values=data.row_values,
-            on_policy=data.on_policy,
+            **data.panels(),
         )
         style.save(fig, out / "final")
         section(
