@@ -37,7 +37,6 @@ __all__ = [
     "flatten_config",
     "list_runs",
     "load",
-    "metric_files",
     "read_grid",
     "seed_column",
 ]
@@ -81,18 +80,11 @@ def list_runs(grid_dir: str | Path) -> list[str]:
     return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def metric_files(run_dir: str | Path) -> list[Path]:
-    """The parquet files holding a run's metrics, in reading order.
-
-    ``metrics/metrics.parquet`` alone when the run was compacted, otherwise its ``part-*.parquet``
-    files in name order (a later part wins on a repeated step). Names starting with "." are a
-    writer's temporaries and are never returned.
-    """
-    return [Path(p) for p in _metric_paths(os.fspath(run_dir))]
-
-
 def _metric_paths(run_dir: str) -> list[str]:
-    # Plain strings and one stat per compacted run: this runs once per run on every load.
+    """The parquet files holding a run's metrics, in reading order: ``metrics/metrics.parquet``
+    alone when the run was compacted, otherwise its ``part-*.parquet`` files in name order (a later
+    part wins on a repeated step); names starting with "." (a writer's temporaries) never.
+    Plain strings and one stat per compacted run: this runs once per run on every load."""
     mdir = os.path.join(run_dir, layout.METRICS_DIR)
     compact = os.path.join(mdir, layout.COMPACT_FILE)
     if os.path.isfile(compact):

@@ -7,9 +7,10 @@ differ only in how submitit is set up. Local execution never runs more jobs at o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,19 +204,11 @@ def execute_local(
                 print(f"[{len(outcomes)}/{len(runs)}] {outcome.run_id} {outcome.state}{latest}", flush=True)
 
         if in_process:
-            for spec in runs:
-                rdir = layout.run_dir(grid_dir, spec.run_id)
-                try:
-                    RunJob(spec, str(rdir), threads)()
-                    finish(Outcome(spec.run_id, "done"))
-                except Exception as e:  # one failed run must not stop the grid
-                    state = "diverged" if run_state(rdir) == "diverged" else "failed"
-                    finish(Outcome(spec.run_id, state, error=f"{type(e).__name__}: {e}"))
+            with _thread_environment(threads):
+                _run_in_process(runs, grid_dir, threads, finish)
             return [outcomes[r.run_id] for r in runs]
 
         parallel = default_parallel(executor)
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(threads)  # inherited by the local jobs
         queue = list(runs)
         active: list[tuple[RunSpec, submitit.Job]] = []
         import signal
@@ -225,7 +218,8 @@ def execute_local(
 
         previous = signal.signal(signal.SIGTERM, interrupted)
         try:
-            _drive(queue, active, parallel, grid_dir, executor, threads, finish)
+            with _thread_environment(threads):  # inherited by the local jobs, and only by them
+                _drive(queue, active, parallel, grid_dir, executor, threads, finish)
         except KeyboardInterrupt:
             # submitit's local jobs outlive their parent; stop them so no orphan keeps writing
             for _, job in active:
@@ -234,6 +228,35 @@ def execute_local(
         finally:
             signal.signal(signal.SIGTERM, previous)
     return [outcomes[r.run_id] for r in runs]
+
+
+@contextlib.contextmanager
+def _thread_environment(threads: int) -> Iterator[None]:
+    """Set ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` to ``threads`` for the block, then put back
+    what was there (or nothing), so the driver's own environment is unchanged afterwards."""
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: str(threads) for name in names})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finish) -> None:
+    """The debug executor: each run called directly, one after another."""
+    for spec in runs:
+        rdir = layout.run_dir(grid_dir, spec.run_id)
+        try:
+            RunJob(spec, str(rdir), threads)()
+            finish(Outcome(spec.run_id, "done"))
+        except Exception as e:  # one failed run must not stop the grid
+            state = "diverged" if run_state(rdir) == "diverged" else "failed"
+            finish(Outcome(spec.run_id, state, error=f"{type(e).__name__}: {e}"))
 
 
 def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None:

@@ -1,8 +1,10 @@
-"""Pure grid expansion: a GridSpec becomes a list of runs, each with a stable run id.
+"""Grid expansion: a GridSpec becomes a list of runs, each with a stable run id.
 
-No I/O here. The run id is a short hash of the run's resolved settings (task, model, tiny, trainer,
-harness, seed): the same settings give the same id on any machine, and a changed override gives a
-new id, so old results stay apart from new ones.
+No files are read or written here except through :func:`harness.spec.coerce_numbers`, which asks
+GRPOConfig's field types (from the verdict memo, else from TRL). The run id is a short hash of the
+run's resolved settings (task, model, tiny, trainer, harness, seed): the same settings give the
+same id on any machine, and a changed override gives a new id, so old results stay apart from new
+ones.
 """
 
 from __future__ import annotations

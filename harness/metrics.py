@@ -1,4 +1,5 @@
-"""Per-step metrics on disk: an atomic parquet writer, a TrainerCallback that feeds it, provenance.
+"""Per-step metrics on disk: atomic writes, the parquet writer, provenance (the TrainerCallback that
+feeds the writer is in :mod:`harness.run`).
 
 Every write goes to a temporary name in the same folder and is then renamed, so a run killed at
 any moment leaves only complete parquet files where readers look (readers skip names starting
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import platform
 import socket
@@ -235,11 +235,6 @@ class MetricsWriter:
         for p in parts:
             p.unlink(missing_ok=True)
         return path
-
-
-def is_finite(value: Any) -> bool:
-    """True for a number that is neither NaN nor infinite (None counts as finite: not logged)."""
-    return value is None or not isinstance(value, float) or math.isfinite(value)
 
 
 def _git(*args: str) -> str | None:

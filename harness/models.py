@@ -80,27 +80,6 @@ class TinyModelSpec:
     seed: int = 0
 
 
-# GRPOConfig values under which GRPO measurably learns on the default tiny model (chain_sum, 2 terms,
-# 1 digit) within a CPU smoke budget: 450 steps take about 50 s on one thread. Measured with seeds 0-2,
-# reward mean over the last fifth of steps minus the first fifth: grpo +0.155/+0.173/+0.144, dapo
-# +0.167/+0.138/+0.172, vespo +0.112/+0.194/+0.084; greedy accuracy 0.43 -> 0.63-0.68 (grpo). Higher
-# learning rates (5e-4 and up) collapse entropy and lose accuracy; 4 prompts x 16 generations learns less.
-TINY_GRPO_SETTINGS: dict[str, Any] = {
-    "learning_rate": 2e-4,
-    "lr_scheduler_type": "constant",
-    "warmup_steps": 0,
-    "per_device_train_batch_size": 64,  # completions per step: 8 prompts x 8 generations
-    "num_generations": 8,
-    "num_iterations": 2,
-    "max_completion_length": 6,
-    "temperature": 1.0,
-    "beta": 0.0,
-    "max_steps": 450,
-    "gradient_checkpointing": False,
-    "bf16": False,
-}
-
-
 # --------------------------------------------------------------------------------------------------
 # Cache key
 

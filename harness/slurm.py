@@ -33,21 +33,6 @@ FAILED_FILE = layout.FAILED_FILE
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
 SLURM_LOGS_DIR = "slurm_logs"
-#: SLURM queue states in which a job will still run (squeue's %T).
-ACTIVE_STATES = {
-    "PENDING",
-    "RUNNING",
-    "REQUEUED",
-    "REQUEUE_HOLD",
-    "REQUEUE_FED",
-    "CONFIGURING",
-    "COMPLETING",
-    "SUSPENDED",
-    "RESIZING",
-    "SIGNALING",
-    "STAGE_OUT",
-    "PREEMPTED",
-}
 
 
 def _run(cmd: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:

@@ -31,8 +31,6 @@ from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings, grpo_conf
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-#: Loss types whose objective has the PPO clip ``[1 - epsilon, 1 + epsilon_high]`` (TRL ``_compute_loss``).
-CLIPPED_LOSSES = ("grpo", "dr_grpo", "dapo", "bnpo", "luspo")
 CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
 #: Settings that only act on ratios != 1: the clip range, and VESPO's (k, lambda), since
 #: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight).
