@@ -53,19 +53,7 @@ class SkippedFileWarning(UserWarning):
     """A metrics or config file could not be read and was left out of the frame."""
 
 
-def read_grid(grid_dir: str | Path) -> dict[str, Any] | None:
-    """The grid's ``grid.json`` (name, source, run_ids, varying), or None when absent.
-
-    Raises:
-        ValueError: if the file exists but is not valid JSON.
-    """
-    path = Path(grid_dir) / layout.GRID_FILE
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+read_grid = layout.read_grid
 
 
 def list_runs(grid_dir: str | Path) -> list[str]:
@@ -78,30 +66,6 @@ def list_runs(grid_dir: str | Path) -> list[str]:
     if not runs_dir.is_dir():
         raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir}")
     return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _metric_paths(run_dir: str) -> list[str]:
-    """The parquet files holding a run's metrics, in reading order: ``metrics/metrics.parquet``
-    alone when the run was compacted, otherwise its ``part-*.parquet`` files in name order (a later
-    part wins on a repeated step); names starting with "." (a writer's temporaries) never.
-    Plain strings and one stat per compacted run: this runs once per run on every load."""
-    mdir = os.path.join(run_dir, layout.METRICS_DIR)
-    compact = os.path.join(mdir, layout.COMPACT_FILE)
-    if os.path.isfile(compact):
-        return [compact]
-    return _part_paths(mdir)
-
-
-def _part_paths(mdir: str) -> list[str]:
-    try:
-        names = os.listdir(mdir)
-    except OSError:
-        return []
-    return [
-        os.path.join(mdir, n)
-        for n in sorted(names)
-        if n.startswith(layout.PART_PREFIX) and n.endswith(".parquet")
-    ]
 
 
 def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -263,7 +227,7 @@ def _normalise(table: pa.Table, path: str, skipped: list[tuple[str, str]]) -> pa
 def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table], list[tuple[str, str]]]:
     skipped: list[tuple[str, str]] = []
     tables = []
-    for i, path in enumerate(_metric_paths(run_dir)):
+    for i, path in enumerate(layout.metric_paths(run_dir)):
         try:
             tables.append(_normalise(_read_table(path, want), path, skipped))
         except (pa.ArrowException, OSError, ValueError) as e:
@@ -271,7 +235,7 @@ def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table],
             # A damaged compacted file may still have its parts beside it (compaction removes them
             # only after the rename); reading them beats losing the run.
             if i == 0 and os.path.basename(path) == layout.COMPACT_FILE:
-                for part in _part_paths(os.path.dirname(path)):
+                for part in layout.part_paths(os.path.dirname(path)):
                     try:
                         tables.append(_normalise(_read_table(part, want), part, skipped))
                     except (pa.ArrowException, OSError, ValueError) as e2:
@@ -487,7 +451,7 @@ def cache_key(grid_dir: Path, ids: Sequence[str], columns: Sequence[str] | None,
     runs_dir = os.path.join(os.fspath(grid_dir), layout.RUNS_DIR)
     for rid in ids:
         rdir = os.path.join(runs_dir, rid)
-        for path in (os.path.join(rdir, layout.CONFIG_FILE), *_metric_paths(rdir)):
+        for path in (os.path.join(rdir, layout.CONFIG_FILE), *layout.metric_paths(rdir)):
             try:
                 st = os.stat(path)
                 # ctime and inode too: a copy that restores the mtime (cp -p, rsync -a) changes them
@@ -520,7 +484,6 @@ def _read_cached(folder: Path, key: str) -> pd.DataFrame | None:
 
 def _write_cached(folder: Path, key: str, df: pd.DataFrame) -> None:
     """Write the frame atomically; never raises (a cache that cannot be written is no cache)."""
-    import tempfile
 
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -529,15 +492,8 @@ def _write_cached(folder: Path, key: str, df: pd.DataFrame) -> None:
         table = table.replace_schema_metadata(
             {**(table.schema.metadata or {}), b"grpo_harness_attrs": attrs.encode()}
         )
-        fd, tmp = tempfile.mkstemp(prefix=".frame-", dir=folder)
-        os.close(fd)
-        try:
+        with layout.atomic_path(folder / f"frame-{key}.arrow", prefix=".frame-") as tmp:
             feather.write_feather(table, tmp, compression="uncompressed")
-            os.chmod(tmp, layout.FILE_MODE)
-            os.replace(tmp, folder / f"frame-{key}.arrow")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         old = sorted(folder.glob("frame-*.arrow"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for stale in old[_CACHE_KEEP:]:
             stale.unlink(missing_ok=True)

@@ -396,10 +396,8 @@ def load_report_inputs(
         raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir} (is it results/<grid>?)")
     try:
         grid_info = read_grid(grid_dir)
-        if grid_info is not None and not isinstance(grid_info, dict):
-            raise ValueError("not a JSON object")
     except ValueError as e:
-        raise ReportError(f"{grid_dir / layout.GRID_FILE}: {e}; fix or delete it, or use --all") from e
+        raise ReportError(f"{e}; fix or delete it, or use --all") from e
     if all_runs:
         ids = list_runs(grid_dir)
         run_set = f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"

@@ -37,7 +37,7 @@ def main() -> int:
     from harness.run import model_cache_dir, run, seed_everything
     from harness.spec import load_grid
     from harness.tasks import TaskSpec, build_task
-    from harness.validate import build_grpo_config, grpo_config_kwargs
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     overrides = [*args.override, f"trainer.max_steps={args.steps}", "harness.eval_steps=0"]
     plan = expand(load_grid(args.grid, overrides))

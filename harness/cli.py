@@ -258,7 +258,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         slurm.grid_run_dirs(grid_dir, all_runs=args.all)
     except ValueError as e:  # a damaged grid.json; run files are read leniently by grid_status
         print(
-            f"error: {grid_dir / layout.GRID_FILE} is not a grid file ({e}); use --all to list every run folder.",
+            f"error: {e}: this is not a grid file; use --all to list every run folder.",
             file=sys.stderr,
         )
         return 2

@@ -15,7 +15,6 @@ import platform
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from importlib import metadata
@@ -29,22 +28,9 @@ from harness import layout
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    A process killed at any moment leaves either the old file or the new one, never a torn one.
-    (No fsync: surviving a power cut is not promised, and a fsync per job record made submitting
-    1,000 runs seconds slower.)
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, layout.FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` to ``path`` atomically (:func:`harness.layout.atomic_path`)."""
+    with layout.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -53,16 +39,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with layout.atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.chmod(tmp, layout.FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
@@ -99,9 +77,7 @@ def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> p
     Returns None when the run has no readable metrics. Raises nothing for unreadable parts: they
     are skipped (the writer never leaves one, but a disk can) and appended to ``unreadable``.
     """
-    mdir = Path(run_dir) / layout.METRICS_DIR
-    compact = mdir / layout.COMPACT_FILE
-    files = [compact] if compact.exists() else sorted(mdir.glob(f"{layout.PART_PREFIX}*.parquet"))
+    files = [Path(p) for p in layout.metric_paths(run_dir)]
     tables = []
     for f in files:
         try:

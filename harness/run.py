@@ -325,7 +325,7 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     import torch
 
     from harness.spec import ExecutorSettings
-    from harness.validate import build_grpo_config, grpo_config_kwargs, resolve_device
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs, resolve_device
 
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
         (run_dir / stale).unlink(missing_ok=True)

@@ -239,11 +239,10 @@ def _owner_alive(run_dir: Path) -> bool:
 def grid_run_dirs(grid_dir: Path, all_runs: bool = False) -> list[Path]:
     """Run folders of the grid as last planned (grid.json), or every run folder with ``all_runs``."""
     runs = grid_dir / layout.RUNS_DIR
-    grid_file = grid_dir / layout.GRID_FILE
-    if not all_runs and grid_file.exists():
-        ids = (read_json_object(grid_file) or {}).get("run_ids")
+    if not all_runs and (info := layout.read_grid(grid_dir)) is not None:
+        ids = info.get("run_ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) and "/" not in i for i in ids):
-            raise ValueError("no list of run ids")
+            raise ValueError(f"{grid_dir / layout.GRID_FILE}: no list of run ids")
         return [runs / i for i in ids]
     return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
 
@@ -255,7 +254,10 @@ def grid_status(grid_dir: Path, all_runs: bool = False) -> list[RunStatus]:
     queue = queue_states(jobs)
     pending_ids = [j for d, j in zip(dirs, jobs, strict=True) if j and not (d / layout.DONE_FILE).exists()]
     accounting = accounting_states(j for j in pending_ids if j not in queue)
-    planned = (read_json_object(grid_dir / layout.GRID_FILE) or {}).get("runs")
+    try:
+        planned = (layout.read_grid(grid_dir) or {}).get("runs")
+    except ValueError:  # a damaged grid.json (listed with all_runs): no planned values to show
+        planned = None
     planned = planned if isinstance(planned, dict) else {}
     return [run_status(d, queue, accounting, planned.get(d.name)) for d in dirs]
 

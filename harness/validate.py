@@ -13,24 +13,24 @@ Each rule is a function ``(RunContext) -> list[Finding]``, tested one by one.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import math
-import os
-import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 from harness.grid import Plan, RunSpec
-from harness.spec import EXECUTORS, ExecutorSettings, HarnessSettings, grpo_config_defaults, grpo_config_type
+from harness.spec import EXECUTORS, ExecutorSettings, grpo_config_defaults
+from harness.trl_boundary import (
+    IMPORTANCE_SAMPLING_LEVELS,
+    LOSS_TYPES,
+    VALIDATION_DIR,
+    checked_grpo_config,
+    cuda_available,
+    grpo_config_kwargs,
+    resolve_device,
+)
 
-#: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
 #: Settings that only act on ratios != 1: the clip range, and VESPO's (k, lambda), since
 #: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight).
@@ -112,130 +112,6 @@ class RunContext:
         if name in self.trainer:
             return self.trainer[name]
         return grpo_config_defaults().get(name)
-
-
-def resolve_device(device: str, executor: ExecutorSettings) -> str:
-    """The device a run will execute on: "cpu" or "cuda".
-
-    "auto" means cuda for a SLURM executor with GPUs per node > 0, else cuda when this machine has it.
-    """
-    if device != "auto":
-        return device
-    if executor.name == "slurm":
-        return "cuda" if executor.gpus_per_node > 0 else "cpu"
-    return "cuda" if _cuda_available() else "cpu"
-
-
-#: A GPU driver's files on Linux (NVIDIA; AMD ROCm, which torch also calls cuda; WSL).
-_GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
-
-
-@functools.cache
-def _cuda_available() -> bool:
-    """``torch.cuda.is_available()``, without importing torch (~1.7 s) on a Linux or macOS machine
-    that has no GPU driver at all, where the answer can only be False."""
-    if sys.platform == "darwin" or (
-        sys.platform.startswith("linux") and not any(os.path.exists(p) for p in _GPU_DRIVER_FILES)
-    ):
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, Any]:
-    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` on ``device`` ("cpu" or "cuda").
-
-    Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
-    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), checkpoints
-    from ``harness.checkpoint_steps``/``keep_checkpoints``, ``disable_tqdm=True``.
-    """
-    trainer = dict(run.config.get("trainer", {}))
-    h = HarnessSettings(**run.config.get("harness", {}))
-    kwargs: dict[str, Any] = {
-        "logging_steps": 1,
-        "report_to": "none",
-        "disable_tqdm": True,
-        "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
-        "save_total_limit": h.keep_checkpoints,
-        "dataloader_num_workers": 0,
-    }
-    if h.checkpoint_steps > 0:
-        kwargs["save_steps"] = h.checkpoint_steps
-    if device == "cpu":
-        kwargs["use_cpu"] = True
-        kwargs["bf16"] = False
-    kwargs.update(trainer)
-    kwargs["output_dir"] = output_dir
-    kwargs["seed"] = run.config["seed"]
-    return kwargs
-
-
-def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False):
-    """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
-
-    For a CUDA run that executes elsewhere (``elsewhere=True``: a SLURM job validated on the login
-    node), or on a machine without CUDA, TRL's "no bf16 on this GPU" check is told the GPU has bf16.
-    """
-    cls = grpo_config_type()
-    patch: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if device == "cuda":
-        import torch
-
-        if elsewhere or not torch.cuda.is_available():  # noqa: SIM102 (torch imported only for cuda)
-            patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
-    with patch, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return cls(**kwargs)
-
-
-def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False) -> dict[str, Any]:
-    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
-
-    Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
-    are left out) or ``{"values": None, "error": TRL's first error line}``. The memo is keyed by the
-    kwargs, device and the versions of trl, transformers, accelerate and torch; a CUDA run on this
-    machine (not ``elsewhere``) depends on its GPU and is never memoised.
-    """
-    from harness import verdicts
-
-    def ask() -> dict[str, Any]:
-        try:
-            config = build_grpo_config(kwargs, device, elsewhere)
-        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return {"values": None, "error": msg}
-        values = verdicts.jsonable_items(
-            (f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
-        )
-        return {"values": values, "error": None}
-
-    if device == "cuda" and not elsewhere:
-        return ask()
-    try:
-        settings = verdicts.jsonable(dict(kwargs))
-    except verdicts.NotJSON:  # e.g. a YAML date: ask TRL every time
-        return ask()
-    key = {
-        **verdicts.versions(*verdicts.TRL_STACK),
-        "device": device,
-        "kwargs": settings,
-    }
-    return verdicts.memo("grpo-config", key, ask, _is_verdict)
-
-
-def _is_verdict(v: Any) -> bool:
-    """Whether a memo entry has one of :func:`grpo_config_verdict`'s two shapes."""
-    if not isinstance(v, dict) or set(v) != {"values", "error"}:
-        return False
-    values, error = v["values"], v["error"]
-    if values is None:
-        return isinstance(error, str)
-    return (
-        error is None
-        and isinstance(values, dict)
-        and {"loss_type", "max_steps", "num_generations"} <= set(values)
-    )
 
 
 # --- the rule table -----------------------------------------------------------------------------
@@ -557,7 +433,7 @@ def rule_harness(ctx: RunContext) -> list[Finding]:
         out += _err(
             f"harness.eval_max_new_tokens = {h['eval_max_new_tokens']!r} must be >= 1 token (or unset)."
         )
-    if h.get("device") == "cuda" and ctx.executor.name != "slurm" and not _cuda_available():
+    if h.get("device") == "cuda" and ctx.executor.name != "slurm" and not cuda_available():
         out += _err("harness.device = 'cuda' but this machine has no CUDA device; use 'cpu' or 'auto'.")
     if h.get("device", "auto") not in DEVICES:
         out += _err(f"harness.device = {h.get('device')!r}; use one of {', '.join(DEVICES)}.")
@@ -654,22 +530,6 @@ def check_executor(executor: ExecutorSettings) -> list[Finding]:
     return out
 
 
-# GRPOConfig never creates its output_dir; a fixed name keeps identical cells identical.
-_VALIDATION_DIR = "grpo-harness-validation"
-_CONFIG_CACHE: dict[str, dict[str, Any]] = {}
-
-
-def _checked_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool) -> dict[str, Any]:
-    """:func:`grpo_config_verdict` for ``kwargs`` with the seed set to 0: cells that differ only in the
-    seed share one verdict (a 1,000-seed grid asks TRL once, or reads one memo entry)."""
-    from harness.grid import canonical_json
-
-    key = canonical_json({**kwargs, "seed": None, "device": device, "elsewhere": elsewhere})
-    if key not in _CONFIG_CACHE:
-        _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere)
-    return _CONFIG_CACHE[key]
-
-
 def _where(run: RunSpec, keys: Sequence[str]) -> str:
     parts = [f"{k.split('.')[-1]}={run.varying.get(k)!r}" for k in keys if k in run.varying]
     return ", ".join(parts) or "the only run"
@@ -682,8 +542,8 @@ def validate_run(
     device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
     findings: list[Finding] = []
     if device in ("cpu", "cuda"):
-        verdict = _checked_grpo_config(
-            grpo_config_kwargs(run, device, _VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
+        verdict = checked_grpo_config(
+            grpo_config_kwargs(run, device, VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
         )
     else:  # an unknown harness.device: rule_harness names it; TRL cannot be asked about it
         verdict = {"values": None, "error": None}

@@ -25,13 +25,12 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.layout import FILE_MODE
+from harness.layout import atomic_path
 
 ENV = "GRPO_HARNESS_VERDICTS"
 #: Bump when what is stored for an existing key changes meaning, so old entries are not reused.
@@ -109,18 +108,9 @@ def memo(
 
 def _store(path: Path, value: Any) -> None:
     text = json.dumps({"value": value})  # TypeError/ValueError for a value with no JSON form
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except OSError:
-        if tmp is not None:  # read-only, full, or the entry's name taken by a folder: skip storing
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    # read-only, full, or the entry's name taken by a folder: skip storing
+    with contextlib.suppress(OSError), atomic_path(path, prefix=".tmp-") as tmp, open(tmp, "w") as f:
+        f.write(text)
 
 
 class NotJSON(ValueError):

@@ -149,7 +149,7 @@ def test_memo_reads_back_and_keys_on_everything(tmp_path, monkeypatch):
 
 
 def test_a_new_library_version_asks_again(tmp_path, monkeypatch):
-    from harness.validate import grpo_config_verdict
+    from harness.trl_boundary import grpo_config_verdict
 
     monkeypatch.setenv(verdicts.ENV, str(tmp_path))
     kwargs = {"output_dir": "x", "use_cpu": True, "bf16": False, "report_to": "none", "num_generations": 2}

@@ -1,0 +1,194 @@
+"""Everything that knows TRL's insides, in one place.
+
+The rest of the harness asks this module, never TRL directly, about: the values TRL accepts for
+``loss_type`` and ``importance_sampling_level``; the ``GRPOConfig`` keyword arguments of a run and
+the device it runs on; TRL's verdict on those arguments (memoised on disk by
+:mod:`harness.verdicts`); and the private names of ``GRPOTrainer`` that
+:class:`harness.trainer.HarnessGRPOTrainer` overrides or reads (:data:`TRL_PRIVATE_NAMES`,
+checked against the installed TRL by :func:`missing_private_names`).
+
+Importing this module imports neither torch nor TRL: each function imports what it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import Any
+from unittest import mock
+
+from harness.grid import RunSpec
+from harness.spec import ExecutorSettings, HarnessSettings, grpo_config_type
+
+#: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+#: ``GRPOTrainer`` methods :class:`harness.trainer.HarnessGRPOTrainer` overrides (and calls through
+#: ``super()``), and instance attributes the harness reads; all private to TRL, so an upgrade may
+#: rename them. :func:`missing_private_names` says which the installed TRL lacks.
+TRL_PRIVATE_METHODS = (
+    "_compute_loss",
+    "_get_per_token_logps_and_entropies",
+    "_generate_and_score_completions",
+    "_prepare_inputs",
+)
+TRL_PRIVATE_ATTRIBUTES = ("_step", "_logs")  # set in GRPOTrainer.__init__
+TRL_PRIVATE_NAMES = (*TRL_PRIVATE_METHODS, *TRL_PRIVATE_ATTRIBUTES)
+
+
+def missing_private_names() -> list[str]:
+    """The names of :data:`TRL_PRIVATE_NAMES` the installed TRL's ``GRPOTrainer`` lacks (methods
+    looked up on the class, attributes found as ``self.<name> =`` in its ``__init__`` source)."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    init = inspect.getsource(GRPOTrainer.__init__)
+    missing = [n for n in TRL_PRIVATE_METHODS if not callable(getattr(GRPOTrainer, n, None))]
+    missing += [n for n in TRL_PRIVATE_ATTRIBUTES if f"self.{n} =" not in init]
+    return missing
+
+
+def resolve_device(device: str, executor: ExecutorSettings) -> str:
+    """The device a run will execute on: "cpu" or "cuda".
+
+    "auto" means cuda for a SLURM executor with GPUs per node > 0, else cuda when this machine has it.
+    """
+    if device != "auto":
+        return device
+    if executor.name == "slurm":
+        return "cuda" if executor.gpus_per_node > 0 else "cpu"
+    return "cuda" if cuda_available() else "cpu"
+
+
+#: A GPU driver's files on Linux (NVIDIA; AMD ROCm, which torch also calls cuda; WSL).
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """``torch.cuda.is_available()``, without importing torch (~1.7 s) on a Linux or macOS machine
+    that has no GPU driver at all, where the answer can only be False."""
+    if sys.platform == "darwin" or (
+        sys.platform.startswith("linux") and not any(os.path.exists(p) for p in _GPU_DRIVER_FILES)
+    ):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, Any]:
+    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` on ``device`` ("cpu" or "cuda").
+
+    Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
+    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), checkpoints
+    from ``harness.checkpoint_steps``/``keep_checkpoints``, ``disable_tqdm=True``.
+    """
+    trainer = dict(run.config.get("trainer", {}))
+    h = HarnessSettings(**run.config.get("harness", {}))
+    kwargs: dict[str, Any] = {
+        "logging_steps": 1,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
+        "save_total_limit": h.keep_checkpoints,
+        "dataloader_num_workers": 0,
+    }
+    if h.checkpoint_steps > 0:
+        kwargs["save_steps"] = h.checkpoint_steps
+    if device == "cpu":
+        kwargs["use_cpu"] = True
+        kwargs["bf16"] = False
+    kwargs.update(trainer)
+    kwargs["output_dir"] = output_dir
+    kwargs["seed"] = run.config["seed"]
+    return kwargs
+
+
+def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False):
+    """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
+
+    For a CUDA run that executes elsewhere (``elsewhere=True``: a SLURM job validated on the login
+    node), or on a machine without CUDA, TRL's "no bf16 on this GPU" check is told the GPU has bf16.
+    """
+    cls = grpo_config_type()
+    patch: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if device == "cuda":
+        import torch
+
+        if elsewhere or not torch.cuda.is_available():  # noqa: SIM102 (torch imported only for cuda)
+            patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
+    with patch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cls(**kwargs)
+
+
+def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False) -> dict[str, Any]:
+    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
+
+    Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
+    are left out) or ``{"values": None, "error": TRL's first error line}``. The memo is keyed by the
+    kwargs, device and the versions of trl, transformers, accelerate and torch; a CUDA run on this
+    machine (not ``elsewhere``) depends on its GPU and is never memoised.
+    """
+    from harness import verdicts
+
+    def ask() -> dict[str, Any]:
+        try:
+            config = build_grpo_config(kwargs, device, elsewhere)
+        except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return {"values": None, "error": msg}
+        values = verdicts.jsonable_items(
+            (f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
+        )
+        return {"values": values, "error": None}
+
+    if device == "cuda" and not elsewhere:
+        return ask()
+    try:
+        settings = verdicts.jsonable(dict(kwargs))
+    except verdicts.NotJSON:  # e.g. a YAML date: ask TRL every time
+        return ask()
+    key = {
+        **verdicts.versions(*verdicts.TRL_STACK),
+        "device": device,
+        "kwargs": settings,
+    }
+    return verdicts.memo("grpo-config", key, ask, _is_verdict)
+
+
+def _is_verdict(v: Any) -> bool:
+    """Whether a memo entry has one of :func:`grpo_config_verdict`'s two shapes."""
+    if not isinstance(v, dict) or set(v) != {"values", "error"}:
+        return False
+    values, error = v["values"], v["error"]
+    if values is None:
+        return isinstance(error, str)
+    return (
+        error is None
+        and isinstance(values, dict)
+        and {"loss_type", "max_steps", "num_generations"} <= set(values)
+    )
+
+
+# GRPOConfig never creates its output_dir; a fixed name keeps identical cells identical.
+VALIDATION_DIR = "grpo-harness-validation"
+_CONFIG_CACHE: dict[str, dict[str, Any]] = {}
+
+
+def checked_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool) -> dict[str, Any]:
+    """:func:`grpo_config_verdict` for ``kwargs`` with the seed set to 0: cells that differ only in the
+    seed share one verdict (a 1,000-seed grid asks TRL once, or reads one memo entry)."""
+    from harness.grid import canonical_json
+
+    key = canonical_json({**kwargs, "seed": None, "device": device, "elsewhere": elsewhere})
+    if key not in _CONFIG_CACHE:
+        _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere)
+    return _CONFIG_CACHE[key]

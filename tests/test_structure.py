@@ -1,0 +1,125 @@
+"""The import rules of the code, read from its source (no module is imported):
+
+- ``analysis`` takes from ``harness`` only the results layout (``harness.layout``);
+- planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch, transformers
+  or trl at module level, so planning a grid never loads the model stack;
+- ``run`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
+- module-level imports among the project's modules form no cycle;
+- every private name of TRL the trainer relies on exists in the installed TRL.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "analysis")
+HEAVY = ("torch", "transformers", "trl")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _imports(path: Path, module_level_only: bool) -> set[str]:
+    """Absolute module names imported by a file (``from a import b`` gives ``a`` and ``a.b``);
+    ``module_level_only``: leave out imports inside functions and ``if TYPE_CHECKING:`` blocks,
+    which do not run when the module is imported."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if module_level_only and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if module_level_only and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    names = set()
+    for n in found:
+        if isinstance(n, ast.Import):
+            names.update(a.name for a in n.names)
+        elif n.module and n.level == 0:
+            names.add(n.module)
+            names.update(f"{n.module}.{a.name}" for a in n.names)
+    return names
+
+
+def test_analysis_takes_only_the_layout_from_harness():
+    bad = {
+        name: sorted(i for i in _imports(path, False) if i.startswith("harness") and i != "harness.layout")
+        for name, path in _modules().items()
+        if name.startswith("analysis")
+    }
+    bad = {k: v for k, v in bad.items() if v and v != ["harness"]}
+    assert not bad, f"analysis imports more of harness than harness.layout: {bad}"
+
+
+@pytest.mark.parametrize(
+    "module", ["harness.spec", "harness.grid", "harness.validate", "harness.trl_boundary"]
+)
+def test_planning_imports_no_model_stack_at_module_level(module):
+    heavy = sorted(i for i in _imports(_modules()[module], True) if i.split(".")[0] in HEAVY)
+    assert not heavy, (
+        f"{module} imports {heavy} at module level; import them inside the function that needs them"
+    )
+
+
+def test_run_does_not_import_validate():
+    found = sorted(i for i in _imports(_modules()["harness.run"], False) if i.startswith("harness.validate"))
+    assert not found, f"harness.run imports {found}; take TRL's pieces from harness.trl_boundary"
+
+
+def test_no_import_cycles_at_module_level():
+    mods = _modules()
+    graph = {
+        name: {i for i in _imports(path, True) if i in mods and i != name and i not in PACKAGES}
+        for name, path in mods.items()
+    }
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        seen[node] = 1
+        for nxt in sorted(graph[node]):
+            if seen.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt])
+            elif nxt not in seen:
+                visit(nxt, [*path, nxt])
+        seen[node] = 2
+
+    for name in sorted(graph):
+        if name not in seen:
+            visit(name, [name])
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_trl_has_every_private_name_the_trainer_relies_on():
+    from harness import trl_boundary
+
+    missing = trl_boundary.missing_private_names()
+    assert not missing, (
+        f"the installed TRL's GRPOTrainer lacks {missing}, which harness.trainer.HarnessGRPOTrainer "
+        "overrides or reads (harness.trl_boundary.TRL_PRIVATE_NAMES): adapt the trainer to this TRL, "
+        "or install the TRL version pyproject.toml names"
+    )
+
+
+def test_a_private_name_trl_lacks_is_reported(monkeypatch):
+    from harness import trl_boundary
+
+    monkeypatch.setattr(trl_boundary, "TRL_PRIVATE_METHODS", (*trl_boundary.TRL_PRIVATE_METHODS, "_no_such"))
+    monkeypatch.setattr(trl_boundary, "TRL_PRIVATE_ATTRIBUTES", ("_step", "_no_such_attr"))
+    assert trl_boundary.missing_private_names() == ["_no_such", "_no_such_attr"]
