@@ -457,9 +457,47 @@ def compute_report(
     s = settings
     if s.x not in _X_CHOICES:
         raise ReportError(f"x must be one of {_X_CHOICES}, got {s.x!r}")
-    lines: list[str] = []
-    left_out: list[str] = []
-    data = ReportData(title=title, settings=s, lines=lines, left_out=left_out, runs=pd.DataFrame())
+    data = ReportData(title=title, settings=s, lines=[], left_out=[], runs=pd.DataFrame())
+    df, unreadable = _runs_without_metrics(df, run_states, data)
+    if df.empty:
+        data.empty = True
+        return data
+    _check_axes(df, s)
+    runs, first, flags = _run_table(df, run_states, s)
+    keys = _label_variants(df, runs, first, s, strict_keys, data)
+    notes = _left_out_and_notes(df, runs, data, unreadable)
+    data.runs = runs
+    inc = runs[runs["included"]]
+    work = _included_rows(df, runs)
+    _orders(data, runs, inc)
+    data.baseline = _baseline_label(inc, df, data.hue, s.baseline, data.lines, keys.label)
+    _compared_lines(df, inc, data, keys, notes)
+    data.variants = _variants_table(runs, keys.label, data)
+    if work.empty:
+        data.empty = True
+        return data
+    off = _on_policy_panels(work, inc, data)
+    _numbers(work, df, runs, flags, off, data, keys)
+    return data
+
+
+@dataclass
+class _Keys:
+    """The config columns behind the labels: panels (``col``, ``row``), variants (``label``), and
+    every column the panels tell apart (``faceted``, dotted and as given)."""
+
+    col: list[str]
+    row: list[str]
+    label: list[str]
+    faceted: set[str]
+
+
+def _runs_without_metrics(
+    df: pd.DataFrame, run_states: pd.DataFrame, data: ReportData
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """A shallow working copy of ``df`` (categorical run ids, only the small attrs), with each
+    requested run that has no metric rows listed in ``data.left_out``; also, per run id, how many
+    of its metrics files could not be read."""
     requested = df.attrs.get("requested_runs") or list(run_states.index)
     missing_runs = list(df.attrs.get("missing_runs") or [])
     damaged = dict(df.attrs.get("damaged_runs") or {})
@@ -476,27 +514,25 @@ def compute_report(
     rid_col = df[layout.RUN_ID]
     if not isinstance(rid_col.dtype, pd.CategoricalDtype):
         df[layout.RUN_ID] = rid_col = rid_col.astype("category")
-    row_codes = rid_col.cat.codes.to_numpy()
-    run_names = [str(c) for c in rid_col.cat.categories]
-    first_row = np.full(len(run_names), -1, dtype=np.int64)
-    first_row[row_codes[::-1]] = np.arange(len(df) - 1, -1, -1)
-    with_metrics = {run_names[k] for k in np.flatnonzero(first_row >= 0)}
+    counts = np.bincount(rid_col.cat.codes.to_numpy(), minlength=len(rid_col.cat.categories))
+    with_metrics = {str(c) for c, n in zip(rid_col.cat.categories, counts, strict=True) if n}
     for rid in requested:
         if rid in damaged:
-            left_out.append(f"`{rid}`: damaged run file, left out ({damaged[rid]})")
+            data.left_out.append(f"`{rid}`: damaged run file, left out ({damaged[rid]})")
         elif rid in missing_runs:
-            left_out.append(f"`{rid}`: no run folder yet (not started)")
+            data.left_out.append(f"`{rid}`: no run folder yet (not started)")
         elif rid not in with_metrics:
             state = run_states.loc[rid, "state"] if rid in run_states.index else states.UNFINISHED
             what = {
                 states.FAILED: "failed before its first step",
                 states.DONE: "done, but none of its metrics could be read (see Files not loaded)",
             }.get(state, "no metrics logged yet")
-            left_out.append(f"`{rid}`: {what}")
-    if df.empty:
-        data.empty = True
-        return data
+            data.left_out.append(f"`{rid}`: {what}")
+    return df, unreadable
 
+
+def _check_axes(df: pd.DataFrame, s: ReportSettings) -> None:
+    """Raise :class:`ReportError` when the x axis or the score metric is not in the results."""
     try:
         x_values(df, s.x)
     except KeyError as e:
@@ -510,7 +546,17 @@ def compute_report(
             f"logged metrics include {', '.join(known) or 'none'}"
         )
 
-    # One row per run: config values, state, progress.
+
+def _run_table(
+    df: pd.DataFrame, run_states: pd.DataFrame, s: ReportSettings
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """One row per run with metrics: its config values, state, progress, learning-signal flags,
+    and whether the report counts it (``included``). Returns ``(runs, first rows, signal flags)``."""
+    rid_col = df[layout.RUN_ID]
+    row_codes = rid_col.cat.codes.to_numpy()
+    run_names = [str(c) for c in rid_col.cat.categories]
+    first_row = np.full(len(run_names), -1, dtype=np.int64)
+    first_row[row_codes[::-1]] = np.arange(len(df) - 1, -1, -1)
     present = np.flatnonzero(first_row >= 0)
     first = df.iloc[first_row[present]].copy()
     first.index = pd.Index([run_names[k] for k in present], name=layout.RUN_ID, dtype=object)
@@ -538,8 +584,20 @@ def compute_report(
     runs["problem"] = _done_problems(runs, s.metric)
     done = (runs["state"] == states.DONE) & (runs["problem"] == "")
     runs["included"] = done | (s.include_unfinished & (runs["state"] != states.DONE))
+    return runs, first, flags
 
-    # Labels: variant (hue), panel (col), panel row (row).
+
+def _label_variants(
+    df: pd.DataFrame,
+    runs: pd.DataFrame,
+    first: pd.DataFrame,
+    s: ReportSettings,
+    strict_keys: Collection[str],
+    data: ReportData,
+) -> _Keys:
+    """Label each run's variant (hue), panel (col) and panel row (row) in ``runs``; set
+    ``data.hue``/``col``/``row`` and the legend title; note in ``data.lines`` what the layout could
+    not do as asked."""
     col_keys = [_key_column(df, k, k in strict_keys) for k in s.col]
     row_keys = [_key_column(df, k, k in strict_keys) for k in s.row]
     for k in (*col_keys, *row_keys):
@@ -550,69 +608,87 @@ def compute_report(
     # Labels come from every run with metrics, so a variant keeps its name whichever runs finished.
     differing = _differing_keys(runs, config_cols, faceted)
     if col_keys or row_keys:
-        # A key the panels already tell apart (the control's batch size, with its own panel) is not
-        # a variant of its own.
-        fkey = pd.Series(
-            [
-                labels.canon(tuple(r))
-                for r in runs[list(dict.fromkeys([*col_keys, *row_keys]))].itertuples(index=False)
-            ],
-            index=runs.index,
+        differing = _split_within_panels(runs, differing, [*col_keys, *row_keys])
+    hue_keys, explicit = _hue_keys(df, runs, first, s, strict_keys, differing)
+    also_panels = [k for k in hue_keys if k in faceted]
+    if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
+        hue_keys = [k for k in hue_keys if k not in faceted]
+        if s.hue is not None:
+            _say(
+                data,
+                f"{', '.join(labels.key_title(k) for k in also_panels)} is a panel key, so it is not a colour too",
+            )
+    runs[VARIANT], extra = labels.label_runs(runs, hue_keys, [k for k in differing if k not in hue_keys])
+    if extra and explicit:
+        _say(
+            data,
+            f"runs differ in more than the hue ({', '.join(labels.key_title(k) for k in extra)}), so those "
+            "keys are added to the labels of the runs they tell apart; facet them with --col/--row to colour "
+            "by the hue alone",
         )
+    label_keys = [*hue_keys, *extra]
+    data.hue = VARIANT if label_keys else None
+    data.legend_title = labels.titles(hue_keys or extra) if label_keys else None
+    for name, keys_, attr in ((PANEL, col_keys, "col"), (PANEL_ROW, row_keys, "row")):
+        if keys_:
+            runs[name], _ = labels.label_runs(
+                runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in keys_]
+            )
+            setattr(data, attr, name)
+    return _Keys(col_keys, row_keys, label_keys, faceted)
 
-        def split_within_panels(k: str) -> bool:
-            values = runs[k].map(lambda v: repr(labels.canon((v,))))
-            return bool(values.groupby(fkey).nunique().max() > 1)
 
-        differing = [k for k in differing if split_within_panels(k)]
+def _say(data: ReportData, note: str) -> None:
+    """A note on the layout, on stderr and in the report."""
+    print(f"report: {note}", file=sys.stderr)
+    data.lines.append(f"Note: {note}.")
+
+
+def _split_within_panels(runs: pd.DataFrame, keys: list[str], panel_keys: list[str]) -> list[str]:
+    """The ``keys`` whose values differ within some panel: a key the panels already tell apart (the
+    control's batch size, with its own panel) is not a variant of its own."""
+    fkey = pd.Series(
+        [labels.canon(tuple(r)) for r in runs[list(dict.fromkeys(panel_keys))].itertuples(index=False)],
+        index=runs.index,
+    )
+
+    def splits(k: str) -> bool:
+        values = runs[k].map(lambda v: repr(labels.canon((v,))))
+        return bool(values.groupby(fkey).nunique().max() > 1)
+
+    return [k for k in keys if splits(k)]
+
+
+def _hue_keys(
+    df: pd.DataFrame,
+    runs: pd.DataFrame,
+    first: pd.DataFrame,
+    s: ReportSettings,
+    strict_keys: Collection[str],
+    differing: list[str],
+) -> tuple[list[str], bool]:
+    """The columns that colour the variants, and whether the layout named them."""
     if s.hue is None:
         # The loss type names a variant even when it does not vary (a grid over other keys then
         # reads "dapo, ε 0.2/0.28" rather than "all runs").
         lt = "trainer.loss_type" if "trainer.loss_type" in runs.columns else None
         hue_keys = [lt] if lt else list(differing)
-        explicit = False
     else:
         hue_keys = [_key_column(df, k, k in strict_keys) for k in s.hue]
         for k in hue_keys:
             if k not in runs.columns:
                 runs[k] = first[k] if k in first.columns else np.nan
-        explicit = True
-    hue_keys = [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys]
-    also_panels = [k for k in hue_keys if k in faceted]
-    if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
-        hue_keys = [k for k in hue_keys if k not in faceted]
-        if s.hue is not None:
-            note = f"{', '.join(labels.key_title(k) for k in also_panels)} is a panel key, so it is not a colour too"
-            print(f"report: {note}", file=sys.stderr)
-            lines.append(f"Note: {note}.")
-    runs[VARIANT], extra = labels.label_runs(runs, hue_keys, [k for k in differing if k not in hue_keys])
-    if extra and explicit:
-        note = (
-            f"runs differ in more than the hue ({', '.join(labels.key_title(k) for k in extra)}), so those "
-            "keys are added to the labels of the runs they tell apart; facet them with --col/--row to colour "
-            "by the hue alone"
-        )
-        print(f"report: {note}", file=sys.stderr)
-        lines.append(f"Note: {note}.")
-    label_keys = [*hue_keys, *extra]
-    data.hue = VARIANT if label_keys else None
-    data.legend_title = labels.titles(hue_keys or extra) if label_keys else None
-    if col_keys:
-        runs[PANEL], _ = labels.label_runs(
-            runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in col_keys]
-        )
-        data.col = PANEL
-    if row_keys:
-        runs[PANEL_ROW], _ = labels.label_runs(
-            runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in row_keys]
-        )
-        data.row = PANEL_ROW
+    return [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys], s.hue is not None
 
-    # Runs left out, and notes on the included ones.
+
+def _left_out_and_notes(
+    df: pd.DataFrame, runs: pd.DataFrame, data: ReportData, unreadable: dict[str, int]
+) -> list[str]:
+    """List every run the report does not count in ``data.left_out``, one line with its state and
+    step (a diverged run's step and metric written back into ``runs``); return the notes on the
+    counted runs (unreadable files, missing steps, no learning signal)."""
     for rid, r in runs[(runs["state"] != states.DONE) | (runs["problem"] != "")].iterrows():
-        where = _where(r, data)
         step = None if pd.isna(r["last_step"]) else int(r["last_step"])
-        max_steps = r["max_steps"]
         if r["state"] == states.DIVERGED:
             marker = _as_int(r["marker_step"])
             dstep, dmetric = states.divergence_point(
@@ -620,21 +696,22 @@ def compute_report(
             )
             runs.at[rid, "marker_step"] = dstep
             runs.at[rid, "diverged_metric"] = dmetric
-            text = states.describe(r["state"], step=dstep, max_steps=max_steps, metric=dmetric)
+            text = states.describe(r["state"], step=dstep, max_steps=r["max_steps"], metric=dmetric)
             if step is not None and dstep > step + 1:
                 text += f"; its metrics end at step {step}"
         elif r["state"] == states.DONE:
             text = f"done, but {r['problem']}: not counted"
         else:
-            text = states.describe(r["state"], step=step, max_steps=max_steps)
-        left_out.append(f"`{rid}` ({where}): {text}" + ("; included, marked" if r["included"] else ""))
-    notes = []
-    for rid in runs.index[runs["included"]]:
-        if rid in unreadable:
-            notes.append(
-                f"`{rid}` ({_where(runs.loc[rid], data)}): {unreadable[rid]} metrics file(s) unreadable (see Files "
-                "not loaded), so some of its steps are missing from its numbers"
-            )
+            text = states.describe(r["state"], step=step, max_steps=r["max_steps"])
+        data.left_out.append(
+            f"`{rid}` ({_where(r, data)}): {text}" + ("; included, marked" if r["included"] else "")
+        )
+    notes = [
+        f"`{rid}` ({_where(runs.loc[rid], data)}): {unreadable[rid]} metrics file(s) unreadable (see Files "
+        "not loaded), so some of its steps are missing from its numbers"
+        for rid in runs.index[runs["included"]]
+        if rid in unreadable
+    ]
     for rid, r in runs[runs["included"] & ((runs["missing_steps"] > 0) | runs["no_signal"])].iterrows():
         if r["missing_steps"]:
             notes.append(
@@ -646,16 +723,16 @@ def compute_report(
             notes.append(
                 f"`{rid}` ({_where(r, data)}): no learning signal ({why}); never counted as improved"
             )
-    data.runs = runs
+    return notes
 
-    inc = runs[runs["included"]]
-    included_ids = set(inc.index)
-    # Rows are selected and labelled through the run id's categorical codes: per run, not per row.
+
+def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the counted runs, with their variant, panel and panel-row labels as ordered
+    categoricals; rows are selected and labelled per run, through the run id's codes."""
     rid = df[layout.RUN_ID]
-    if not isinstance(rid.dtype, pd.CategoricalDtype):
-        rid = rid.astype("category")
     run_names = [str(c) for c in rid.cat.categories]
     codes = rid.cat.codes.to_numpy()
+    included_ids = set(runs.index[runs["included"]])
     mask = np.isin(codes, [k for k, name in enumerate(run_names) if name in included_ids])
     work = df.copy(deep=False) if mask.all() else df[mask].copy()
     work.attrs = dict(df.attrs)
@@ -667,6 +744,11 @@ def compute_report(
             work[name] = pd.Categorical.from_codes(
                 label_codes[work_codes], categories=runs[name].cat.categories, ordered=True
             )
+    return work
+
+
+def _orders(data: ReportData, runs: pd.DataFrame, inc: pd.DataFrame) -> None:
+    """The variants, panels and panel rows that counted runs use, in label order, and the colours."""
 
     def used_labels(name: str) -> list[str]:
         used = set(inc[name].astype(str))
@@ -676,29 +758,33 @@ def compute_report(
     data.col_values = used_labels(PANEL) if data.col else [None]
     data.row_values = used_labels(PANEL_ROW) if data.row else [None]
     data.colors = style.variant_colors(data.hue_order or ["all"])
-    by = [c for c in (data.hue, data.col, data.row) if c]
-    data.baseline = _baseline_label(runs[runs["included"]], df, data.hue, s.baseline, lines, label_keys)
 
+
+def _compared_lines(
+    df: pd.DataFrame, inc: pd.DataFrame, data: ReportData, keys: _Keys, notes: list[str]
+) -> None:
+    """The report's opening lines: what is compared, against which baseline, over how many runs."""
     curve_keys = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in inc.columns]
     per_variant = inc.groupby(curve_keys, observed=True).size() if curve_keys else pd.Series([len(inc)])
     seeds = seed_column(df)
+    lines = data.lines
     lines.append(
         "Compared: "
         + (f"{data.legend_title} ({' | '.join(data.hue_order)})" if data.hue else "all runs")
-        + (f", in panels by {labels.titles([_dotted(df, k) for k in col_keys])}" if col_keys else "")
-        + (f" and rows by {labels.titles([_dotted(df, k) for k in row_keys])}" if row_keys else "")
+        + (f", in panels by {labels.titles([_dotted(df, k) for k in keys.col])}" if keys.col else "")
+        + (f" and rows by {labels.titles([_dotted(df, k) for k in keys.row])}" if keys.row else "")
         + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
         + (f"; {_count_range(per_variant)} finished run(s) per curve" if len(inc) else "; no finished run")
         + (f" (differing in {seeds})." if seeds and len(per_variant) and per_variant.max() > 1 else ".")
     )
     if len(inc) and per_variant.max() < 2:
         lines.append("With one run per curve there are no confidence intervals.")
-    if s.include_unfinished and (inc["state"] != states.DONE).any():
+    if data.settings.include_unfinished and (inc["state"] != states.DONE).any():
         lines.append(
             "Runs that did not finish are included (`--include-unfinished`) and marked in the tables."
         )
     task = next((c for c in ("task.name", "task") if c in inc.columns), None)
-    if task and task not in faceted and inc[task].astype(str).nunique() > 1:
+    if task and task not in keys.faceted and inc[task].astype(str).nunique() > 1:
         lines.append(
             f"Note: these runs are on different tasks ({', '.join(sorted(inc[task].astype(str).unique()))}); "
             "final scores are compared within each task (stratified), curves and figures mix them: "
@@ -706,39 +792,35 @@ def compute_report(
         )
     lines.extend(f"Note: {n}." for n in notes)
 
-    data.variants = _variants_table(runs, label_keys, data)
-    if work.empty:
-        data.empty = True
-        return data
 
-    # Off-policy steps, on-policy facets.
+def _on_policy_panels(work: pd.DataFrame, inc: pd.DataFrame, data: ReportData) -> np.ndarray:
+    """Which rows are off-policy steps (returned), and which panels have none (``data.on_policy``)."""
     off, data.off_policy_how = off_policy_rows(work)
     facet_cols = [c for c in (data.col, data.row) if c]
-    if facet_cols:
-        # facets are per run: whether each run has an off-policy step, then any per facet
-        rid_cats = work[layout.RUN_ID].cat.categories
-        n_off = np.bincount(work[layout.RUN_ID].cat.codes.to_numpy()[off], minlength=len(rid_cats))
-        run_off = pd.Series(n_off > 0, index=pd.Index([str(c) for c in rid_cats], dtype=object))
-        any_off = (
-            run_off.reindex(inc.index, fill_value=False).groupby(tables.joined_keys(inc, facet_cols)).any()
-        )
-        for key, is_off in any_off.items():
-            if not is_off:
-                parts = key.split("\x1f") if len(facet_cols) > 1 else [key]
-                cv = parts[0] if data.col else None
-                rv = parts[-1] if data.row else None
-                data.on_policy.append((cv, rv))
-    elif not off.any():
-        data.on_policy.append((None, None))
+    if not facet_cols:
+        if not off.any():
+            data.on_policy.append((None, None))
+        return off
+    # facets are per run: whether each run has an off-policy step, then any per facet
+    rid_cats = work[layout.RUN_ID].cat.categories
+    n_off = np.bincount(work[layout.RUN_ID].cat.codes.to_numpy()[off], minlength=len(rid_cats))
+    run_off = pd.Series(n_off > 0, index=pd.Index([str(c) for c in rid_cats], dtype=object))
+    any_off = run_off.reindex(inc.index, fill_value=False).groupby(tables.joined_keys(inc, facet_cols)).any()
+    for key, is_off in any_off.items():
+        if not is_off:
+            parts = key.split("\x1f") if len(facet_cols) > 1 else [key]
+            data.on_policy.append((parts[0] if data.col else None, parts[-1] if data.row else None))
+    return off
 
-    # Every figure's and table's numbers are independent of each other: computed on a thread pool
-    # (numpy and pandas release the GIL in their loops), collected in order.
-    diverged = runs[(runs["state"] == states.DIVERGED)]
+
+def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> tuple[list[str], list[str]]:
+    """The curve and dynamics metrics the runs logged (returned), with a note on each asked-for
+    metric or split that none did, and on runs without the x axis's values."""
+    s, lines = data.settings, data.lines
     curve_metrics = [m for m in (list(s.curves) or [s.metric]) if m in work.columns]
     for m in list(s.curves) or [s.metric]:
         if m not in work.columns:
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
-    dyn_by = [b for b in (data.hue, data.col) if b]
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
     if s.wseq_split and s.wseq_split not in work.columns:
@@ -754,6 +836,24 @@ def compute_report(
                 + (" ..." if len(x_missing) > 10 else "")
                 + "."
             )
+    return curve_metrics, dyn_metrics
+
+
+def _numbers(
+    work: pd.DataFrame,
+    df: pd.DataFrame,
+    runs: pd.DataFrame,
+    flags: pd.DataFrame,
+    off: np.ndarray,
+    data: ReportData,
+    keys: _Keys,
+) -> None:
+    """Every curve, band and table of ``data``, computed on a thread pool: they are independent of
+    each other, and numpy and pandas release the GIL in their loops."""
+    s = data.settings
+    curve_metrics, dyn_metrics = _metric_notes(work, runs, data)
+    by = [c for c in (data.hue, data.col, data.row) if c]
+    dyn_by = [b for b in (data.hue, data.col) if b]
     timing_by = list(by)
     at_once = _at_once(work)
     if at_once is not None:
@@ -782,14 +882,6 @@ def compute_report(
         return curves.wseq_bands(
             work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=index
         )
-
-    def not_logged(metric: str) -> list[str]:
-        # variants that never log a metric others do (VESPO has no clip fraction), to say so
-        codes_ = work[VARIANT].cat.codes.to_numpy()
-        present_ = ~np.isnan(work[metric].to_numpy(dtype=np.float64))
-        counts_ = np.bincount(codes_[present_], minlength=len(work[VARIANT].cat.categories))
-        logged = {str(work[VARIANT].cat.categories[k]) for k in np.flatnonzero(counts_)}
-        return [v for v in data.hue_order if v not in logged]
 
     def final_job() -> tuple[pd.DataFrame, pd.Series]:
         scores = tables.final_scores(work, s.metric)
@@ -828,18 +920,43 @@ def compute_report(
         jobs["wseq"] = pool.submit(wseq, di_)
         curve_jobs = {m: pool.submit(curve, m, by, ci_, s.seeds) for m in curve_metrics}
         dyn_jobs = {m: pool.submit(curve, m, dyn_by, di_) for m in dyn_metrics}
-        absent_jobs = {m: pool.submit(not_logged, m) for m in dyn_metrics} if data.hue else {}
+        absent_jobs = (
+            {m: pool.submit(_not_logged, work, m, data.hue_order) for m in dyn_metrics} if data.hue else {}
+        )
+        diverged = runs[(runs["state"] == states.DIVERGED)]
         for m, job in curve_jobs.items():
             data.curve_sets[m] = job.result()
             data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
         data.dynamics = {m: job.result() for m, job in dyn_jobs.items()}
-        for m, job in absent_jobs.items():
-            if absent := job.result():
-                data.dynamics_absent[m] = absent
+        data.dynamics_absent = {m: absent for m, job in absent_jobs.items() if (absent := job.result())}
         results = {k: job.result() for k, job in jobs.items()}
+    inc = runs[runs["included"]]
     data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
     data.wseq = results["wseq"]
-    names = _display_names(data, df, col_keys, row_keys)
+    _finish_tables(data, results, df, runs, by, keys)
+
+
+def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[str]:
+    """The variants that never log ``metric`` (VESPO has no clip fraction), to say so."""
+    codes = work[VARIANT].cat.codes.to_numpy()
+    present = ~np.isnan(work[metric].to_numpy(dtype=np.float64))
+    counts = np.bincount(codes[present], minlength=len(work[VARIANT].cat.categories))
+    logged = {str(work[VARIANT].cat.categories[k]) for k in np.flatnonzero(counts)}
+    return [v for v in hue_order if v not in logged]
+
+
+def _finish_tables(
+    data: ReportData,
+    results: dict[str, Any],
+    df: pd.DataFrame,
+    runs: pd.DataFrame,
+    by: list[str],
+    keys: _Keys,
+) -> None:
+    """The tables with display names (and unfinished runs marked), the final scores per run and
+    the performance profile."""
+    s = data.settings
+    names = _display_names(data, df, keys.col, keys.row)
     (data.final, scores), data.timing, data.check = results["final"], results["timing"], results["check"]
     data.summary = tables.learning_summary(data.check, by=by)
     for t in (data.timing, data.final, data.summary):
@@ -852,13 +969,12 @@ def compute_report(
         data.ttt = results["ttt"]
         data.ttt.attrs.setdefault("display", {}).update(names)
     scores.index = scores.index.astype(object)
-    sc = runs.loc[runs["included"], [b for b in by]].copy()
+    sc = runs.loc[runs["included"], list(by)].copy()
     for b in by:
         sc[b] = sc[b].astype(str)
     sc["score"] = scores.reindex(sc.index)
     data.scores = sc.dropna(subset=["score"])
     data.profile = finals.profile_frame(data.scores, [b for b in (data.hue, data.col) if b])
-    return data
 
 
 def _done_problems(runs: pd.DataFrame, metric: str) -> list[str]:
