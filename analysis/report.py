@@ -1259,70 +1259,87 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         )
         return lines
 
-    def section(title: str, what: str) -> None:
-        lines.extend([f"## {title}", "", what, ""])
+    first, then = (
+        (_final_section, _curve_sections) if s.lead == "final" else (_curve_sections, _final_section)
+    )
+    for part in (first, then, _dynamics_section, _wseq_section, _aggregate_sections, _table_sections):
+        lines.extend(part(data, out))
+    return lines
 
-    def curve_figures() -> None:
-        for m, c in data.curve_sets.items():
-            fig, _ = curves.plot_curve_set(
-                c,
-                **data.panels(),
-                marks=data.marks.get(m, []),
-                mark_runs=data.mark_runs.get(m),
-                syncs=data.syncs,
-                seeds=s.seeds,
-                legend_title=data.legend_title,
-                baseline=data.baseline,
-            )
-            stem = f"{_safe(m)}_{s.x}"
-            style.save(fig, out / stem)
-            extra = ""
-            if data.marks.get(m):
-                extra += " Dashed with × : a run that diverged, up to the step it diverged (not in the mean)."
-            if data.syncs:
-                extra += " Dotted verticals: reference-model syncs."
-            if s.seeds:
-                extra += " Faint lines: each run."
-            if agg_mod.is_ratio_metric(m):
-                extra += " Off-policy steps only."
-            if data.hue and not data.col and not data.row and len(data.hue_order) > curves.MAX_LINES:
-                extra += (
-                    f" {len(data.hue_order)} variants: one panel each, in its colour with its band"
-                    + (f", {data.baseline} (the baseline) dashed black" if data.baseline else "")
-                    + ", the others light grey behind."
-                )
-            section(
-                f"{m} vs {agg_mod.X_LABELS[s.x]}",
-                f"Compares the {m} learning curves of the variants. {c.caption}{extra}",
-            )
-            lines.extend([f"![{m}]({stem}.png)", "", f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
 
-    def final_figures() -> None:
-        if data.scores is None or data.scores.empty:
-            return
-        fig, _ = finals.plot_final(
-            data.scores,
-            data.final,
-            metric=s.metric,
+def _section(lines: list[str], title: str, what: str) -> None:
+    lines.extend([f"## {title}", "", what, ""])
+
+
+def _curve_sections(data: ReportData, out: Path) -> list[str]:
+    """The learning-curve figures, one section each."""
+    s = data.settings
+    lines: list[str] = []
+    for m, c in data.curve_sets.items():
+        fig, _ = curves.plot_curve_set(
+            c,
             **data.panels(),
+            marks=data.marks.get(m, []),
+            mark_runs=data.mark_runs.get(m),
+            syncs=data.syncs,
+            seeds=s.seeds,
+            legend_title=data.legend_title,
+            baseline=data.baseline,
         )
-        style.save(fig, out / "final")
-        section(
-            f"Final {s.metric} per variant",
-            f"Compares where the variants end: one dot per run (its final score: {_score_rule(s.metric)}), "
-            "the bar is the mean's 95% stratified-bootstrap interval over runs (a hollow circle: one run, "
-            "no interval).",
+        stem = f"{_safe(m)}_{s.x}"
+        style.save(fig, out / stem)
+        extra = ""
+        if data.marks.get(m):
+            extra += " Dashed with × : a run that diverged, up to the step it diverged (not in the mean)."
+        if data.syncs:
+            extra += " Dotted verticals: reference-model syncs."
+        if s.seeds:
+            extra += " Faint lines: each run."
+        if agg_mod.is_ratio_metric(m):
+            extra += " Off-policy steps only."
+        if data.hue and not data.col and not data.row and len(data.hue_order) > curves.MAX_LINES:
+            extra += (
+                f" {len(data.hue_order)} variants: one panel each, in its colour with its band"
+                + (f", {data.baseline} (the baseline) dashed black" if data.baseline else "")
+                + ", the others light grey behind."
+            )
+        _section(
+            lines,
+            f"{m} vs {agg_mod.X_LABELS[s.x]}",
+            f"Compares the {m} learning curves of the variants. {c.caption}{extra}",
         )
-        lines.extend(["![final](final.png)", ""])
+        lines.extend([f"![{m}]({stem}.png)", "", f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
+    return lines
 
-    if s.lead == "final":
-        final_figures()
-        curve_figures()
-    else:
-        curve_figures()
-        final_figures()
 
-    # Dynamics.
+def _final_section(data: ReportData, out: Path) -> list[str]:
+    """The final-score figure."""
+    s = data.settings
+    lines: list[str] = []
+    if data.scores is None or data.scores.empty:
+        return lines
+    fig, _ = finals.plot_final(
+        data.scores,
+        data.final,
+        metric=s.metric,
+        **data.panels(),
+    )
+    style.save(fig, out / "final")
+    _section(
+        lines,
+        f"Final {s.metric} per variant",
+        f"Compares where the variants end: one dot per run (its final score: {_score_rule(s.metric)}), "
+        "the bar is the mean's 95% stratified-bootstrap interval over runs (a hollow circle: one run, "
+        "no interval).",
+    )
+    lines.extend(["![final](final.png)", ""])
+    return lines
+
+
+def _dynamics_section(data: ReportData, out: Path) -> list[str]:
+    """The training-dynamics figure."""
+    s = data.settings
+    lines: list[str] = []
     if data.dynamics:
         fig, _ = curves.plot_panels(
             _frame_for_panels(data),
@@ -1337,7 +1354,8 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         )
         style.save(fig, out / f"dynamics_{s.x}")
         ratio = [m for m in data.dynamics if agg_mod.is_ratio_metric(m)]
-        section(
+        _section(
+            lines,
             "Training dynamics",
             "Compares what the losses do to the policy: "
             + ", ".join(labels.metric_label(m) for m in data.dynamics)
@@ -1355,8 +1373,13 @@ def render_report(data: ReportData, out: Path) -> list[str]:
             + ".",
         )
         lines.extend([f"![dynamics](dynamics_{s.x}.png)", ""])
+    return lines
 
-    # w_seq.
+
+def _wseq_section(data: ReportData, out: Path) -> list[str]:
+    """The w_seq figure."""
+    s = data.settings
+    lines: list[str] = []
     fig, _ = curves.plot_wseq(
         bands=data.wseq,
         hue=data.hue,
@@ -1375,7 +1398,8 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         if data.wseq is not None and len(data.wseq)
         else {}
     )
-    section(
+    _section(
+        lines,
         "Sequence importance ratio w_seq",
         "How far each variant's sequence-level ratio w_seq = pi_theta / pi_old (product over the completion's "
         "tokens) drifts from 1, over off-policy steps only ("
@@ -1392,8 +1416,13 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         ),
     )
     lines.extend(["![w_seq](w_seq.png)", ""])
+    return lines
 
-    # Aggregates (rliable).
+
+def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
+    """The rliable-style aggregate estimates and the performance profile."""
+    s = data.settings
+    lines: list[str] = []
     if data.final is not None and not data.final.empty:
         by = [b for b in (data.hue, data.col, data.row) if b]
         # panel by panel, variants in their order within each
@@ -1417,7 +1446,8 @@ def render_report(data: ReportData, out: Path) -> list[str]:
             table, metric=s.metric, names=names, colors=colors, baseline=data.baseline
         )
         style.save(fig, out / "aggregate")
-        section(
+        _section(
+            lines,
             "Aggregate estimates",
             f"Final {s.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over runs with "
             "95% stratified-bootstrap intervals"
@@ -1448,31 +1478,38 @@ def render_report(data: ReportData, out: Path) -> list[str]:
             legend_title=data.legend_title,
         )
         style.save(fig, out / "performance_profile")
-        section(
+        _section(
+            lines,
             "Performance profile",
             f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
             "further right is better across runs, not only on average. With few runs per variant the steps are "
             "coarse; no interval is drawn.",
         )
         lines.extend(["![performance profile](performance_profile.png)", ""])
+    return lines
 
-    # Tables.
+
+def _table_sections(data: ReportData, out: Path) -> list[str]:
+    """The tables, written as markdown, CSV and LaTeX and shown in the index."""
+    s = data.settings
+    lines: list[str] = []
     caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns)
     tables.write_table(data.timing, out / "timing", caption=caption)
-    section("Timing", caption)
+    _section(lines, "Timing", caption)
     lines.extend([tables.to_markdown(data.timing), "Files: timing.md, timing.csv, timing.tex", ""])
     tables.write_table(data.final, out / "final_performance")
-    section("Final performance", data.final.attrs["caption"])
+    _section(lines, "Final performance", data.final.attrs["caption"])
     lines.extend([tables.to_markdown(data.final), "Files: final_performance.md/.csv/.tex", ""])
     tables.write_table(data.summary, out / "learning_check", extra_md={"Per run": data.check})
     data.check.to_csv(out / "learning_check_runs.csv", index=False)
-    section("Learning check", "Did each variant learn at all? " + data.summary.attrs["caption"])
+    _section(lines, "Learning check", "Did each variant learn at all? " + data.summary.attrs["caption"])
     lines.extend(
         [tables.to_markdown(data.summary), "Files: learning_check.md/.csv/.tex, learning_check_runs.csv", ""]
     )
     if data.ttt is not None:
         tables.write_table(data.ttt, out / "time_to_target")
-        section(
+        _section(
+            lines,
             f"Time to {s.metric} >= {s.target:g}",
             "Compares how fast each variant gets there. " + data.ttt.attrs.get("caption", ""),
         )
@@ -1488,7 +1525,9 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         tables.write_table(
             v, out / "variants", caption="Each label of the figures and tables with the settings behind it."
         )
-        section("Variants", "The labels of the figures and tables with the full settings behind them.")
+        _section(
+            lines, "Variants", "The labels of the figures and tables with the full settings behind them."
+        )
         lines.extend([tables.to_markdown(v), ""])
     return lines
 
