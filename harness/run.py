@@ -110,163 +110,167 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+class _StepRecorder:
+    """What the run's TrainerCallback does (:func:`_make_callback`): writes one parquet row per
+    logged optimizer step, TRL's logs + w_seq stats + time/tokens/memory.
+
+    Also runs the greedy eval every ``eval_steps`` (time excluded from the step's wall time),
+    writes sampled completions, and stops training when loss, reward or grad_norm turns
+    non-finite (remembering the first such step, metric and value).
+    """
+
+    def __init__(
+        self,
+        trainer,
+        writer: MetricsWriter | None,
+        settings: HarnessSettings,
+        device: str,
+        eval_fn: Callable[[Any], float] | None,
+        samples_path: Path,
+        offsets: dict[str, float],
+        max_steps: int,
+        stop_requested: Callable[[], bool] | None = None,
+        machine_lease: Any = None,
+    ):
+        self.trainer = trainer
+        self.writer = writer
+        self.settings = settings
+        self.device = device
+        self.eval_fn = eval_fn
+        self.samples_path = samples_path
+        self.elapsed_offset = offsets.get(layout.ELAPSED_S, 0.0)
+        self.generated_total = offsets.get(layout.TOKENS_GENERATED_TOTAL, 0.0)
+        self.max_steps = max_steps
+        self.stop_requested = stop_requested
+        self.stopped_step: int | None = None
+        self.machine_lease = machine_lease  # harness.sharing.MachineLease of rank 0, or None
+        self.diverged_step: int | None = None
+        self.diverged_metric: str | None = None
+        self.diverged_value: str | None = None
+        self._pending: dict[str, float] = {}
+        self._interval_s = 0.0
+        self._interval_steps = 0
+        from harness.wseq import wseq_stats  # imports torch: only once a run trains
+
+        self._wseq_stats = wseq_stats
+
+    def on_train_begin(self, args, state, control, **kw):
+        self._t0 = self._last = time.perf_counter()
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        now = time.perf_counter()
+        self._interval_s += now - self._last
+        self._interval_steps += 1
+        step = state.global_step
+        s = self.settings
+        due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
+        if self.eval_fn is not None and due and state.is_world_process_zero:
+            self._pending[layout.EVAL_ACCURACY] = float(self.eval_fn(model))
+        if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
+            self._write_samples(step)
+        if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
+            # save (model, optimizer, scheduler, RNG) at this step boundary, then leave train()
+            control.should_save = True
+            control.should_training_stop = True
+            self.stopped_step = step
+        self._last = time.perf_counter()  # the eval's time is not the step's
+
+    def _agreed_stop(self, args) -> bool:
+        """Every rank must stop at the same step: a stop request on any rank stops all."""
+        import torch
+        import torch.distributed as dist
+
+        stop = bool(self.stop_requested())
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            flag = torch.tensor([float(stop)], device=args.device if args.device.type != "mps" else "cpu")
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
+        return stop
+
+    def _write_samples(self, step: int) -> None:
+        logs = self.trainer._logs
+        n = min(self.settings.samples_n, len(logs["prompt"]))
+        rewards = {name: list(v)[-n:] for name, v in logs["rewards"].items()}
+        with open(self.samples_path, "a") as f:
+            for i in range(n):
+                j = len(logs["prompt"]) - n + i
+                f.write(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "prompt": jsonable(logs["prompt"][j]),
+                            "completion": jsonable(logs["completion"][j]),
+                            "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
+                            "advantage": float(logs["advantages"][j]),
+                        }
+                    )
+                    + "\n"
+                )
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        logs = dict(logs or {})
+        if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
+            return
+        records = self.trainer.pop_step_records()
+        # TRL's logged values are gathered over ranks, so every rank sees the same ones and stops
+        # at the same step (a rank that trained on alone would wait forever in a collective).
+        for key in ("loss", "reward", "grad_norm"):
+            v = logs.get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(v):
+                if self.diverged_step is None:
+                    self.diverged_step, self.diverged_metric = state.global_step, key
+                    self.diverged_value = repr(float(v))
+                control.should_training_stop = True
+        if not state.is_world_process_zero:
+            self._pending = {}
+            return
+        steps = max(self._interval_steps, 1)
+        self.generated_total += records[layout.TOKENS_GENERATED]
+        row: dict[str, Any] = {
+            k: v for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        row.update(self._pending)
+        row.update(
+            self._wseq_stats(records["log_w"], records["log_s"], records["advantages"], records["n_masked"])
+        )
+        row.update(
+            {
+                layout.STEP: state.global_step,
+                layout.STEP_WALL_S: self._interval_s / steps,
+                layout.ELAPSED_S: self.elapsed_offset + time.perf_counter() - self._t0,
+                layout.TOKENS_GENERATED: records[layout.TOKENS_GENERATED],
+                layout.TOKENS_TRAINED: records[layout.TOKENS_TRAINED],
+                layout.TOKENS_GENERATED_TOTAL: self.generated_total,
+                layout.PEAK_MEMORY_MB: _peak_memory_mb(self.device),
+                layout.OFF_POLICY: records[layout.OFF_POLICY],
+                layout.POLICY_LAG: records[layout.POLICY_LAG],
+                layout.REUSE_INDEX: records[layout.REUSE_INDEX],
+                layout.CONCURRENT_RUNS: self._concurrent_runs(),
+            }
+        )
+        self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
+        if self.writer is not None:
+            self.writer.append(row)
+            if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
+                self.writer.flush()
+
+    def _concurrent_runs(self) -> float | None:
+        """Runs sharing the machine now (time-throttled recount); None when unknown."""
+        if self.machine_lease is None:
+            return None
+        try:
+            n = self.machine_lease.count()
+        except Exception:  # counting is a nicety: never fail a run over it
+            return None
+        return None if n is None else float(n)
+
+
 def _make_callback(**kwargs):
-    """The TrainerCallback class is defined lazily so importing this module stays light."""
+    """The run's ``TrainerCallback`` (:class:`_StepRecorder`'s hooks on transformers' base class),
+    made when a run starts so that importing this module stays light."""
     from transformers import TrainerCallback
 
-    from harness.wseq import wseq_stats
-
-    class RecordingCallback(TrainerCallback):
-        """Writes one parquet row per logged optimizer step: TRL's logs + w_seq stats + time/tokens/memory.
-
-        Also runs the greedy eval every ``eval_steps`` (time excluded from the step's wall time),
-        writes sampled completions, and stops training when loss, reward or grad_norm turns
-        non-finite (remembering the first such step, metric and value).
-        """
-
-        def __init__(
-            self,
-            trainer,
-            writer: MetricsWriter | None,
-            settings: HarnessSettings,
-            device: str,
-            eval_fn: Callable[[Any], float] | None,
-            samples_path: Path,
-            offsets: dict[str, float],
-            max_steps: int,
-            stop_requested: Callable[[], bool] | None = None,
-            machine_lease: Any = None,
-        ):
-            self.trainer = trainer
-            self.writer = writer
-            self.settings = settings
-            self.device = device
-            self.eval_fn = eval_fn
-            self.samples_path = samples_path
-            self.elapsed_offset = offsets.get(layout.ELAPSED_S, 0.0)
-            self.generated_total = offsets.get(layout.TOKENS_GENERATED_TOTAL, 0.0)
-            self.max_steps = max_steps
-            self.stop_requested = stop_requested
-            self.stopped_step: int | None = None
-            self.machine_lease = machine_lease  # harness.sharing.MachineLease of rank 0, or None
-            self.diverged_step: int | None = None
-            self.diverged_metric: str | None = None
-            self.diverged_value: str | None = None
-            self._pending: dict[str, float] = {}
-            self._interval_s = 0.0
-            self._interval_steps = 0
-
-        def on_train_begin(self, args, state, control, **kw):
-            self._t0 = self._last = time.perf_counter()
-
-        def on_step_end(self, args, state, control, model=None, **kw):
-            now = time.perf_counter()
-            self._interval_s += now - self._last
-            self._interval_steps += 1
-            step = state.global_step
-            s = self.settings
-            due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
-            if self.eval_fn is not None and due and state.is_world_process_zero:
-                self._pending[layout.EVAL_ACCURACY] = float(self.eval_fn(model))
-            if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
-                self._write_samples(step)
-            if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
-                # save (model, optimizer, scheduler, RNG) at this step boundary, then leave train()
-                control.should_save = True
-                control.should_training_stop = True
-                self.stopped_step = step
-            self._last = time.perf_counter()  # the eval's time is not the step's
-
-        def _agreed_stop(self, args) -> bool:
-            """Every rank must stop at the same step: a stop request on any rank stops all."""
-            import torch
-            import torch.distributed as dist
-
-            stop = bool(self.stop_requested())
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                flag = torch.tensor([float(stop)], device=args.device if args.device.type != "mps" else "cpu")
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                stop = bool(flag.item())
-            return stop
-
-        def _write_samples(self, step: int) -> None:
-            logs = self.trainer._logs
-            n = min(self.settings.samples_n, len(logs["prompt"]))
-            rewards = {name: list(v)[-n:] for name, v in logs["rewards"].items()}
-            with open(self.samples_path, "a") as f:
-                for i in range(n):
-                    j = len(logs["prompt"]) - n + i
-                    f.write(
-                        json.dumps(
-                            {
-                                "step": step,
-                                "prompt": jsonable(logs["prompt"][j]),
-                                "completion": jsonable(logs["completion"][j]),
-                                "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
-                                "advantage": float(logs["advantages"][j]),
-                            }
-                        )
-                        + "\n"
-                    )
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            logs = dict(logs or {})
-            if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
-                return
-            records = self.trainer.pop_step_records()
-            # TRL's logged values are gathered over ranks, so every rank sees the same ones and stops
-            # at the same step (a rank that trained on alone would wait forever in a collective).
-            for key in ("loss", "reward", "grad_norm"):
-                v = logs.get(key)
-                if isinstance(v, int | float) and not isinstance(v, bool) and not math.isfinite(v):
-                    if self.diverged_step is None:
-                        self.diverged_step, self.diverged_metric = state.global_step, key
-                        self.diverged_value = repr(float(v))
-                    control.should_training_stop = True
-            if not state.is_world_process_zero:
-                self._pending = {}
-                return
-            steps = max(self._interval_steps, 1)
-            self.generated_total += records[layout.TOKENS_GENERATED]
-            row: dict[str, Any] = {
-                k: v for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)
-            }
-            row.update(self._pending)
-            row.update(
-                wseq_stats(records["log_w"], records["log_s"], records["advantages"], records["n_masked"])
-            )
-            row.update(
-                {
-                    layout.STEP: state.global_step,
-                    layout.STEP_WALL_S: self._interval_s / steps,
-                    layout.ELAPSED_S: self.elapsed_offset + time.perf_counter() - self._t0,
-                    layout.TOKENS_GENERATED: records[layout.TOKENS_GENERATED],
-                    layout.TOKENS_TRAINED: records[layout.TOKENS_TRAINED],
-                    layout.TOKENS_GENERATED_TOTAL: self.generated_total,
-                    layout.PEAK_MEMORY_MB: _peak_memory_mb(self.device),
-                    layout.OFF_POLICY: records[layout.OFF_POLICY],
-                    layout.POLICY_LAG: records[layout.POLICY_LAG],
-                    layout.REUSE_INDEX: records[layout.REUSE_INDEX],
-                    layout.CONCURRENT_RUNS: self._concurrent_runs(),
-                }
-            )
-            self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
-            if self.writer is not None:
-                self.writer.append(row)
-                if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
-                    self.writer.flush()
-
-        def _concurrent_runs(self) -> float | None:
-            """Runs sharing the machine now (time-throttled recount); None when unknown."""
-            if self.machine_lease is None:
-                return None
-            try:
-                n = self.machine_lease.count()
-            except Exception:  # counting is a nicety: never fail a run over it
-                return None
-            return None if n is None else float(n)
-
-    return RecordingCallback(**kwargs)
+    return type("RecordingCallback", (_StepRecorder, TrainerCallback), {})(**kwargs)
 
 
 def run(
