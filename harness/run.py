@@ -325,11 +325,15 @@ def run(
             lock.release()
 
 
-def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
+def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None):
+    """Clear the markers of an earlier attempt, set the device, threads and seeds, and write the
+    run's config (and, on rank 0, its provenance). Returns ``(settings, device, accelerate state,
+    provenance)``."""
+    import accelerate
     import torch
 
     from harness.spec import ExecutorSettings
-    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs, resolve_device
+    from harness.trl_boundary import resolve_device
 
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
         (run_dir / stale).unlink(missing_ok=True)
@@ -343,13 +347,18 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         {"run_id": spec.run_id, "grid": spec.grid, "config": spec.config, "varying": spec.varying},
     )
     prov = provenance(device)
-    import accelerate
-
     state = accelerate.PartialState()
     if state.is_main_process:
         atomic_write_json(run_dir / layout.PROVENANCE_FILE, prov)
+    return settings, device, state, prov
 
+
+def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     from transformers import AutoTokenizer
+
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+
+    settings, device, state, prov = _start(spec, run_dir, device, threads)
 
     from harness.tasks import TaskSpec, build_task, greedy_accuracy
     from harness.trainer import HarnessGRPOTrainer
@@ -363,32 +372,9 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     config = build_grpo_config(grpo_config_kwargs(spec, device, str(ckpt_dir)), device)
     resume = latest_checkpoint(ckpt_dir)
     writer = MetricsWriter(run_dir, spec.run_id, settings.flush_every) if state.is_main_process else None
-    offsets: dict[str, float] = {}
-    if writer is not None:
-        writer.truncate_after(resume[1] if resume else 0)
-        table = read_metrics(run_dir)
-        if table is not None and table.num_rows:
-            last = table.slice(table.num_rows - 1).to_pylist()[0]
-            offsets = {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
-
+    offsets = _resume_metrics(writer, run_dir, resume[1] if resume else 0)
     if state.is_main_process:
-        with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
-            attempt = {
-                "started_at": prov["started_at"],
-                "host": prov["host"],
-                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
-                "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
-                "resume_from_step": resume[1] if resume else None,
-            }
-            if writer is not None and writer.quarantined:
-                attempt["unreadable_metrics"] = [str(p) for p in writer.quarantined]
-                print(
-                    f"warning: run {spec.run_id}: unreadable metrics file(s) set aside, their steps are "
-                    f"missing from the metrics: {', '.join(map(str, writer.quarantined))}",
-                    file=sys.stderr,
-                )
-            f.write(json.dumps(attempt) + "\n")
+        _record_attempt(spec, run_dir, prov, resume[1] if resume else None, writer)
 
     if resume and resume[1] >= config.max_steps:
         # killed after its last checkpoint but before DONE: every step is trained and its metrics were
@@ -433,16 +419,58 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     finally:
         if lease is not None:
             lease.release()
-    seconds = time.perf_counter() - t0
     if writer is not None:
         writer.flush()
     summary = {
         "run_id": spec.run_id,
         "steps": trainer.state.global_step,
-        "seconds": seconds,
+        "seconds": time.perf_counter() - t0,
         "resumed_from": resume[1] if resume else None,
         "device": device,
     }
+    return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _resume_metrics(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
+    """Drop the metric rows after the checkpoint a run resumes from (rank 0), and return where the
+    running totals stand there (elapsed seconds, tokens generated); empty for a fresh run."""
+    if writer is None:
+        return {}
+    writer.truncate_after(resume_step)
+    table = read_metrics(run_dir)
+    if table is None or not table.num_rows:
+        return {}
+    last = table.slice(table.num_rows - 1).to_pylist()[0]
+    return {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
+
+
+def _record_attempt(
+    spec: RunSpec, run_dir: Path, prov: dict, resume_step: int | None, writer: MetricsWriter | None
+) -> None:
+    """One line in the run's attempts log per start: when, where, which SLURM job, from which step,
+    and which unreadable metrics files were set aside (also said on stderr)."""
+    attempt = {
+        "started_at": prov["started_at"],
+        "host": prov["host"],
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+        "resume_from_step": resume_step,
+    }
+    if writer is not None and writer.quarantined:
+        attempt["unreadable_metrics"] = [str(p) for p in writer.quarantined]
+        print(
+            f"warning: run {spec.run_id}: unreadable metrics file(s) set aside, their steps are "
+            f"missing from the metrics: {', '.join(map(str, writer.quarantined))}",
+            file=sys.stderr,
+        )
+    with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(attempt) + "\n")
+
+
+def _outcome(spec: RunSpec, run_dir: Path, writer: MetricsWriter | None, callback, summary: dict) -> dict:
+    """How training ended: stopped on request (to be resumed), diverged (DIVERGED marker, then
+    :class:`RunDiverged`), or finished (DONE)."""
     if callback.stopped_step is not None and callback.diverged_step is None:
         return {**summary, "preempted": True}
     if callback.diverged_step is not None:
