@@ -214,19 +214,15 @@ def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None
     if window is not None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
-        cs = np.cumsum(np.concatenate([np.zeros((1, *y.shape[1:])), y]), axis=0)
-        idx = np.arange(1, y.shape[0] + 1)
-        lo = np.maximum(idx - int(window), 0)
-        count = (idx - lo).reshape((-1,) + (1,) * (y.ndim - 1))
-        return (cs[idx] - cs[lo]) / count
+        return _trailing_mean_rows(y.reshape(y.shape[0], -1).T, int(window)).T.reshape(y.shape)
     return y
 
 
 def _trailing_mean_rows(mat: np.ndarray, window: int) -> np.ndarray:
     """Trailing mean over the last ``window`` columns of each row (fewer at the start), no NaNs.
 
-    The rows of ``mat`` (shape ``(runs, points)``) are independent runs; same values as
-    :func:`smooth` on ``mat.T``, from one cumulative sum and slices (no gather).
+    The rows of ``mat`` (shape ``(runs, points)``) are independent runs; one cumulative sum and
+    slices (no gather). :func:`smooth` with ``window`` is this along axis 0.
     """
     n = mat.shape[1]
     cs = np.cumsum(mat, axis=1)

@@ -1271,6 +1271,13 @@ def _section(lines: list[str], title: str, what: str) -> None:
     lines.extend([f"## {title}", "", what, ""])
 
 
+def _figure_section(lines: list[str], fig: Any, path: Path, alt: str, title: str, what: str) -> None:
+    """Save ``fig`` as ``path`` (.png and .pdf) and add its section to ``lines``: title, caption, image."""
+    style.save(fig, path)
+    _section(lines, title, what)
+    lines.extend([f"![{alt}]({path.name}.png)", ""])
+
+
 def _curve_sections(data: ReportData, out: Path) -> list[str]:
     """The learning-curve figures, one section each."""
     s = data.settings
@@ -1324,15 +1331,16 @@ def _final_section(data: ReportData, out: Path) -> list[str]:
         metric=s.metric,
         **data.panels(),
     )
-    style.save(fig, out / "final")
-    _section(
+    _figure_section(
         lines,
+        fig,
+        out / "final",
+        "final",
         f"Final {s.metric} per variant",
         f"Compares where the variants end: one dot per run (its final score: {_score_rule(s.metric)}), "
         "the bar is the mean's 95% stratified-bootstrap interval over runs (a hollow circle: one run, "
         "no interval).",
     )
-    lines.extend(["![final](final.png)", ""])
     return lines
 
 
@@ -1352,10 +1360,12 @@ def _dynamics_section(data: ReportData, out: Path) -> list[str]:
             legend_title=data.legend_title,
             aggs=data.dynamics,
         )
-        style.save(fig, out / f"dynamics_{s.x}")
         ratio = [m for m in data.dynamics if agg_mod.is_ratio_metric(m)]
-        _section(
+        _figure_section(
             lines,
+            fig,
+            out / f"dynamics_{s.x}",
+            "dynamics",
             "Training dynamics",
             "Compares what the losses do to the policy: "
             + ", ".join(labels.metric_label(m) for m in data.dynamics)
@@ -1372,7 +1382,6 @@ def _dynamics_section(data: ReportData, out: Path) -> list[str]:
             + (f"; {', '.join(ratio)} over off-policy steps only ({_off_policy_text(data)})" if ratio else "")
             + ".",
         )
-        lines.extend([f"![dynamics](dynamics_{s.x}.png)", ""])
     return lines
 
 
@@ -1391,15 +1400,17 @@ def _wseq_section(data: ReportData, out: Path) -> list[str]:
         col_values=data.col_values if data.col else None,
         on_policy=[cv for cv, _ in data.on_policy],
     )
-    style.save(fig, out / "w_seq")
     skipped = [cv for cv, _ in data.on_policy if cv is not None]
     infinite = (
         {q: int(np.isinf(data.wseq[q].to_numpy(dtype=float)).sum()) for q in ("p05", "p95")}
         if data.wseq is not None and len(data.wseq)
         else {}
     )
-    _section(
+    _figure_section(
         lines,
+        fig,
+        out / "w_seq",
+        "w_seq",
         "Sequence importance ratio w_seq",
         "How far each variant's sequence-level ratio w_seq = pi_theta / pi_old (product over the completion's "
         "tokens) drifts from 1, over off-policy steps only ("
@@ -1415,7 +1426,6 @@ def _wseq_section(data: ReportData, out: Path) -> list[str]:
             else ""
         ),
     )
-    lines.extend(["![w_seq](w_seq.png)", ""])
     return lines
 
 
@@ -1445,9 +1455,11 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
         fig, _ = finals.plot_aggregate(
             table, metric=s.metric, names=names, colors=colors, baseline=data.baseline
         )
-        style.save(fig, out / "aggregate")
-        _section(
+        _figure_section(
             lines,
+            fig,
+            out / "aggregate",
+            "aggregate",
             "Aggregate estimates",
             f"Final {s.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over runs with "
             "95% stratified-bootstrap intervals"
@@ -1466,7 +1478,6 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
             )
             + ".",
         )
-        lines.extend(["![aggregate](aggregate.png)", ""])
         fig, _ = finals.plot_profile(
             data.profile,
             metric=s.metric,
@@ -1477,15 +1488,16 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
             col_values=data.col_values if data.col else None,
             legend_title=data.legend_title,
         )
-        style.save(fig, out / "performance_profile")
-        _section(
+        _figure_section(
             lines,
+            fig,
+            out / "performance_profile",
+            "performance profile",
             "Performance profile",
             f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
             "further right is better across runs, not only on average. With few runs per variant the steps are "
             "coarse; no interval is drawn.",
         )
-        lines.extend(["![performance profile](performance_profile.png)", ""])
     return lines
 
 
