@@ -55,7 +55,9 @@ def plot_final(
     """Final score per variant, small multiples over the facets.
 
     Args:
-        scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns.
+        scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns; an
+            optional ``state`` column (:data:`analysis.states.STATES`) draws a diverged run as ×
+            and an unfinished, stopped or failed one as a hollow triangle.
         table: :func:`analysis.tables.final_performance_table` over the same labels (``mean``,
             ``mean_lo``, ``mean_hi``).
         metric: the score's metric (axis label).
@@ -92,6 +94,7 @@ def plot_final(
             len(cols), len(rows), width=width, panel_height=max(1.3, 0.75 + 0.22 * len(labels))
         )
         axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=True)
+        shown: set[str] = set()
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
@@ -106,9 +109,25 @@ def plot_final(
                     color = colors.get(lab, "0.3")
                     if len(sv):
                         jitter = np.linspace(-0.12, 0.12, len(sv)) if len(sv) > 1 else np.zeros(1)
-                        ax.scatter(
-                            sv["score"], y + jitter, s=9, color=color, alpha=0.55, linewidths=0, zorder=2
-                        )
+                        state = sv["state"].to_numpy() if "state" in sv.columns else np.full(len(sv), "done")
+                        for what, (marker, size, face) in _STATE_MARKERS.items():
+                            pick = state == what if what != "other" else ~np.isin(state, ["done", "diverged"])
+                            if pick.any():
+                                ax.scatter(
+                                    sv["score"].to_numpy()[pick],
+                                    (y + jitter)[pick],
+                                    s=size,
+                                    marker=marker,
+                                    **(
+                                        {"color": color}
+                                        if face
+                                        else {"facecolors": "none", "edgecolors": color}
+                                    ),
+                                    alpha=0.55 if what == "done" else 0.9,
+                                    linewidths=0 if what == "done" else 0.9,
+                                    zorder=2,
+                                )
+                                shown.add(what)
                     if len(tv):
                         m, lo, hi = (float(tv[c].iloc[0]) for c in ("mean", "mean_lo", "mean_hi"))
                         if np.isfinite(lo) and np.isfinite(hi):
@@ -135,24 +154,38 @@ def plot_final(
                     ax.set_xlabel(f"final {metric_label(metric)}")
         if lim is not None:
             axes[0, 0].set_xlim(*lim)
-        fit_legend(
-            fig,
-            [
-                Line2D(
-                    [],
-                    [],
-                    color="0.35",
-                    marker="o",
-                    linestyle="none",
-                    markersize=3,
-                    alpha=0.6,
-                    label="a run",
-                ),
-                Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
-            ],
-            None,
-        )
+        handles = [
+            Line2D(
+                [], [], color="0.35", marker="o", linestyle="none", markersize=3, alpha=0.6, label="a run"
+            ),
+            Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
+        ]
+        for what, text in (("diverged", "diverged run"), ("other", "unfinished run")):
+            if what in shown:
+                marker, _, face = _STATE_MARKERS[what]
+                handles.append(
+                    Line2D(
+                        [],
+                        [],
+                        color="0.35",
+                        marker=marker,
+                        mfc="0.35" if face else "none",
+                        linestyle="none",
+                        markersize=4,
+                        label=f"{text} (included)",
+                    )
+                )
+        fit_legend(fig, handles, None)
     return fig, axes
+
+
+#: How :func:`plot_final` draws a run by its state: (marker, size in pt², filled). "other":
+#: unfinished, stopped or failed; drawn only when the report includes unfinished runs.
+_STATE_MARKERS: dict[str, tuple[str, float, bool]] = {
+    "done": ("o", 9.0, True),
+    "diverged": ("x", 16.0, True),
+    "other": ("^", 14.0, False),
+}
 
 
 def _sel(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:

@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -39,7 +40,7 @@ from analysis import aggregate as agg_mod
 from analysis import curves, finals, labels, states, style, tables
 from analysis.aggregate import Curves, off_policy_rows, x_values
 from analysis.curves import DYNAMICS_METRICS
-from analysis.load import SkippedFileWarning, list_runs, load, read_grid, seed_column
+from analysis.load import NONE_LABEL, SkippedFileWarning, list_runs, load, read_grid, seed_column
 from harness import layout
 
 __all__ = [
@@ -393,7 +394,7 @@ def load_report_inputs(
     """
     grid_dir = Path(grid_dir)
     if not (grid_dir / layout.RUNS_DIR).is_dir():
-        raise FileNotFoundError(f"no '{layout.RUNS_DIR}' folder in {grid_dir} (is it results/<grid>?)")
+        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
     try:
         grid_info = read_grid(grid_dir)
     except ValueError as e:
@@ -427,7 +428,26 @@ def load_report_inputs(
     st = states.read_states(grid_dir, [r for r in ids if r in present])
     df.attrs["run_set"] = run_set
     df.attrs["requested_runs"] = ids
+    if grid_info and isinstance(grid_info.get("runs"), Mapping):
+        df.attrs["grid_runs"] = grid_info["runs"]  # each run's varying values, damaged runs' too
     return df, st, grid_info, run_set
+
+
+def _not_a_grid_folder(path: Path) -> str:
+    """Why ``path`` is not a grid's results folder, and which folders near it are."""
+    near = path if path.is_dir() else path.parent
+    grids = (
+        sorted(str(p.parent) for p in near.glob(f"*/{layout.RUNS_DIR}") if p.is_dir())
+        if near.is_dir()
+        else []
+    )
+    what = "does not exist" if not path.exists() else f"has no '{layout.RUNS_DIR}' folder"
+    hint = (
+        f"; grid results folders there: {', '.join(grids[:8])}" + (" ..." if len(grids) > 8 else "")
+        if grids
+        else "; give results/<grid>, the folder `grpo-harness run` wrote"
+    )
+    return f"{path} {what}{hint}"
 
 
 def compute_report(
@@ -437,6 +457,7 @@ def compute_report(
     *,
     title: str = "grid",
     strict_keys: Collection[str] = (),
+    given: Collection[str] = (),
 ) -> ReportData:
     """Every number of the report: curves, bands, w_seq bands, tables, final scores, profiles.
 
@@ -445,6 +466,8 @@ def compute_report(
         run_states: :func:`analysis.states.read_states` of the same runs.
         settings: the layout.
         title: the grid's name.
+        given: settings typed on the command line among ``"baseline"`` and ``"wseq_split"``: what
+            they name must be in the results (a ``report:`` section's may not be: a note says so).
         strict_keys: layout keys that must name a column (typed on the command line); any other key
             that no run sets is all-missing (every run uses TRL's default).
 
@@ -458,24 +481,29 @@ def compute_report(
     if s.x not in _X_CHOICES:
         raise ReportError(f"x must be one of {_X_CHOICES}, got {s.x!r}")
     data = ReportData(title=title, settings=s, lines=[], left_out=[], runs=pd.DataFrame())
-    df, unreadable = _runs_without_metrics(df, run_states, data)
+    df, unreadable, without = _runs_without_metrics(df, run_states)
     if df.empty:
+        data.left_out.extend(f"`{rid}`: {what}" for rid, what in without.items())
         data.empty = True
         return data
     _check_axes(df, s)
     runs, first, flags = _run_table(df, run_states, s)
     keys = _label_variants(df, runs, first, s, strict_keys, data)
+    placed = _place_runs_without_metrics(df, runs, keys, without, data)
     notes = _left_out_and_notes(df, runs, data, unreadable)
     data.runs = runs
     inc = runs[runs["included"]]
     work = _included_rows(df, runs)
     _orders(data, runs, inc)
-    data.baseline = _baseline_label(inc, df, data.hue, s.baseline, data.lines, keys.label)
+    data.baseline = _baseline_label(
+        inc, df, data.hue, s.baseline, data.lines, keys.label, runs=runs, strict="baseline" in given
+    )
     _compared_lines(df, inc, data, keys, notes)
-    data.variants = _variants_table(runs, keys.label, data)
+    data.variants = _variants_table(runs, keys.label, data, placed)
     if work.empty:
         data.empty = True
         return data
+    _check_wseq_split(work, data, strict="wseq_split" in given)
     off = _on_policy_panels(work, inc, data)
     _numbers(work, df, runs, flags, off, data, keys)
     return data
@@ -493,11 +521,11 @@ class _Keys:
 
 
 def _runs_without_metrics(
-    df: pd.DataFrame, run_states: pd.DataFrame, data: ReportData
-) -> tuple[pd.DataFrame, dict[str, int]]:
-    """A shallow working copy of ``df`` (categorical run ids, only the small attrs), with each
-    requested run that has no metric rows listed in ``data.left_out``; also, per run id, how many
-    of its metrics files could not be read."""
+    df: pd.DataFrame, run_states: pd.DataFrame
+) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
+    """A shallow working copy of ``df`` (categorical run ids, only the small attrs); per run id, how
+    many of its metrics files could not be read; and each requested run that has no metric rows,
+    with why (``{run_id: phrase}``, in the requested order)."""
     requested = df.attrs.get("requested_runs") or list(run_states.index)
     missing_runs = list(df.attrs.get("missing_runs") or [])
     damaged = dict(df.attrs.get("damaged_runs") or {})
@@ -508,7 +536,7 @@ def _runs_without_metrics(
             rid = parts[parts.index(layout.METRICS_DIR) - 1]
             unreadable[rid] = unreadable.get(rid, 0) + 1
     # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
-    small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns") if k in df.attrs}
+    small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns", "grid_runs") if k in df.attrs}
     df = df.copy(deep=False)
     df.attrs = small
     rid_col = df[layout.RUN_ID]
@@ -516,19 +544,71 @@ def _runs_without_metrics(
         df[layout.RUN_ID] = rid_col = rid_col.astype("category")
     counts = np.bincount(rid_col.cat.codes.to_numpy(), minlength=len(rid_col.cat.categories))
     with_metrics = {str(c) for c, n in zip(rid_col.cat.categories, counts, strict=True) if n}
+    without: dict[str, str] = {}
     for rid in requested:
         if rid in damaged:
-            data.left_out.append(f"`{rid}`: damaged run file, left out ({damaged[rid]})")
+            without[rid] = f"damaged run file, left out ({damaged[rid]})"
         elif rid in missing_runs:
-            data.left_out.append(f"`{rid}`: no run folder yet (not started)")
+            without[rid] = "no run folder yet (not started)"
         elif rid not in with_metrics:
             state = run_states.loc[rid, "state"] if rid in run_states.index else states.UNFINISHED
-            what = {
+            without[rid] = {
                 states.FAILED: "failed before its first step",
                 states.DONE: "done, but none of its metrics could be read (see Files not loaded)",
             }.get(state, "no metrics logged yet")
+    return df, unreadable, without
+
+
+def _place_runs_without_metrics(
+    df: pd.DataFrame, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], data: ReportData
+) -> pd.DataFrame:
+    """List each run without metrics in ``data.left_out``, under its variant (and panel) when its
+    values in ``grid.json`` match a labelled run's on every key the labels and panels use.
+
+    Returns:
+        One row per placed run: index ``run_id``, the label columns of ``runs``.
+    """
+    grid_runs = df.attrs.get("grid_runs") or {}
+    cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
+    key_cols = [*keys.label, *keys.col, *keys.row]
+    known = {}  # normalised key values -> the run labels they give
+    if cols and len(runs):
+        for _, r in runs.drop_duplicates(cols).iterrows():
+            known.setdefault(tuple(_norm(r[k]) for k in key_cols), r[cols])
+    placed = {}
+    for rid, what in without.items():
+        values = grid_runs.get(rid)
+        where = None
+        if isinstance(values, Mapping) and known:
+            probe = [values.get(_dotted(df, k), values.get(k, _UNKNOWN)) for k in key_cols]
+            for key, lab in known.items():
+                if all(v is _UNKNOWN or _norm(v) == kv for v, kv in zip(probe, key, strict=True)):
+                    where = lab
+                    break
+        if where is not None:
+            placed[rid] = where
+            data.left_out.append(f"`{rid}` ({_where(where, data)}): {what}")
+        else:
             data.left_out.append(f"`{rid}`: {what}")
-    return df, unreadable
+    return (
+        pd.DataFrame.from_dict(placed, orient="index", columns=cols) if placed else pd.DataFrame(columns=cols)
+    )
+
+
+_UNKNOWN = object()
+
+
+def _norm(v: Any) -> str:
+    """A config value as text that compares equal across JSON and frame types (2 and 2.0; None and NaN)."""
+    if labels.is_missing(v):
+        return NONE_LABEL
+    if (
+        isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, bool)
+        and float(v).is_integer()
+    ):
+        return str(int(v))
+    return str(v)
 
 
 def _check_axes(df: pd.DataFrame, s: ReportSettings) -> None:
@@ -774,14 +854,20 @@ def _compared_lines(
         + (f", in panels by {labels.titles([_dotted(df, k) for k in keys.col])}" if keys.col else "")
         + (f" and rows by {labels.titles([_dotted(df, k) for k in keys.row])}" if keys.row else "")
         + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
-        + (f"; {_count_range(per_variant)} finished run(s) per curve" if len(inc) else "; no finished run")
+        + (
+            f"; {_count_range(per_variant)} {'' if data.settings.include_unfinished else 'finished '}run(s) per curve"
+            if len(inc)
+            else "; no finished run"
+        )
         + (f" (differing in {seeds})." if seeds and len(per_variant) and per_variant.max() > 1 else ".")
     )
     if len(inc) and per_variant.max() < 2:
         lines.append("With one run per curve there are no confidence intervals.")
     if data.settings.include_unfinished and (inc["state"] != states.DONE).any():
         lines.append(
-            "Runs that did not finish are included (`--include-unfinished`) and marked in the tables."
+            f"{int((inc['state'] != states.DONE).sum())} run(s) that did not finish are included "
+            '(`--include-unfinished`), marked in the tables ("of which unfinished") and on the final-score '
+            "figure."
         )
     task = next((c for c in ("task.name", "task") if c in inc.columns), None)
     if task and task not in keys.faceted and inc[task].astype(str).nunique() > 1:
@@ -791,6 +877,23 @@ def _compared_lines(
             f"`--col {task}` draws them apart."
         )
     lines.extend(f"Note: {n}." for n in notes)
+
+
+def _check_wseq_split(work: pd.DataFrame, data: ReportData, *, strict: bool) -> None:
+    """Note (or, ``strict``: raise :class:`ReportError` naming the choices) a w_seq split by a
+    column that no counted run recorded."""
+    split = data.settings.wseq_split
+    if not split or (split in work.columns and work[split].notna().any()):
+        return
+    if strict:
+        choices = [
+            c for c in (layout.REUSE_INDEX, layout.POLICY_LAG) if c in work.columns and work[c].notna().any()
+        ]
+        raise ReportError(
+            f"--wseq-split {split!r}: no counted run recorded it; "
+            + (f"split by {' or '.join(choices)}" if choices else "these runs recorded no reuse index")
+        )
+    data.lines.append(f"Note: no run recorded `{split}`, so the w_seq figure is not split by it.")
 
 
 def _on_policy_panels(work: pd.DataFrame, inc: pd.DataFrame, data: ReportData) -> np.ndarray:
@@ -823,8 +926,6 @@ def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> t
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
-    if s.wseq_split and s.wseq_split not in work.columns:
-        lines.append(f"Note: no run recorded `{s.wseq_split}`, so the w_seq figure is not split by it.")
     if s.x != "step":
         x_missing = runs.index[runs["included"]].difference(
             pd.Index(work.loc[~np.isnan(x_values(work, s.x)), layout.RUN_ID].astype(str).unique())
@@ -862,7 +963,8 @@ def _numbers(
             np.asarray(per_run.codes)[work[layout.RUN_ID].cat.codes.to_numpy()], categories=per_run.categories
         )
         timing_by.append(AT_ONCE)
-    split = s.wseq_split if s.wseq_split in work.columns else None
+        runs[AT_ONCE] = at_once.reindex(runs.index).fillna("unknown")
+    split = s.wseq_split if s.wseq_split in work.columns and work[s.wseq_split].notna().any() else None
 
     def curve(metric: str, group_by: list[str], index: agg_mod.FrameIndex, keep_runs: bool = False) -> Curves:
         rows = off if agg_mod.is_ratio_metric(metric) else None
@@ -933,7 +1035,7 @@ def _numbers(
     inc = runs[runs["included"]]
     data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
     data.wseq = results["wseq"]
-    _finish_tables(data, results, df, runs, by, keys)
+    _finish_tables(data, results, df, runs, by, timing_by, keys)
 
 
 def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[str]:
@@ -951,10 +1053,12 @@ def _finish_tables(
     df: pd.DataFrame,
     runs: pd.DataFrame,
     by: list[str],
+    timing_by: list[str],
     keys: _Keys,
 ) -> None:
-    """The tables with display names (and unfinished runs marked), the final scores per run and
-    the performance profile."""
+    """The tables with display names (and unfinished runs marked, per row of each: the timing
+    table's rows also split by runs at once), the final scores per run and the performance
+    profile."""
     s = data.settings
     names = _display_names(data, df, keys.col, keys.row)
     (data.final, scores), data.timing, data.check = results["final"], results["timing"], results["check"]
@@ -962,8 +1066,8 @@ def _finish_tables(
     for t in (data.timing, data.final, data.summary):
         t.attrs.setdefault("display", {}).update(names)
     if s.include_unfinished:
-        for t in (data.timing, data.final, data.summary):
-            _mark_unfinished(t, runs, by)
+        for t, t_by in ((data.timing, timing_by), (data.final, by), (data.summary, by)):
+            _mark_unfinished(t, runs, t_by)
         data.check.insert(1, "state", data.check[layout.RUN_ID].map(runs["state"]))
     if s.target is not None:
         data.ttt = results["ttt"]
@@ -973,6 +1077,7 @@ def _finish_tables(
     for b in by:
         sc[b] = sc[b].astype(str)
     sc["score"] = scores.reindex(sc.index)
+    sc["state"] = runs.loc[sc.index, "state"].astype(str)
     data.scores = sc.dropna(subset=["score"])
     data.profile = finals.profile_frame(data.scores, [b for b in (data.hue, data.col) if b])
 
@@ -1074,37 +1179,66 @@ def _baseline_label(
     text: str | None,
     lines: list[str],
     label_keys: Sequence[str] = (),
+    *,
+    runs: pd.DataFrame | None = None,
+    strict: bool = False,
 ) -> str | None:
     """The variant label of the baseline runs among the included runs, or None (with a note).
 
     ``text`` None is the default, ``loss_type=grpo``, which says nothing when no run matches in a
     grid that does not compare loss types; a baseline the user gave always says why it was not
     found.
+
+    Raises:
+        ReportError: ``strict`` (typed on the command line) and ``text`` names no variant, no key or
+            no value of any run with metrics (``runs``); the message lists what would.
     """
     explicit = text is not None
     text = text if explicit else "loss_type=grpo"
     if hue is None or inc.empty:
         return None
+    every = inc if runs is None else runs
     variants = [str(v) for v in inc[VARIANT].astype(str).unique()]
     pairs = _baseline_pairs(text)
     if pairs is None:
         if text in variants:
             return text
-        _note(lines, f"no variant is labelled {text!r}; no baseline")
+        if strict and text not in set(every[VARIANT].astype(str)):
+            raise ReportError(
+                f"--baseline {text!r} names no variant; give one of "
+                + ", ".join(repr(v) for v in every[VARIANT].astype(str).unique())
+                + " or KEY=VALUE (e.g. loss_type=grpo)"
+            )
+        _note(lines, f"no finished variant is labelled {text!r}; no baseline")
         return None
     match = np.ones(len(inc), dtype=bool)
+    match_any = np.ones(len(every), dtype=bool)
     for key, value in pairs:
         try:
             col = _resolve_column(df, key)
         except ReportError:
             col = None
         if col is None or col not in inc.columns:
+            if strict:
+                raise ReportError(
+                    f"--baseline {text!r}: {key!r} is not a setting of these runs; keys that tell variants apart: "
+                    + (", ".join(_dotted(df, k) for k in label_keys) or "none")
+                )
             if explicit:
                 _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
             return None
         match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
+        match_any &= every[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
     hit = inc.loc[match, VARIANT].astype(str)
     if hit.empty:
+        if strict and not match_any.any():
+            key = pairs[0][0]
+            col = _resolve_column(df, key)
+            raise ReportError(
+                f"--baseline {text!r}: no run has it; {key} is "
+                + ", ".join(sorted({labels.format_value(v) for v in every[col]}))
+                + " in these runs"
+            )
         if explicit or "loss_type" in df.columns:  # the default is news only where loss types vary
             _note(lines, f"no finished run has {text}; no baseline")
         return None
@@ -1149,23 +1283,27 @@ def _note(lines: list[str], text: str) -> None:
     lines.append(f"Note: {text} (pick one with `--baseline KEY=VALUE`).")
 
 
-def _variants_table(runs: pd.DataFrame, keys: list[str], data: ReportData) -> pd.DataFrame | None:
-    """Each (variant, facet) label with the full values of the keys behind it."""
+def _variants_table(
+    runs: pd.DataFrame, keys: list[str], data: ReportData, placed: pd.DataFrame
+) -> pd.DataFrame | None:
+    """Each (variant, facet) label with the full values of the keys behind it, its finished runs
+    and the others (runs with metrics that did not finish, and ``placed`` runs without metrics)."""
     if not keys and not data.col and not data.row:
         return None
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
-    done = (runs["state"] == states.DONE).to_numpy()
+    done = ((runs["state"] == states.DONE) & (runs["problem"] == "")).to_numpy()
     key_values = runs[keys] if keys else None
+    without = Counter(tuple(str(v) for v in r) for r in placed[cols].itertuples(index=False))
     rows = []
     for key, pos in runs.groupby(cols, observed=True, sort=True).indices.items():
-        key = key if isinstance(key, tuple) else (key,)
+        key = tuple(str(k) for k in (key if isinstance(key, tuple) else (key,)))
         finished = int(done[pos].sum())
         rows.append(
             {
-                **dict(zip(cols, (str(k) for k in key), strict=True)),
+                **dict(zip(cols, key, strict=True)),
                 "settings": labels.describe_combo(keys, list(key_values.iloc[pos[0]])) if keys else "",
                 "finished": finished,
-                "other": len(pos) - finished,
+                "other": len(pos) - finished + without[key],
             }
         )
     return pd.DataFrame(rows)
@@ -1241,12 +1379,11 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     if data.left_out:
         lines.extend(["## Runs left out" if not s.include_unfinished else "## Runs that did not finish", ""])
         lines.append(
-            "Tables and figures count finished runs only; these are "
-            + (
-                "included and marked (`--include-unfinished`):"
-                if s.include_unfinished
-                else "left out (`--include-unfinished` adds those with metrics, marked):"
-            )
+            "With `--include-unfinished`, tables and figures also count the runs below that have metrics "
+            '(each says "included, marked"); the others are left out:'
+            if s.include_unfinished
+            else "Tables and figures count finished runs only; these are left out "
+            "(`--include-unfinished` adds those with metrics, marked):"
         )
         lines.append("")
         lines.extend(f"- {line}" for line in data.left_out)
@@ -1272,7 +1409,14 @@ def _section(lines: list[str], title: str, what: str) -> None:
 
 
 def _figure_section(lines: list[str], fig: Any, path: Path, alt: str, title: str, what: str) -> None:
-    """Save ``fig`` as ``path`` (.png and .pdf) and add its section to ``lines``: title, caption, image."""
+    """Save ``fig`` as ``path`` (.png and .pdf) and add its section to ``lines``: title, caption
+    (with how many points the y-limits cut, if any), image."""
+    cut = style.points_beyond_y(fig)
+    if cut:
+        what += (
+            f" The y-range holds the bulk of the values drawn (1st-99th percentile): {cut} point(s) of the "
+            "lines or bands lie beyond it and are cut at its edge."
+        )
     style.save(fig, path)
     _section(lines, title, what)
     lines.extend([f"![{alt}]({path.name}.png)", ""])
@@ -1294,10 +1438,15 @@ def _curve_sections(data: ReportData, out: Path) -> list[str]:
             baseline=data.baseline,
         )
         stem = f"{_safe(m)}_{s.x}"
-        style.save(fig, out / stem)
         extra = ""
         if data.marks.get(m):
-            extra += " Dashed with × : a run that diverged, up to the step it diverged (not in the mean)."
+            extra += " Dashed with × : a run that diverged, up to the step it diverged " + (
+                "(also in the mean, `--include-unfinished`)."
+                if s.include_unfinished
+                else "(not in the mean)."
+            )
+        if s.include_unfinished and (data.runs.loc[data.runs["included"], "state"] != states.DONE).any():
+            extra += " Runs that did not finish are in the mean up to their last logged step."
         if data.syncs:
             extra += " Dotted verticals: reference-model syncs."
         if s.seeds:
@@ -1310,12 +1459,15 @@ def _curve_sections(data: ReportData, out: Path) -> list[str]:
                 + (f", {data.baseline} (the baseline) dashed black" if data.baseline else "")
                 + ", the others light grey behind."
             )
-        _section(
+        _figure_section(
             lines,
+            fig,
+            out / stem,
+            m,
             f"{m} vs {agg_mod.X_LABELS[s.x]}",
             f"Compares the {m} learning curves of the variants. {c.caption}{extra}",
         )
-        lines.extend([f"![{m}]({stem}.png)", "", f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
+        lines.extend([f"PDF: [{stem}.pdf]({stem}.pdf)", ""])
     return lines
 
 
@@ -1338,10 +1490,27 @@ def _final_section(data: ReportData, out: Path) -> list[str]:
         "final",
         f"Final {s.metric} per variant",
         f"Compares where the variants end: one dot per run (its final score: {_score_rule(s.metric)}), "
-        "the bar is the mean's 95% stratified-bootstrap interval over runs (a hollow circle: one run, "
-        "no interval).",
+        "the bar is the mean's 95% percentile-bootstrap interval over runs, as in the Final performance "
+        "table (a hollow circle: one run, no interval). " + _scores_note(data, marked=True),
     )
     return lines
+
+
+def _scores_note(data: ReportData, *, marked: bool = False) -> str:
+    """How many runs each variant's final score pools, and which of them did not finish."""
+    by = [b for b in (data.hue, data.col, data.row) if b]
+    counts = data.scores.groupby(by, observed=True).size() if by else pd.Series([len(data.scores)])
+    text = f"{_count_range(counts)} run(s) per variant."
+    other = data.scores["state"] != states.DONE
+    if other.any():
+        diverged = int((data.scores["state"] == states.DIVERGED).sum())
+        text += (
+            f" Includes {int(other.sum())} run(s) that did not finish (`--include-unfinished`), scored on "
+            "their last logged steps"
+            + (f" and drawn as × (diverged, {diverged}) or a hollow triangle (unfinished)" if marked else "")
+            + "."
+        )
+    return text
 
 
 def _dynamics_section(data: ReportData, out: Path) -> list[str]:
@@ -1418,7 +1587,7 @@ def _wseq_section(data: ReportData, out: Path) -> list[str]:
         + "): per step, the median "
         "over runs of each run's p05-p95 of w_seq over its completions (band) and p50 (line), each run smoothed "
         "on the log scale as the curves above; log axis fitted to the values drawn."
-        + (f" Left out, on-policy throughout (w_seq ≡ 1): {', '.join(map(str, skipped))}." if skipped else "")
+        + (f" Left out, on-policy throughout (w_seq ≡ 1): {'; '.join(map(str, skipped))}." if skipped else "")
         + (
             f" At {infinite['p95']} point(s) the p95 is beyond float range (w_seq = inf) and at {infinite['p05']} "
             "the p05 underflows to 0: drawn at the top or bottom edge."
@@ -1462,7 +1631,7 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
             "aggregate",
             "Aggregate estimates",
             f"Final {s.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over runs with "
-            "95% stratified-bootstrap intervals"
+            "95% percentile-bootstrap intervals (the Final performance table's)"
             + (
                 f", and the probability that a run of the variant beats a run of {data.baseline} in the same panel "
                 "(0.5 = no difference)"
@@ -1476,7 +1645,8 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
                 if data.final is not None and len(data.final) and data.final["runs"].max() < 4
                 else ""
             )
-            + ".",
+            + ". "
+            + _scores_note(data),
         )
         fig, _ = finals.plot_profile(
             data.profile,
@@ -1496,7 +1666,7 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
             "Performance profile",
             f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
             "further right is better across runs, not only on average. With few runs per variant the steps are "
-            "coarse; no interval is drawn.",
+            "coarse; no interval is drawn. " + _scores_note(data),
         )
     return lines
 
@@ -1506,6 +1676,11 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
     s = data.settings
     lines: list[str] = []
     caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns)
+    if "speedup" in data.timing.columns and (data.timing["runs"] == 1).any():
+        caption += (
+            " Rows with runs = 1 rest on a single run: their speedup is one measurement with no spread "
+            "(run more seeds before quoting it)."
+        )
     tables.write_table(data.timing, out / "timing", caption=caption)
     _section(lines, "Timing", caption)
     lines.extend([tables.to_markdown(data.timing), "Files: timing.md, timing.csv, timing.tex", ""])
@@ -1671,7 +1846,8 @@ def make_report(
     df, run_states, grid_info, _ = load_report_inputs(grid_dir, run_ids, all_runs=all_runs, settings=settings)
     title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
     strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
-    data = compute_report(df, run_states, settings, title=str(title), strict_keys=strict)
+    given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
+    data = compute_report(df, run_states, settings, title=str(title), strict_keys=strict, given=given)
     data.lines.insert(
         0,
         f"Runs: {df.attrs.get('run_set', '')}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
@@ -1770,8 +1946,12 @@ def parse_smoothing(text: str | None) -> Any:
     if text in ("auto", "none"):
         return text
     kind, _, value = text.partition("=")
-    if kind == "window" and value.isdigit() and int(value) >= 1:
-        return {"window": int(value)}
+    if kind == "window":
+        if value.isdigit() and int(value) >= 1:
+            return {"window": int(value)}
+        raise ValueError(
+            f"the window is a whole number of logged points, at least 1 (e.g. window=20), got {value!r}"
+        )
     if kind == "ema":
         try:
             a = float(value)
@@ -1779,7 +1959,10 @@ def parse_smoothing(text: str | None) -> Any:
             a = float("nan")
         if 0 < a <= 1:
             return {"ema": a}
-    raise ValueError(text)
+        raise ValueError(
+            f"the EMA weight of the newest point must be in (0, 1] (e.g. ema=0.1; smaller is smoother), got {value!r}"
+        )
+    raise ValueError("use auto, none, window=N (e.g. window=20) or ema=A (e.g. ema=0.1)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -1790,11 +1973,8 @@ def main(args: argparse.Namespace) -> int:
     """
     try:
         smoothing = parse_smoothing(getattr(args, "smooth", None))
-    except ValueError:
-        print(
-            f"report: --smooth {args.smooth!r}: use auto, none, window=N (e.g. window=20) or ema=A (e.g. ema=0.1)",
-            file=sys.stderr,
-        )
+    except ValueError as e:
+        print(f"report: --smooth {args.smooth!r}: {e}", file=sys.stderr)
         return 2
     target = getattr(args, "target", None)
     if target is not None and not math.isfinite(target):

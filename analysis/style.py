@@ -26,6 +26,7 @@ __all__ = [
     "RC",
     "context",
     "figure",
+    "points_beyond_y",
     "save",
     "variant_colors",
 ]
@@ -186,3 +187,44 @@ def save(fig: Figure, stem: str | Path, formats: Sequence[str] = ("png", "pdf"))
                 fig.savefig(path, format=fmt)
             paths.append(path)
     return paths
+
+
+def points_beyond_y(fig: Figure) -> int:
+    """How many drawn data points lie outside their panel's y-limits (and so are cut at its edge).
+
+    Counts the vertices of every line and band (``fill_between``) drawn in data coordinates, in
+    every panel of ``fig``; lines in axes coordinates (``axvline`` and the like) are not data.
+    On a log axis a value <= 0 cannot be drawn at all and is not counted here.
+
+    Args:
+        fig: a drawn figure.
+
+    Returns:
+        The number of finite points with x inside the panel's x-limits and y outside its y-limits.
+    """
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+
+    n = 0
+    for ax in fig.axes:
+        lo, hi = sorted(ax.get_ylim())
+        xlo, xhi = sorted(ax.get_xlim())
+        log = ax.get_yscale() == "log"
+        xys = [
+            np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+            for line in ax.get_lines()
+            if line.get_transform() == ax.transData and np.size(line.get_ydata()) > 0
+        ]
+        xys += [
+            np.unique(p.vertices, axis=0)  # a closed polygon repeats its first vertex
+            for coll in ax.collections
+            if isinstance(coll, PolyCollection) and coll.get_transform() == ax.transData
+            for p in coll.get_paths()
+        ]
+        for xy in xys:
+            x, y = xy[:, 0], xy[:, 1]
+            ok = np.isfinite(x) & np.isfinite(y) & (x >= xlo) & (x <= xhi)
+            if log:
+                ok &= y > 0
+            n += int(np.count_nonzero(ok & ((y < lo) | (y > hi))))
+    return n

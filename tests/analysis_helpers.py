@@ -73,8 +73,14 @@ def write_run(
     return rdir
 
 
-def write_grid(grid_dir: Path, run_ids: Sequence[str], varying: Sequence[str], name: str = "toy") -> None:
-    """``grid.json`` listing the planned runs."""
+def write_grid(
+    grid_dir: Path,
+    run_ids: Sequence[str],
+    varying: Sequence[str],
+    name: str = "toy",
+    runs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """``grid.json`` listing the planned runs (and, given ``runs``, each run's varying values)."""
     grid_dir.mkdir(parents=True, exist_ok=True)
     (grid_dir / layout.GRID_FILE).write_text(
         json.dumps(
@@ -83,6 +89,7 @@ def write_grid(grid_dir: Path, run_ids: Sequence[str], varying: Sequence[str], n
                 "source": f"ablations/{name}.yaml",
                 "run_ids": list(run_ids),
                 "varying": list(varying),
+                **({"runs": {k: dict(v) for k, v in runs.items()}} if runs is not None else {}),
             }
         )
     )

@@ -104,7 +104,11 @@ def broken(tmp_path):
     )
     (layout.run_dir(g, "dapo-damaged") / layout.CONFIG_FILE).write_text('{"run_id": "dapo-dam')
     ids += ["grpo-diverged", "dapo-stopped", "grpo-nosignal", "dapo-damaged"]
-    write_grid(g, ids, ["trainer.loss_type", "seed"], name="mixed")
+    seeds = {"grpo-diverged": 7, "dapo-stopped": 8, "grpo-nosignal": 9, "dapo-damaged": 10}
+    runs = {
+        r: {"trainer.loss_type": r.split("-")[0], "seed": seeds[r] if r in seeds else int(r[-1])} for r in ids
+    }
+    write_grid(g, ids, ["trainer.loss_type", "seed"], name="mixed", runs=runs)
     return g
 
 
@@ -135,7 +139,11 @@ def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
     assert "## Runs left out" in index
     assert "`grpo-diverged` (grpo): diverged at step 2 (loss)" in index
     assert "`dapo-stopped` (dapo): unfinished at step 75 of 120" in index
-    assert "`dapo-damaged`: damaged run file, left out" in index and "config.json" in index
+    # grid.json knows the damaged run's variant: it is listed, and counted as not finished, under it
+    assert "`dapo-damaged` (dapo): damaged run file, left out" in index and "config.json" in index
+    variants = pd.read_csv(out / "variants.csv").set_index("variant")
+    assert variants.loc["dapo", "finished"] == 3 and variants.loc["dapo", "other"] == 2
+    assert variants.loc["grpo", "finished"] == 4 and variants.loc["grpo", "other"] == 1
     # the finished runs only: 3 dapo; 3 grpo + the finished run without a learning signal
     final = pd.read_csv(out / "final_performance.csv").set_index("variant")
     assert final.loc["dapo", "runs"] == 3 and final.loc["grpo", "runs"] == 4
@@ -159,7 +167,51 @@ def test_include_unfinished_adds_them_marked(broken):
     check = pd.read_csv(out / "learning_check_runs.csv").set_index(layout.RUN_ID)
     assert check.loc["dapo-stopped", "state"] == "unfinished"
     assert "dapo-damaged" not in check.index  # a damaged run is never counted
-    assert "included and marked" in (out / "index.md").read_text()
+    index = (out / "index.md").read_text()
+    assert "2 run(s) that did not finish are included" in index
+    assert "`dapo-damaged` (dapo): damaged run file, left out" in index
+    assert (
+        "`dapo-stopped` (dapo): unfinished at step 75 of 120 (stopped, or still running); included, marked"
+        in index
+    )
+    assert "count finished runs only" not in index  # the intro says what --include-unfinished counts
+    assert "4-5 run(s) per curve" in index and "finished run(s) per curve" not in index
+    assert "Includes 2 run(s) that did not finish" in index  # final, aggregate and profile captions
+
+
+def test_include_unfinished_counts_each_timing_row_apart(broken):
+    """With runs-at-once groups, the unfinished count is per row (variant and runs at once)."""
+    import pyarrow.parquet as pq
+
+    for rid, at_once in (("grpo-0", 1.0), ("grpo-diverged", 1.0), ("dapo-stopped", 3.0)):
+        path = layout.run_dir(broken, rid) / layout.METRICS_DIR / layout.COMPACT_FILE
+        t = pq.read_table(path).to_pandas()
+        t[layout.CONCURRENT_RUNS] = at_once
+        pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
+    out = report.make_report(broken, include_unfinished=True)
+    timing = pd.read_csv(out / "timing.csv")
+    rows = {(r.variant, str(r[report.AT_ONCE])): (r.runs, r.unfinished) for _, r in timing.iterrows()}
+    assert rows[("grpo", "1")] == (2, 1)  # grpo-0 and the diverged run
+    assert rows[("grpo", "unknown")] == (3, 0)
+    assert rows[("dapo", "3")] == (1, 1)
+    assert rows[("dapo", "unknown")] == (3, 0)
+
+
+def test_final_figure_marks_runs_that_did_not_finish(broken):
+    df, st, info, _ = report.load_report_inputs(broken)
+    settings = report.ReportSettings.merged(info.get("report"), include_unfinished=True)
+    data = report.compute_report(df, st, settings)
+    assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "unfinished": 1}
+    from analysis import finals
+
+    fig, axes = finals.plot_final(data.scores, data.final, metric="reward", **data.panels())
+    assert len(axes[0, 0].collections) == 4  # grpo: finished, diverged; dapo: finished, unfinished
+    texts = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
+    assert {"diverged run (included)", "unfinished run (included)"} <= texts
+    done = data.scores[data.scores["state"] == "done"]
+    fig, axes = finals.plot_final(done, data.final, metric="reward", **data.panels())
+    assert len(axes[0, 0].collections) == 2
+    assert "diverged run (included)" not in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
 
 
 def test_diverged_run_is_marked_on_the_curve(broken):
@@ -316,3 +368,75 @@ def test_the_cache_sees_a_copy_that_keeps_size_and_mtime(broken):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # as cp -p or rsync -a would
     checks = pd.read_csv(report.make_report(broken) / "learning_check_runs.csv").set_index(layout.RUN_ID)
     assert checks.loc["dapo-0", "last"] > 1.0
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--baseline", "zzz"], "--baseline 'zzz' names no variant; give one of 'grpo', 'dapo'"),
+        (["--baseline", "loss_type=foo"], "no run has it; loss_type is dapo, grpo in these runs"),
+        (["--baseline", "nothing=1"], "'nothing' is not a setting of these runs"),
+        (["--wseq-split", "foo"], "--wseq-split 'foo': no counted run recorded it"),
+        (["--smooth", "window=0"], "the window is a whole number of logged points, at least 1"),
+        (["--smooth", "ema=2"], "the EMA weight of the newest point must be in (0, 1]"),
+        (["--smooth", "box"], "use auto, none, window=N"),
+    ],
+)
+def test_a_command_line_setting_that_names_nothing_stops_before_writing(broken, capsys, args, says):
+    assert _cli(broken, *args) == 2
+    assert says in capsys.readouterr().err
+    assert not (broken / layout.REPORT_DIR / "index.md").exists()
+
+
+def test_a_baseline_whose_runs_did_not_finish_is_a_note_not_an_error(broken, capsys):
+    """A baseline some run has, but no finished run: the report is written and says why."""
+    assert _cli(broken, "--baseline", "seed=7") == 0  # the diverged run's seed
+    assert "no finished run has seed=7; no baseline" in (broken / layout.REPORT_DIR / "index.md").read_text()
+
+
+def test_a_folder_that_is_not_a_grid_names_the_grids_near_it(broken, capsys):
+    assert _cli(broken.parent) == 2
+    assert f"has no 'runs' folder; grid results folders there: {broken}" in capsys.readouterr().err
+    assert _cli(broken.parent / "mixd") == 2
+    assert f"mixd does not exist; grid results folders there: {broken}" in capsys.readouterr().err
+
+
+def test_captions_count_the_points_cut_by_the_y_range(broken):
+    """One wild reward drawn on the curve: the robust y-range cuts it, and the caption says so."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    def cut() -> int:
+        index = (report.make_report(broken, smoothing="none") / "index.md").read_text()
+        caption = index.split("## reward vs optimizer step", 1)[1].split("##", 1)[0]
+        said = re.search(
+            r"(\d+) point\(s\) of the lines or bands lie beyond it and are cut at its edge", caption
+        )
+        return int(said.group(1)) if said else 0
+
+    before = cut()
+    path = layout.run_dir(broken, "grpo-0") / layout.METRICS_DIR / layout.COMPACT_FILE
+    t = pq.read_table(path).to_pandas()
+    t.loc[t["step"] == 61, "reward"] = 40.0
+    pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
+    assert cut() > before  # the mean's point at step 61, and its band
+
+
+def test_points_beyond_y_counts_data_points_only():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from analysis import style
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0, 1, 2, 3], [0, 1, 2, 10])  # 10 is above
+    ax.fill_between([0, 1, 2], [0, 0, 0], [1, 1, 5])  # 5 is above
+    ax.axvline(1)  # axes coordinates: not data
+    ax.set_ylim(-0.5, 3)
+    assert style.points_beyond_y(fig) == 2
+    ax.set_ylim(-0.5, 11)
+    assert style.points_beyond_y(fig) == 0
