@@ -1413,9 +1413,12 @@ def _figure_section(lines: list[str], fig: Any, path: Path, alt: str, title: str
     (with how many points the y-limits cut, if any), image."""
     cut = style.points_beyond_y(fig)
     if cut:
+        where = (
+            f" ({'; '.join(f'{t}: {n}' for t, n in cut.items())})" if len(cut) > 1 or "" not in cut else ""
+        )
         what += (
-            f" The y-range holds the bulk of the values drawn (1st-99th percentile): {cut} point(s) of the "
-            "lines or bands lie beyond it and are cut at its edge."
+            f" The y-range holds the bulk of the values drawn (1st-99th percentile): {sum(cut.values())} point(s) "
+            f"of the lines or bands lie beyond it{where} and are cut at its edge."
         )
     style.save(fig, path)
     _section(lines, title, what)

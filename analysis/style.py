@@ -189,7 +189,7 @@ def save(fig: Figure, stem: str | Path, formats: Sequence[str] = ("png", "pdf"))
     return paths
 
 
-def points_beyond_y(fig: Figure) -> int:
+def points_beyond_y(fig: Figure) -> dict[str, int]:
     """How many drawn data points lie outside their panel's y-limits (and so are cut at its edge).
 
     Counts the vertices of every line and band (``fill_between``) drawn in data coordinates, in
@@ -200,12 +200,14 @@ def points_beyond_y(fig: Figure) -> int:
         fig: a drawn figure.
 
     Returns:
-        The number of finite points with x inside the panel's x-limits and y outside its y-limits.
+        ``{panel title: count}`` of the finite points with x inside the panel's x-limits and y
+        outside its y-limits, for the panels that have any, named by their row's y label and their
+        (column's) title (``""`` when a panel has neither).
     """
     import numpy as np
     from matplotlib.collections import PolyCollection
 
-    n = 0
+    out: dict[str, int] = {}
     for ax in fig.axes:
         lo, hi = sorted(ax.get_ylim())
         xlo, xhi = sorted(ax.get_xlim())
@@ -226,5 +228,30 @@ def points_beyond_y(fig: Figure) -> int:
             ok = np.isfinite(x) & np.isfinite(y) & (x >= xlo) & (x <= xhi)
             if log:
                 ok &= y > 0
-            n += int(np.count_nonzero(ok & ((y < lo) | (y > hi))))
-    return n
+            n = int(np.count_nonzero(ok & ((y < lo) | (y > hi))))
+            if n:
+                title = _panel_name(ax, fig)
+                out[title] = out.get(title, 0) + n
+    return out
+
+
+def _panel_name(ax: Any, fig: Figure) -> str:
+    """A panel's row label (the y label in its grid row) and title (its own, else its column's)."""
+
+    def clean(text: str) -> str:
+        return " ".join(text.split())
+
+    spec = ax.get_subplotspec() if hasattr(ax, "get_subplotspec") else None
+    if spec is None:
+        return ", ".join(t for t in (clean(ax.get_ylabel()), clean(ax.get_title())) if t)
+    row, col = spec.rowspan.start, spec.colspan.start
+    ylabel, title = clean(ax.get_ylabel()), clean(ax.get_title())
+    for other in fig.axes:
+        o = other.get_subplotspec() if hasattr(other, "get_subplotspec") else None
+        if o is None or o.get_gridspec() is not spec.get_gridspec():
+            continue
+        if not ylabel and o.rowspan.start == row:
+            ylabel = clean(other.get_ylabel())
+        if not title and o.colspan.start == col:
+            title = clean(other.get_title())
+    return ", ".join(t for t in (ylabel, title) if t)

@@ -410,9 +410,7 @@ def test_captions_count_the_points_cut_by_the_y_range(broken):
     def cut() -> int:
         index = (report.make_report(broken, smoothing="none") / "index.md").read_text()
         caption = index.split("## reward vs optimizer step", 1)[1].split("##", 1)[0]
-        said = re.search(
-            r"(\d+) point\(s\) of the lines or bands lie beyond it and are cut at its edge", caption
-        )
+        said = re.search(r"(\d+) point\(s\) of the lines or bands lie beyond it", caption)
         return int(said.group(1)) if said else 0
 
     before = cut()
@@ -437,6 +435,8 @@ def test_points_beyond_y_counts_data_points_only():
     ax.fill_between([0, 1, 2], [0, 0, 0], [1, 1, 5])  # 5 is above
     ax.axvline(1)  # axes coordinates: not data
     ax.set_ylim(-0.5, 3)
-    assert style.points_beyond_y(fig) == 2
+    assert style.points_beyond_y(fig) == {"": 2}
+    ax.set_title("reward\n(off-policy)")
+    assert style.points_beyond_y(fig) == {"reward (off-policy)": 2}
     ax.set_ylim(-0.5, 11)
-    assert style.points_beyond_y(fig) == 0
+    assert style.points_beyond_y(fig) == {}
