@@ -57,7 +57,7 @@ def plot_final(
     Args:
         scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns; an
             optional ``state`` column (:data:`analysis.states.STATES`) draws a diverged run as ×
-            and an unfinished, stopped or failed one as a hollow triangle.
+            and any other run that did not finish (stopped, running, failed) as a hollow triangle.
         table: :func:`analysis.tables.final_performance_table` over the same labels (``mean``,
             ``mean_lo``, ``mean_hi``).
         metric: the score's metric (axis label).
@@ -160,7 +160,7 @@ def plot_final(
             ),
             Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
         ]
-        for what, text in (("diverged", "diverged run"), ("other", "unfinished run")):
+        for what, text in (("diverged", "diverged run"), ("other", "run not finished")):
             if what in shown:
                 marker, _, face = _STATE_MARKERS[what]
                 handles.append(
@@ -180,7 +180,7 @@ def plot_final(
 
 
 #: How :func:`plot_final` draws a run by its state: (marker, size in pt², filled). "other":
-#: unfinished, stopped or failed; drawn only when the report includes unfinished runs.
+#: stopped, running or failed; drawn only when the report includes runs that did not finish.
 _STATE_MARKERS: dict[str, tuple[str, float, bool]] = {
     "done": ("o", 9.0, True),
     "diverged": ("x", 16.0, True),

@@ -10,7 +10,7 @@ Three steps, so the numbers can be checked (and timed) apart from the drawing:
 
 What the report stands behind: tables and figures count finished runs only (``DONE``); every
 other run is listed with its state and step (diverged at step s in which metric, failed,
-unfinished at step s of ``max_steps``), and ``include_unfinished`` adds them, marked. A run
+stopped or running at step s of ``max_steps``), and ``include_unfinished`` adds them, marked. A run
 whose ``config.json`` is damaged is named and left out. A run that never had a learning signal
 is flagged and never counts as improved. Curves are smoothed by a stated rule; importance-ratio
 metrics are drawn over off-policy steps only.
@@ -551,7 +551,7 @@ def _runs_without_metrics(
         elif rid in missing_runs:
             without[rid] = "no run folder yet (not started)"
         elif rid not in with_metrics:
-            state = run_states.loc[rid, "state"] if rid in run_states.index else states.UNFINISHED
+            state = run_states.loc[rid, "state"] if rid in run_states.index else states.PENDING
             without[rid] = {
                 states.FAILED: "failed before its first step",
                 states.DONE: "done, but none of its metrics could be read (see Files not loaded)",
@@ -646,7 +646,7 @@ def _run_table(
     np.maximum.at(last, row_codes, df[layout.STEP].to_numpy())
     runs["last_step"] = last[present]
     st = run_states.reindex(runs.index)
-    runs["state"] = st["state"].fillna(states.UNFINISHED)
+    runs["state"] = st["state"].fillna(states.STOPPED)
     runs["marker_step"] = st["marker_step"]
     runs["diverged_metric"] = st["diverged_metric"]
     runs["missing_steps"] = st["missing_steps"].fillna(0).astype(int)
@@ -866,7 +866,7 @@ def _compared_lines(
     if data.settings.include_unfinished and (inc["state"] != states.DONE).any():
         lines.append(
             f"{int((inc['state'] != states.DONE).sum())} run(s) that did not finish are included "
-            '(`--include-unfinished`), marked in the tables ("of which unfinished") and on the final-score '
+            '(`--include-unfinished`), marked in the tables ("of which not finished") and on the final-score '
             "figure."
         )
     task = next((c for c in ("task.name", "task") if c in inc.columns), None)
@@ -1153,8 +1153,8 @@ def _mark_unfinished(table: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> 
     inc = runs[runs["included"]]
     unfinished = (inc["state"] != states.DONE).groupby(tables.joined_keys(inc, by)).sum()
     tkey = pd.Series(tables.joined_keys(table, by))
-    table["unfinished"] = tkey.map(unfinished).fillna(0).astype(int).to_numpy()
-    table.attrs.setdefault("display", {})["unfinished"] = "of which unfinished"
+    table["not_finished"] = tkey.map(unfinished).fillna(0).astype(int).to_numpy()
+    table.attrs.setdefault("display", {})["not_finished"] = "of which not finished"
 
 
 def _at_once(work: pd.DataFrame) -> pd.Series | None:
@@ -1510,7 +1510,11 @@ def _scores_note(data: ReportData, *, marked: bool = False) -> str:
         text += (
             f" Includes {int(other.sum())} run(s) that did not finish (`--include-unfinished`), scored on "
             "their last logged steps"
-            + (f" and drawn as × (diverged, {diverged}) or a hollow triangle (unfinished)" if marked else "")
+            + (
+                f" and drawn as × (diverged, {diverged}) or a hollow triangle (stopped or running)"
+                if marked
+                else ""
+            )
             + "."
         )
     return text

@@ -2,7 +2,8 @@
 
 A report may only count a run as a result when the run finished: a run that diverged at step 2 has
 no "final" reward, and one stopped at step 75 of 120 is not comparable with runs that trained all
-120 steps. States are read from the run's own end markers (``harness.layout``):
+120 steps. States are the harness's own vocabulary (``harness.layout.RUN_STATES``, as ``status``
+shows them), read from the run's files without asking a scheduler:
 
 ========== ============================================================================
 done       ``DONE`` exists: the run trained ``max_steps`` steps (``missing_steps`` lists
@@ -10,8 +11,10 @@ done       ``DONE`` exists: the run trained ``max_steps`` steps (``missing_steps
 diverged   ``DIVERGED`` exists: loss, reward or grad_norm became NaN/inf (at ``step``,
            in ``metric``)
 failed     ``FAILED`` exists: the run raised
-unfinished none of these: stopped (killed, preempted, interrupted) or still running, at its
-           last logged step of ``max_steps``
+running    none of these, and the process named by its owner file is alive
+stopped    none of these, started, nothing runs it: killed, preempted or interrupted at its
+           last logged step of ``max_steps`` (resumable)
+pending    not started
 ========== ============================================================================
 
 A run whose ``config.json`` cannot be read is *damaged*: :func:`analysis.load.load` leaves it out
@@ -43,7 +46,9 @@ __all__ = [
     "DONE",
     "DIVERGED",
     "FAILED",
-    "UNFINISHED",
+    "PENDING",
+    "RUNNING",
+    "STOPPED",
     "STATES",
     "describe",
     "divergence_point",
@@ -51,12 +56,14 @@ __all__ = [
     "signal_flags",
 ]
 
-DONE = "done"
-DIVERGED = "diverged"
-FAILED = "failed"
-UNFINISHED = "unfinished"
-#: Every state, in the order a report lists them.
-STATES = (DONE, DIVERGED, FAILED, UNFINISHED)
+DONE = layout.DONE
+DIVERGED = layout.DIVERGED
+FAILED = layout.FAILED
+RUNNING = layout.RUNNING
+STOPPED = layout.STOPPED
+PENDING = layout.PENDING
+#: Every state a run folder can be in without a scheduler's word, in the order a report lists them.
+STATES = (DONE, DIVERGED, FAILED, STOPPED, RUNNING, PENDING)
 
 #: Columns TRL (and the harness) log whose non-finite value stops a run, in the order they are checked.
 DIVERGENCE_METRICS = ("loss", "reward", "grad_norm")
@@ -107,7 +114,7 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
     for rid in run_ids:
         rdir = os.path.join(runs_dir, rid)
         row: dict[str, Any] = {
-            "state": UNFINISHED,
+            "state": "",
             "marker_step": None,
             "diverged_metric": None,
             "missing_steps": 0,
@@ -139,6 +146,8 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
             info = _read_object(failed) or {}
             error = info.get("error")
             row.update(state=FAILED, error=error.splitlines()[0][:200] if isinstance(error, str) else "")
+        else:
+            row["state"] = layout.files_state(rdir)  # running, stopped or pending
         rows.append(row)
     out = pd.DataFrame(rows, index=pd.Index(list(run_ids), name=layout.RUN_ID, dtype=object))
     if out.empty:
@@ -232,8 +241,12 @@ def describe(state: str, *, step: int | None, max_steps: int | None, metric: str
     of = f" of {max_steps}" if max_steps is not None else ""
     if state == FAILED:
         return f"failed at step {step}{of}" if step is not None else "failed before its first step"
-    if state == UNFINISHED:
+    if state == RUNNING:
+        return f"running, at step {step}{of}" if step is not None else "running, no step logged yet"
+    if state == STOPPED:
         if step is None:
-            return "started, no step logged yet"
-        return f"unfinished at step {step}{of} (stopped, or still running)"
+            return "stopped before its first step"
+        return f"stopped at step {step}{of} (killed or interrupted; running the grid again resumes it)"
+    if state == PENDING:
+        return "not started"
     return f"done, {step} steps"

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness import layout
 
@@ -60,10 +62,28 @@ def _results_problem(grid_dir: Path) -> bool:
     return False
 
 
+def text_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A terminal table drawn by rich: a header line, then one line per row, columns two spaces
+    apart, no borders (so each line still splits on whitespace), never wrapped however wide."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0), header_style="")
+    for name in header:
+        table.add_column(name, no_wrap=True, overflow="ignore")
+    for row in rows:
+        table.add_row(*(str(x) for x in row))
+    out = io.StringIO()
+    Console(file=out, width=1_000_000, color_system=None, highlight=False, emoji=False, markup=False).print(
+        table
+    )
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
 def format_plan(plan, grid_dir: Path | None = None) -> str:
     """The plan as a plain-text table: one line per run with its varying values (and state)."""
-    from harness.executors import run_state
-
     keys = list(plan.varying_keys)
     header = ["run_id", *(k.split(".")[-1] for k in keys)]
     if grid_dir is not None:
@@ -72,12 +92,9 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
     for run in plan.runs:
         row = [run.run_id, *(json.dumps(run.varying.get(k)) for k in keys)]
         if grid_dir is not None:
-            row.append(run_state(layout.run_dir(grid_dir, run.run_id)))
+            row.append(layout.files_state(layout.run_dir(grid_dir, run.run_id)))
         rows.append(row)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    lines = [
-        "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]
-    ]
+    lines = text_table(header, rows)
     g = plan.grid
     title = f"grid {g.name} ({g.source}): {len(plan.runs)} runs"
     if plan.duplicates:
@@ -126,7 +143,7 @@ def write_grid_file(plan, grid_dir: Path) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from harness.executors import execute_local, run_state
+    from harness.executors import execute_local
 
     plan, _ = _load_plan(args)
     if plan is None:
@@ -143,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
     grid_dir.mkdir(parents=True, exist_ok=True)
     write_grid_file(plan, grid_dir)
-    pending = [r for r in plan.runs if run_state(layout.run_dir(grid_dir, r.run_id)) != "done"]
+    pending = [r for r in plan.runs if layout.files_state(layout.run_dir(grid_dir, r.run_id)) != layout.DONE]
     skipped = len(plan.runs) - len(pending)
     if skipped:
         print(f"{skipped} run(s) already done, skipped.")
@@ -234,13 +251,9 @@ def format_status(rows) -> str:
         step = "" if r.last_step is None else str(r.last_step)
         vals = [json.dumps((r.varying or {}).get(k)) for k in keys]
         table.append([r.run_id, *vals, r.state, r.job_id, step, reward])
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=False)]
-    lines = [
-        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip()
-        for row in [header, *table]
-    ]
+    lines = text_table(header, table)
     for r in rows:
-        if r.state in ("failed", "diverged", "stopped") and (r.error or r.log):
+        if r.state in (layout.FAILED, layout.DIVERGED, layout.STOPPED) and (r.error or r.log):
             lines.append(f"{r.run_id} {r.state}: {r.error}" + (f"\n  log: {r.log}" if r.log else ""))
     counts = Counter(r.state for r in rows)
     lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs")
@@ -248,21 +261,21 @@ def format_status(rows) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness import slurm
+    from harness import status
 
     grid_dir = args.grid_dir
     if not (grid_dir / layout.RUNS_DIR).is_dir():
         print(f"error: {grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)
         return 2
     try:
-        slurm.grid_run_dirs(grid_dir, all_runs=args.all)
+        status.grid_run_dirs(grid_dir, all_runs=args.all)
     except ValueError as e:  # a damaged grid.json; run files are read leniently by grid_status
         print(
             f"error: {e}: this is not a grid file; use --all to list every run folder.",
             file=sys.stderr,
         )
         return 2
-    print(format_status(slurm.grid_status(grid_dir, all_runs=args.all)))
+    print(format_status(status.grid_status(grid_dir, all_runs=args.all)))
     return 0
 
 
@@ -340,7 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     known = {"plan", "run", "submit", "status", "cancel", "report", "bench"}
     args = build_parser(command if command in known else None).parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

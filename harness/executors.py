@@ -20,6 +20,7 @@ import submitit
 from harness import layout
 from harness.grid import RunSpec
 from harness.spec import ExecutorSettings
+from harness.status import last_error_line, latest_reward
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -132,38 +133,12 @@ class Outcome:
     error: str = ""
 
 
-def run_state(run_dir: Path) -> str:
-    """State from the run's own files: "done", "diverged", "started" (metrics or config) or "pending"."""
-    if (run_dir / layout.DONE_FILE).exists():
-        return "done"
-    if (run_dir / layout.DIVERGED_FILE).exists():
-        return "diverged"
-    if (run_dir / layout.CONFIG_FILE).exists():
-        return "started"
-    return "pending"
-
-
 def default_parallel(executor: ExecutorSettings) -> int:
     """Runs at once locally: ``max_parallel`` or cores // threads_per_run, at least 1."""
     if executor.max_parallel:
         return executor.max_parallel
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // max(1, executor.threads_per_run))
-
-
-def last_error_line(text: str) -> str:
-    """The last line of a log or traceback that names an error (or the last line)."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln and not ln.startswith(("File ", "^", "~")) and ("Error" in ln or "Exception" in ln):
-            return ln
-    return lines[-1] if lines else ""
-
-
-def _latest_reward(run_dir: Path) -> float | None:
-    from harness.metrics import last_step_and_reward
-
-    return last_step_and_reward(run_dir)[1]
 
 
 def execute_local(
@@ -197,7 +172,7 @@ def execute_local(
         def finish(outcome: Outcome) -> None:
             outcomes[outcome.run_id] = outcome
             progress.advance(bar)
-            r = _latest_reward(layout.run_dir(grid_dir, outcome.run_id))
+            r = latest_reward(layout.run_dir(grid_dir, outcome.run_id))
             latest = f" reward {r:.3f}" if r is not None else ""
             progress.update(bar, status=f"last: {outcome.run_id} {outcome.state}{latest}")
             if not show_progress:
@@ -255,7 +230,7 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
             RunJob(spec, str(rdir), threads)()
             finish(Outcome(spec.run_id, "done"))
         except Exception as e:  # one failed run must not stop the grid
-            state = "diverged" if run_state(rdir) == "diverged" else "failed"
+            state = "diverged" if layout.files_state(rdir) == layout.DIVERGED else "failed"
             finish(Outcome(spec.run_id, state, error=f"{type(e).__name__}: {e}"))
 
 
@@ -286,6 +261,6 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None
                 job.results()  # every task's; raises the first task error
                 finish(Outcome(spec.run_id, "done", log=log))
             except Exception as e:  # submitit re-raises the job's exception with its traceback
-                state = "diverged" if run_state(rdir) == "diverged" else "failed"
+                state = "diverged" if layout.files_state(rdir) == layout.DIVERGED else "failed"
                 finish(Outcome(spec.run_id, state, log=log, error=last_error_line(str(e))))
         active[:] = still

@@ -79,6 +79,19 @@ LOG_WSEQ_PREFIX = "log_w_seq/"
 SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a different quantity
 
 
+# Run states: one vocabulary for ``plan``, ``run``, ``submit``, ``status`` and ``report``
+# (harness.status tells them; analysis.states reads the same files).
+PENDING = "pending"  # never started: no config.json yet
+QUEUED = "queued"  # submitted, waiting in the scheduler's queue
+RUNNING = "running"  # training now: a running job, or a live local process (its owner file)
+REQUEUED = "requeued"  # preempted or requeued by the scheduler; resumes from its last checkpoint
+DONE = "done"  # DONE marker: trained max_steps steps
+DIVERGED = "diverged"  # DIVERGED marker: loss, reward or grad_norm became NaN/inf
+FAILED = "failed"  # FAILED marker (the run raised), or its job ended in a scheduler failure
+STOPPED = "stopped"  # started, not finished, nothing runs it: interrupted, killed or cancelled; resumable
+RUN_STATES = (PENDING, QUEUED, RUNNING, REQUEUED, DONE, DIVERGED, FAILED, STOPPED)
+
+
 def run_dir(grid_dir: str | Path, run_id: str) -> Path:
     """Folder of one run inside a grid's results folder."""
     return Path(grid_dir) / RUNS_DIR / run_id
@@ -166,3 +179,48 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
     if not isinstance(info, dict):
         raise ValueError(f"{path}: not a JSON object")
     return info
+
+
+def read_json_object(path: str | os.PathLike) -> dict | None:
+    """A JSON object file's content; None when it is missing, unreadable, not JSON or not an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):  # ValueError covers bad JSON and bad UTF-8
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def owner_alive(run_dir: str | os.PathLike) -> bool:
+    """Whether the process named by the run's owner file (``{"host", "pid"}``, written while a run
+    trains and removed at exit) is alive. A process on another host cannot be checked: the file is
+    trusted."""
+    import socket
+
+    owner = read_json_object(os.path.join(run_dir, OWNER_FILE))
+    if owner is None:
+        return False
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False  # os.kill(0 or -1, 0) would signal a group and always succeed
+    if owner.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
+
+
+def files_state(run_dir: str | os.PathLike) -> str:
+    """A run's state from its own files alone (no scheduler asked): ``DONE``, ``DIVERGED`` or
+    ``FAILED`` by its marker (in that order), else ``RUNNING`` while its owner process lives,
+    ``STOPPED`` once it started (``config.json``) and ``PENDING`` before."""
+    for marker, state in ((DONE_FILE, DONE), (DIVERGED_FILE, DIVERGED), (FAILED_FILE, FAILED)):
+        if os.path.exists(os.path.join(run_dir, marker)):
+            return state
+    if owner_alive(run_dir):
+        return RUNNING
+    return STOPPED if os.path.exists(os.path.join(run_dir, CONFIG_FILE)) else PENDING

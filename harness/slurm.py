@@ -1,19 +1,14 @@
-"""SLURM through submitit: submit a grid as job arrays, tell run states, cancel.
+"""SLURM through submitit: submit a grid as job arrays, and cancel them.
 
-The run's own files are the truth (DONE, DIVERGED, FAILED markers, metrics); SLURM's queue is a hint
-used only to tell queued and running jobs apart from finished ones, so ``status`` stays right when
-``sacct`` is missing or accounting is off. Every submit of a grid holds a file lock on the grid's
-folder while it decides what to submit and records the job ids, so two submits at the same moment
-never submit a run twice.
+What state a run is in is :mod:`harness.status`'s question; this module only submits and asks the
+scheduler. Every submit of a grid holds a file lock on the grid's folder while it decides what to
+submit and records the job ids, so two submits at the same moment never submit a run twice.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,26 +22,18 @@ from harness import layout
 from harness.grid import RunSpec
 from harness.metrics import atomic_write_json
 from harness.spec import ExecutorSettings
+from harness.status import grid_run_dirs, queue_states, read_job, scheduler_command
 
-JOB_FILE = layout.JOB_FILE
-FAILED_FILE = layout.FAILED_FILE
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
 SLURM_LOGS_DIR = "slurm_logs"
-
-
-def _run(cmd: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def slurm_available() -> str | None:
     """None when a SLURM controller answers here, else the reason it does not."""
     if shutil.which("sbatch") is None or shutil.which("squeue") is None:
         return "sbatch/squeue not on PATH"
-    out = _run(["sinfo", "-h", "-o", "%T"], timeout=15)
+    out = scheduler_command(["sinfo", "-h", "-o", "%T"], timeout=15)
     if out is None or out.returncode != 0:
         return f"sinfo failed: {(out.stderr.strip() if out else 'no answer')[:200]}"
     if not out.stdout.strip():
@@ -57,7 +44,7 @@ def slurm_available() -> str | None:
 def unknown_partitions(executors: Iterable[ExecutorSettings]) -> list[str]:
     """Partitions the executors name that this cluster's ``sinfo`` does not list ([] when sinfo
     cannot tell). A comma-separated ``partition`` names several, as in sbatch."""
-    out = _run(["sinfo", "-h", "-o", "%R"], timeout=15)
+    out = scheduler_command(["sinfo", "-h", "-o", "%R"], timeout=15)
     if out is None or out.returncode != 0:
         return []
     known = {line.strip() for line in out.stdout.splitlines() if line.strip()}
@@ -67,7 +54,7 @@ def unknown_partitions(executors: Iterable[ExecutorSettings]) -> list[str]:
 
 def max_array_size() -> int:
     """The cluster's ``MaxArraySize`` (scontrol show config); 1001, SLURM's default, when unknown."""
-    out = _run(["scontrol", "show", "config"])
+    out = scheduler_command(["scontrol", "show", "config"])
     if out is not None and out.returncode == 0:
         for line in out.stdout.splitlines():
             if line.strip().startswith("MaxArraySize"):
@@ -78,198 +65,15 @@ def max_array_size() -> int:
     return 1001
 
 
-def queue_states(job_ids: Iterable[str]) -> dict[str, str]:
-    """``{job id: state}`` for the given jobs still known to the queue (squeue); array tasks as "123_4".
-
-    Jobs that finished are absent. Returns {} when squeue is unavailable.
-    """
-    ids = sorted({j.split("_")[0] for j in job_ids if j})
-    if not ids:
-        return {}
-    out = _run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(ids)])
-    states: dict[str, str] = {}
-    if out is None or out.returncode != 0:
-        return states
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
-    return states
-
-
-def accounting_states(job_ids: Iterable[str]) -> dict[str, str]:
-    """``{job id: state}`` from ``sacct`` when it works (a hint only); {} when it does not."""
-    ids = sorted({j.split("_")[0] for j in job_ids if j})
-    if not ids or shutil.which("sacct") is None:
-        return {}
-    out = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(ids)])
-    if out is None or out.returncode != 0:
-        return {}
-    states = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) == 2:
-            states[parts[0]] = parts[1].split()[0] if parts[1] else ""
-    return states
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """One run as ``status`` shows it."""
-
-    run_id: str
-    state: str  # pending | queued | running | requeued | done | diverged | failed | stopped
-    job_id: str = ""
-    last_step: int | None = None
-    last_reward: float | None = None
-    log: str = ""
-    error: str = ""
-    varying: dict | None = None
-
-
-def read_json_object(path: Path) -> dict | None:
-    """A JSON object file's content; None when it is missing, unreadable, not JSON or not an object."""
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):  # ValueError covers bad JSON and bad UTF-8
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def read_job(run_dir: Path) -> dict | None:
-    """The run's submission record (job id, snapshot, log folder), or None if never submitted
-    (or the record is damaged: the run then counts as not submitted)."""
-    job = read_json_object(run_dir / JOB_FILE)
-    if job is None or not isinstance(job.get("job_id", ""), str):
-        return None
-    return job
-
-
-def run_status(
-    run_dir: Path,
-    queue: dict[str, str],
-    accounting: dict[str, str] | None = None,
-    planned: dict[str, Any] | None = None,
-) -> RunStatus:
-    """State of one run from its files, with SLURM's queue state as a hint for unfinished runs.
-
-    Order of truth: DONE > DIVERGED > FAILED marker > queue (queued/running/requeued) > the job left
-    the queue without a marker ("failed" with SLURM's final state when sacct knows it, else "stopped")
-    > a local run: "running" while its process lives, else "stopped" (interrupted; resumable)
-    > never started ("pending"). ``planned``: the run's varying values from ``grid.json``, shown until
-    the run writes its own ``config.json``.
-    """
-    run_id = run_dir.name
-    job = read_job(run_dir) or {}
-    job_id = job.get("job_id", "")
-    from harness.metrics import last_step_and_reward
-
-    step, reward = last_step_and_reward(run_dir)
-    log = job.get("stderr", "")
-    log = log if isinstance(log, str) else ""
-    config = (read_json_object(run_dir / layout.CONFIG_FILE) or {}).get("varying")
-    if not isinstance(config, dict):
-        config = planned if isinstance(planned, dict) else {}
-    base = {"run_id": run_id, "job_id": job_id, "last_step": step, "last_reward": reward, "varying": config}
-    if (run_dir / layout.DONE_FILE).exists():
-        return RunStatus(state="done", **base)
-    if (run_dir / layout.DIVERGED_FILE).exists():
-        return RunStatus(state="diverged", log=log, **base)
-    failed = run_dir / FAILED_FILE
-    if failed.exists() and job_id not in queue:
-        info = read_json_object(failed) or {}
-        return RunStatus(state="failed", log=info.get("log", log), error=info.get("error", ""), **base)
-    if job_id and job_id in queue:
-        q = queue[job_id]
-        if q == "RUNNING":
-            state = "running"
-        elif q.startswith("REQUEUE") or job.get("requeued"):
-            state = "requeued"
-        else:
-            state = "queued"
-        return RunStatus(state=state, **base)
-    if job_id:
-        final = (accounting or {}).get(job_id, "")
-        from harness.executors import last_error_line
-
-        error = ""
-        with contextlib.suppress(OSError):
-            # a log cut mid-write can end inside a multi-byte character
-            error = last_error_line(Path(log).read_text(errors="replace")) if log else ""
-        if log and not Path(log).exists():
-            log = ""  # the job never started, so SLURM wrote no log
-        if final.startswith("CANCELLED"):
-            return RunStatus(
-                state="stopped", log=log, error=error or f"slurm: {final}; submit again to resume", **base
-            )
-        if final and final != "COMPLETED":
-            return RunStatus(state="failed", log=log, error=error or f"slurm: {final}", **base)
-        if not error and not (run_dir / layout.CONFIG_FILE).exists():
-            error = f"job {job_id} left the queue before the run started (cancelled?); submit again to run it"
-        return RunStatus(state="stopped", log=log, error=error, **base)
-    if (run_dir / layout.CONFIG_FILE).exists():  # started by a local `run`
-        if _owner_alive(run_dir):
-            return RunStatus(state="running", **base)
-        where = f" at step {step}" if step is not None else ""
-        return RunStatus(
-            state="stopped", error=f"interrupted{where}; running the grid again resumes it", **base
-        )
-    return RunStatus(state="pending", **base)
-
-
-def _owner_alive(run_dir: Path) -> bool:
-    """Whether the process that wrote the run's owner file (a local run) is alive on this host."""
-    owner = read_json_object(run_dir / layout.OWNER_FILE)
-    if owner is None:
-        return False
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False  # os.kill(0 or -1, 0) would signal a group and always succeed
-    if owner.get("host") != socket.gethostname():
-        return True  # another machine's process: cannot tell, trust the file (removed at exit)
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # alive, another user's
-    except (ProcessLookupError, OverflowError):
-        return False
-    return True
-
-
-def grid_run_dirs(grid_dir: Path, all_runs: bool = False) -> list[Path]:
-    """Run folders of the grid as last planned (grid.json), or every run folder with ``all_runs``."""
-    runs = grid_dir / layout.RUNS_DIR
-    if not all_runs and (info := layout.read_grid(grid_dir)) is not None:
-        ids = info.get("run_ids")
-        if not isinstance(ids, list) or not all(isinstance(i, str) and "/" not in i for i in ids):
-            raise ValueError(f"{grid_dir / layout.GRID_FILE}: no list of run ids")
-        return [runs / i for i in ids]
-    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
-
-
-def grid_status(grid_dir: Path, all_runs: bool = False) -> list[RunStatus]:
-    """Status of every run of a grid folder (see :func:`run_status`)."""
-    dirs = grid_run_dirs(grid_dir, all_runs)
-    jobs = [(read_job(d) or {}).get("job_id", "") for d in dirs]
-    queue = queue_states(jobs)
-    pending_ids = [j for d, j in zip(dirs, jobs, strict=True) if j and not (d / layout.DONE_FILE).exists()]
-    accounting = accounting_states(j for j in pending_ids if j not in queue)
-    try:
-        planned = (layout.read_grid(grid_dir) or {}).get("runs")
-    except ValueError:  # a damaged grid.json (listed with all_runs): no planned values to show
-        planned = None
-    planned = planned if isinstance(planned, dict) else {}
-    return [run_status(d, queue, accounting, planned.get(d.name)) for d in dirs]
-
-
 @contextlib.contextmanager
 def code_snapshot(grid_dir: Path) -> Iterator[tuple[Path, str | None]]:
-    """Copy the harness's code to ``<grid>/.snapshots/<time>/`` and work from there while submitting.
+    """Copy the harness's code to ``<grid>/.snapshots/<time>/`` for the jobs submitted meanwhile.
 
-    Jobs start in the snapshot (sbatch keeps the submitting directory) and import ``harness`` and
-    ``analysis`` from it ahead of the installed checkout, so editing the checkout while jobs wait in
-    the queue does not change what they run. Yields the snapshot folder and the git commit (with a
-    "-dirty" suffix when the checkout had uncommitted changes), or None outside git.
+    Jobs start in the snapshot (``--chdir``, see :func:`_submit_array`) and import ``harness`` and
+    ``analysis`` from it ahead of the installed checkout (the working folder comes first on
+    ``sys.path``), so editing the checkout while jobs wait in the queue does not change what they
+    run. Yields the snapshot folder and the git commit (with a "-dirty" suffix when the checkout
+    had uncommitted changes), or None outside git.
     """
     import harness
 
@@ -289,12 +93,7 @@ def code_snapshot(grid_dir: Path) -> Iterator[tuple[Path, str | None]]:
         shutil.copytree(root / pkg, snap / pkg, ignore=ignore)
     if commit:
         (snap / "COMMIT").write_text(commit + "\n")
-    cwd = os.getcwd()
-    os.chdir(snap)
-    try:
-        yield snap, commit
-    finally:
-        os.chdir(cwd)
+    yield snap, commit
 
 
 def resources_of(executor: ExecutorSettings) -> dict[str, Any]:
@@ -351,7 +150,7 @@ def pending_runs(runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = F
             skipped["done"].append(run.run_id)
         elif jobs[run.run_id] and jobs[run.run_id] in queue:
             skipped["queued or running"].append(run.run_id)
-        elif ((d / FAILED_FILE).exists() or (d / layout.DIVERGED_FILE).exists()) and not retry_failed:
+        elif ((d / layout.FAILED_FILE).exists() or (d / layout.DIVERGED_FILE).exists()) and not retry_failed:
             skipped["failed (use --retry-failed)"].append(run.run_id)
         else:
             todo.append(run)
@@ -405,7 +204,7 @@ def submit(
         if dry_run:
             return result
         for rid in (r.run_id for r in todo):
-            for marker in (FAILED_FILE, layout.DIVERGED_FILE):
+            for marker in (layout.FAILED_FILE, layout.DIVERGED_FILE):
                 (layout.run_dir(grid_dir, rid) / marker).unlink(missing_ok=True)
         with code_snapshot(grid_dir) as (snap, commit):
             result.snapshot = snap
@@ -461,6 +260,7 @@ def _submit_array(
     ]
     ex = submitit.AutoExecutor(folder=grid_dir / SLURM_LOGS_DIR / "%j", cluster="slurm")
     extra = dict(params.pop("slurm_additional_parameters", {}))
+    extra.setdefault("chdir", str(snap))  # the job's working folder, first on its sys.path
     if hold:
         extra["hold"] = True
     params.setdefault("name", f"grpo-{grid_dir.name}")  # squeue shows the grid, not "submitit"
@@ -481,7 +281,7 @@ def _submit_array(
         rdir = layout.run_dir(grid_dir, run.run_id)
         rdir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(
-            rdir / JOB_FILE,
+            rdir / layout.JOB_FILE,
             {
                 "job_id": job.job_id,
                 "array_job_id": array_id,

@@ -47,7 +47,7 @@ def write_run(
 ) -> Path:
     """A run folder with ``config.json``, either a compacted file (``columns``) or ``parts``, and
     the end marker of ``state``: "done" (DONE with the last step), "diverged" (DIVERGED), "failed"
-    (FAILED) or "unfinished" (none). ``marker`` replaces the marker's content."""
+    (FAILED) or "stopped" (none). ``marker`` replaces the marker's content."""
     rdir = layout.run_dir(grid_dir, run_id)
     rdir.mkdir(parents=True, exist_ok=True)
     (rdir / layout.CONFIG_FILE).write_text(
@@ -68,7 +68,7 @@ def write_run(
     }
     if state in files:
         (rdir / files[state]).write_text(json.dumps(dict(marker) if marker is not None else default[state]))
-    elif state != "unfinished":
+    elif state != "stopped":
         raise ValueError(f"unknown state {state!r}")
     return rdir
 

@@ -84,7 +84,7 @@ def broken(tmp_path):
         config=_config("dapo", 8),
         varying={"trainer.loss_type": "dapo", "seed": 8},
         columns=_columns(75, 8, 0.002),
-        state="unfinished",
+        state="stopped",
     )
     # Different prompts drawn at the start and the end make the reward move with no gradient at all.
     flat = _columns(STEPS, 9, 0.003, zero_std=True)
@@ -120,7 +120,7 @@ def _cli(grid, *extra) -> int:
 
 def test_read_states_from_markers(broken):
     st = states.read_states(broken, ["grpo-0", "grpo-diverged", "dapo-stopped", "no-such-run"])
-    assert list(st["state"]) == ["done", "diverged", "unfinished", "unfinished"]
+    assert list(st["state"]) == ["done", "diverged", "stopped", "pending"]
     assert st.loc["grpo-0", "marker_step"] == STEPS
     assert st.loc["grpo-diverged", "marker_step"] == 2
     assert st.loc["grpo-diverged", "diverged_metric"] == "loss"
@@ -138,7 +138,7 @@ def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
     index = (out / "index.md").read_text()
     assert "## Runs left out" in index
     assert "`grpo-diverged` (grpo): diverged at step 2 (loss)" in index
-    assert "`dapo-stopped` (dapo): unfinished at step 75 of 120" in index
+    assert "`dapo-stopped` (dapo): stopped at step 75 of 120 (killed or interrupted" in index
     # grid.json knows the damaged run's variant: it is listed, and counted as not finished, under it
     assert "`dapo-damaged` (dapo): damaged run file, left out" in index and "config.json" in index
     variants = pd.read_csv(out / "variants.csv").set_index("variant")
@@ -162,17 +162,17 @@ def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
 def test_include_unfinished_adds_them_marked(broken):
     out = report.make_report(broken, include_unfinished=True)
     final = pd.read_csv(out / "final_performance.csv").set_index("variant")
-    assert final.loc["dapo", "runs"] == 4 and final.loc["dapo", "unfinished"] == 1
-    assert final.loc["grpo", "runs"] == 5 and final.loc["grpo", "unfinished"] == 1
+    assert final.loc["dapo", "runs"] == 4 and final.loc["dapo", "not_finished"] == 1
+    assert final.loc["grpo", "runs"] == 5 and final.loc["grpo", "not_finished"] == 1
     check = pd.read_csv(out / "learning_check_runs.csv").set_index(layout.RUN_ID)
-    assert check.loc["dapo-stopped", "state"] == "unfinished"
+    assert check.loc["dapo-stopped", "state"] == "stopped"
     assert "dapo-damaged" not in check.index  # a damaged run is never counted
     index = (out / "index.md").read_text()
     assert "2 run(s) that did not finish are included" in index
     assert "`dapo-damaged` (dapo): damaged run file, left out" in index
     assert (
-        "`dapo-stopped` (dapo): unfinished at step 75 of 120 (stopped, or still running); included, marked"
-        in index
+        "`dapo-stopped` (dapo): stopped at step 75 of 120 (killed or interrupted; running the grid again "
+        "resumes it); included, marked" in index
     )
     assert "count finished runs only" not in index  # the intro says what --include-unfinished counts
     assert "4-5 run(s) per curve" in index and "finished run(s) per curve" not in index
@@ -190,7 +190,7 @@ def test_include_unfinished_counts_each_timing_row_apart(broken):
         pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
     out = report.make_report(broken, include_unfinished=True)
     timing = pd.read_csv(out / "timing.csv")
-    rows = {(r.variant, str(r[report.AT_ONCE])): (r.runs, r.unfinished) for _, r in timing.iterrows()}
+    rows = {(r.variant, str(r[report.AT_ONCE])): (r.runs, r.not_finished) for _, r in timing.iterrows()}
     assert rows[("grpo", "1")] == (2, 1)  # grpo-0 and the diverged run
     assert rows[("grpo", "unknown")] == (3, 0)
     assert rows[("dapo", "3")] == (1, 1)
@@ -201,13 +201,13 @@ def test_final_figure_marks_runs_that_did_not_finish(broken):
     df, st, info, _ = report.load_report_inputs(broken)
     settings = report.ReportSettings.merged(info.get("report"), include_unfinished=True)
     data = report.compute_report(df, st, settings)
-    assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "unfinished": 1}
+    assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "stopped": 1}
     from analysis import finals
 
     fig, axes = finals.plot_final(data.scores, data.final, metric="reward", **data.panels())
     assert len(axes[0, 0].collections) == 4  # grpo: finished, diverged; dapo: finished, unfinished
     texts = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
-    assert {"diverged run (included)", "unfinished run (included)"} <= texts
+    assert {"diverged run (included)", "run not finished (included)"} <= texts
     done = data.scores[data.scores["state"] == "done"]
     fig, axes = finals.plot_final(done, data.final, metric="reward", **data.panels())
     assert len(axes[0, 0].collections) == 2

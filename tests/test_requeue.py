@@ -11,7 +11,7 @@ import submitit
 from conftest import FAST_TINY, cli
 from test_trainer import make_spec
 
-from harness import layout, slurm
+from harness import layout, status
 from harness.executors import RunJob
 from harness.metrics import MetricsWriter, read_metrics
 
@@ -125,13 +125,13 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
         time.sleep(0.2)
     run_dir = next((grid_dir / layout.RUNS_DIR).iterdir())
     _wait_for_step(run_dir, 2, lambda: proc.poll() is None)
-    (row,) = slurm.grid_status(grid_dir)
+    (row,) = status.grid_status(grid_dir)
     assert row.state == "running"  # a local run: its owner process is alive
     _wait_for_step(run_dir, 9, lambda: proc.poll() is None)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run_dir / layout.DONE_FILE).exists()
-    (row,) = slurm.grid_status(grid_dir)
+    (row,) = status.grid_status(grid_dir)
     assert row.state == "stopped" and "interrupted at step" in row.error and "resumes" in row.error
     before = read_metrics(run_dir).column("step").to_pylist()
     assert 9 <= max(before) < max_steps, "the kill must land mid-run for this test to mean anything"
@@ -143,7 +143,7 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
     df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert list(df["step"]) == list(range(1, max_steps + 1))
     assert done["steps"] == max_steps
-    assert [r.state for r in slurm.grid_status(grid_dir)] == ["done"]
+    assert [r.state for r in status.grid_status(grid_dir)] == ["done"]
 
 
 def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):

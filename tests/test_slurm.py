@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FAST_TINY, REPO, cli
 
-from harness import layout, slurm
+from harness import layout, slurm, status
 
 _reason = slurm.slurm_available()
 if _reason:
@@ -42,7 +42,7 @@ FAST = [f"-otiny.{k}={v}" for k, v in FAST_TINY.items()] + [
 def wait_until_finished(grid_dir: Path, timeout: float = 900) -> list:
     t0 = time.time()
     while time.time() - t0 < timeout:
-        rows = slurm.grid_status(grid_dir)
+        rows = status.grid_status(grid_dir)
         if all(r.state in ("done", "failed", "diverged", "stopped") for r in rows):
             return rows
         time.sleep(2)

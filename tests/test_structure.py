@@ -123,3 +123,11 @@ def test_a_private_name_trl_lacks_is_reported(monkeypatch):
     monkeypatch.setattr(trl_boundary, "TRL_PRIVATE_METHODS", (*trl_boundary.TRL_PRIVATE_METHODS, "_no_such"))
     monkeypatch.setattr(trl_boundary, "TRL_PRIVATE_ATTRIBUTES", ("_step", "_no_such_attr"))
     assert trl_boundary.missing_private_names() == ["_no_such", "_no_such_attr"]
+
+
+def test_no_module_changes_the_working_folder():
+    """A library call must not move the process's working folder (``os.chdir``) under its caller."""
+    offenders = [
+        str(path.relative_to(ROOT)) for path in _modules().values() if "os.chdir(" in path.read_text()
+    ]
+    assert not offenders, f"os.chdir in {offenders}: pass a working folder to the subprocess instead"

@@ -1,0 +1,86 @@
+"""One vocabulary of run states: what ``status``, ``plan``/``run`` and the report say of a run
+folder, from its files alone and with a scheduler's queue as a hint."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from analysis import states
+from harness import layout, status
+
+
+def _run_folder(tmp_path, name: str, *files: str, owner_pid: int | None = None):
+    d = tmp_path / "runs" / name
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_text("{}")
+    if owner_pid is not None:
+        (d / layout.OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": owner_pid}))
+    return d
+
+
+def _dead_pid() -> int:
+    pid = os.getpid() + 100_000
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            pass
+        pid += 1
+
+
+@pytest.mark.parametrize(
+    "files, owner, state",
+    [
+        ((), None, layout.PENDING),
+        ((layout.CONFIG_FILE,), None, layout.STOPPED),
+        ((layout.CONFIG_FILE,), "alive", layout.RUNNING),
+        ((layout.CONFIG_FILE,), "dead", layout.STOPPED),
+        ((layout.CONFIG_FILE, layout.FAILED_FILE), None, layout.FAILED),
+        ((layout.CONFIG_FILE, layout.DIVERGED_FILE), None, layout.DIVERGED),
+        ((layout.CONFIG_FILE, layout.DIVERGED_FILE, layout.DONE_FILE), None, layout.DONE),
+    ],
+)
+def test_status_plan_and_report_say_the_same_of_a_local_run(tmp_path, files, owner, state):
+    pid = {"alive": os.getpid(), "dead": _dead_pid(), None: None}[owner]
+    d = _run_folder(tmp_path, "r", *files, owner_pid=pid)
+    assert layout.files_state(d) == state
+    assert status.run_status(d, queue={}).state == state
+    if state != layout.PENDING:  # the report reads only runs that have a folder with files
+        assert states.read_states(tmp_path, ["r"]).loc["r", "state"] == state
+    assert state in layout.RUN_STATES
+
+
+def test_the_queue_is_a_hint_for_submitted_runs(tmp_path):
+    d = _run_folder(tmp_path, "r", layout.CONFIG_FILE)
+    (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "12_3"}))
+    assert status.run_status(d, queue={"12_3": "PENDING"}).state == layout.QUEUED
+    assert status.run_status(d, queue={"12_3": "RUNNING"}).state == layout.RUNNING
+    assert status.run_status(d, queue={"12_3": "REQUEUE_HOLD"}).state == layout.REQUEUED
+    gone = status.run_status(d, queue={}, accounting={"12_3": "CANCELLED"})
+    assert gone.state == layout.STOPPED and "submit again" in gone.error
+    assert status.run_status(d, queue={}, accounting={"12_3": "OUT_OF_MEMORY"}).state == layout.FAILED
+    (d / layout.DONE_FILE).write_text("{}")
+    assert status.run_status(d, queue={"12_3": "RUNNING"}).state == layout.DONE  # the files win
+
+
+def test_every_state_the_report_knows_is_in_the_vocabulary():
+    assert set(states.STATES) <= set(layout.RUN_STATES)
+    assert len(set(layout.RUN_STATES)) == len(layout.RUN_STATES) == 8
+
+
+def test_terminal_tables_never_wrap_and_split_on_whitespace():
+    from harness.cli import text_table
+
+    long = "x" * 300
+    lines = text_table(["run_id", "value", "state"], [["a", long, "done"], ["bb", "1", layout.STOPPED]])
+    assert len(lines) == 3
+    assert lines[0].split() == ["run_id", "value", "state"]
+    assert lines[1].split() == ["a", long, "done"] and lines[2].split() == ["bb", "1", "stopped"]
+    assert lines[1].index(long) == lines[2].index("1") == lines[0].index("value")  # aligned columns
