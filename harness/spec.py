@@ -162,11 +162,10 @@ def _tiny_spec_type():
     return TinyModelSpec
 
 
-def grpo_config_type() -> type:
-    """TRL's ``GRPOConfig`` class (importing TRL, torch and transformers on first use)."""
-    from trl import GRPOConfig
+def _grpo_config_type() -> type:
+    from harness.trl_boundary import grpo_config_type  # the boundary imports this module
 
-    return GRPOConfig
+    return grpo_config_type()
 
 
 def section_type(section: str) -> type:
@@ -174,7 +173,7 @@ def section_type(section: str) -> type:
     return {
         "task": _task_spec_type,
         "tiny": _tiny_spec_type,
-        "trainer": grpo_config_type,
+        "trainer": _grpo_config_type,
         "harness": lambda: HarnessSettings,
         "executor": lambda: ExecutorSettings,
     }[section]()
@@ -272,50 +271,21 @@ def hint_name(desc: Any) -> str:
     return "None" if desc == "none" else desc
 
 
-def _describe_fields(cls: type) -> dict[str, Any]:
+def describe_fields(cls: type) -> dict[str, Any]:
+    """``{field name: described type}`` (:func:`describe_hint`) of a dataclass's init fields."""
     hints = typing.get_type_hints(cls)
     return {f.name: describe_hint(hints.get(f.name, Any)) for f in dataclasses.fields(cls) if f.init}
 
 
-def _grpo_config_facts() -> dict[str, Any]:
-    """GRPOConfig's field types and JSON defaults, from the verdict memo (TRL is imported on a miss)."""
-    from harness import verdicts
-
-    def ask() -> dict[str, Any]:
-        cls = grpo_config_type()
-        defaults = verdicts.jsonable_items(
-            (f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
-            for f in dataclasses.fields(cls)
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        )
-        return {"types": _describe_fields(cls), "defaults": defaults}
-
-    def valid(facts: Any) -> bool:
-        return (
-            isinstance(facts, dict)
-            and isinstance(facts.get("types"), dict)
-            and isinstance(facts.get("defaults"), dict)
-            and {"loss_type", "max_steps", "num_generations", "learning_rate"} <= set(facts["types"])
-            and all(is_desc(d) for d in facts["types"].values())
-        )
-
-    key = verdicts.versions(*verdicts.TRL_STACK)
-    return verdicts.memo("grpo-config-fields", key, ask, valid)
-
-
-#: GRPOConfig fields whose declared type is narrower than what TRL accepts (its field help and
-#: ``__post_init__``): ``scale_rewards`` takes True/False for "group"/"none".
-_TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
-
-
 @functools.cache
 def section_fields(section: str) -> dict[str, Any]:
-    """``{field name: described type}`` (:func:`describe_hint`) of a section's dataclass."""
+    """``{field name: described type}`` (:func:`describe_hint`) of a section's dataclass; the
+    trainer's from :func:`harness.trl_boundary.grpo_config_fields`."""
     if section == "trainer":
-        types = dict(_grpo_config_facts()["types"])
-        types.update({k: v for k, v in _TRAINER_TYPE_FIXES.items() if k in types})
-        return types
-    return _describe_fields(section_type(section))
+        from harness.trl_boundary import grpo_config_fields  # the boundary imports this module
+
+        return grpo_config_fields()
+    return describe_fields(section_type(section))
 
 
 def _float_only(desc: Any) -> bool:
@@ -336,12 +306,6 @@ def coerce_numbers(config: dict[str, Any]) -> None:
         for k, v in values.items():
             if isinstance(v, int) and not isinstance(v, bool) and _float_only(fields.get(k)):
                 values[k] = float(v)
-
-
-@functools.cache
-def grpo_config_defaults() -> dict[str, Any]:
-    """``{field: default}`` of TRL's ``GRPOConfig`` for the fields whose default is JSON data."""
-    return _grpo_config_facts()["defaults"]
 
 
 def _suggest(word: str, options: Sequence[str]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from unittest import mock
 
 from harness.grid import RunSpec
-from harness.spec import ExecutorSettings, HarnessSettings, grpo_config_type
+from harness.spec import ExecutorSettings, HarnessSettings, describe_fields, is_desc
 
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -39,6 +39,59 @@ TRL_PRIVATE_METHODS = (
 )
 TRL_PRIVATE_ATTRIBUTES = ("_step", "_logs")  # set in GRPOTrainer.__init__
 TRL_PRIVATE_NAMES = (*TRL_PRIVATE_METHODS, *TRL_PRIVATE_ATTRIBUTES)
+
+
+def grpo_config_type() -> type:
+    """TRL's ``GRPOConfig`` class (importing TRL, torch and transformers on first use)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig
+
+
+def _grpo_config_facts() -> dict[str, Any]:
+    """GRPOConfig's field types and JSON defaults, from the verdict memo (TRL is imported on a miss)."""
+    from harness import verdicts
+
+    def ask() -> dict[str, Any]:
+        cls = grpo_config_type()
+        defaults = verdicts.jsonable_items(
+            (f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        return {"types": describe_fields(cls), "defaults": defaults}
+
+    def valid(facts: Any) -> bool:
+        return (
+            isinstance(facts, dict)
+            and isinstance(facts.get("types"), dict)
+            and isinstance(facts.get("defaults"), dict)
+            and {"loss_type", "max_steps", "num_generations", "learning_rate"} <= set(facts["types"])
+            and all(is_desc(d) for d in facts["types"].values())
+        )
+
+    key = verdicts.versions(*verdicts.TRL_STACK)
+    return verdicts.memo("grpo-config-fields", key, ask, valid)
+
+
+#: GRPOConfig fields whose declared type is narrower than what TRL accepts (its field help and
+#: ``__post_init__``): ``scale_rewards`` takes True/False for "group"/"none".
+TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
+
+
+@functools.cache
+def grpo_config_fields() -> dict[str, Any]:
+    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.spec.describe_hint`'s
+    grammar), with :data:`TRAINER_TYPE_FIXES` applied; memoised on disk per TRL stack version."""
+    types = dict(_grpo_config_facts()["types"])
+    types.update({k: v for k, v in TRAINER_TYPE_FIXES.items() if k in types})
+    return types
+
+
+@functools.cache
+def grpo_config_defaults() -> dict[str, Any]:
+    """``{field: default}`` of TRL's ``GRPOConfig`` for the fields whose default is JSON data."""
+    return _grpo_config_facts()["defaults"]
 
 
 def missing_private_names() -> list[str]:

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.grid import Plan, RunSpec
-from harness.spec import EXECUTORS, ExecutorSettings, grpo_config_defaults
+from harness.spec import EXECUTORS, ExecutorSettings
 from harness.trl_boundary import (
     IMPORTANCE_SAMPLING_LEVELS,
     LOSS_TYPES,
     VALIDATION_DIR,
     checked_grpo_config,
     cuda_available,
+    grpo_config_defaults,
     grpo_config_kwargs,
     resolve_device,
 )
