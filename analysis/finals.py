@@ -103,80 +103,85 @@ def plot_final(
                 if s.empty:
                     no_data(ax)
                 for k, lab in enumerate(labels):
-                    y = len(labels) - 1 - k
                     sv = s if hue is None else s[(s[hue].astype(str) == lab).to_numpy()]
                     tv = t if hue is None else t[(t[hue].astype(str) == lab).to_numpy()]
-                    color = colors.get(lab, "0.3")
-                    if len(sv):
-                        jitter = np.linspace(-0.12, 0.12, len(sv)) if len(sv) > 1 else np.zeros(1)
-                        state = sv["state"].to_numpy() if "state" in sv.columns else np.full(len(sv), "done")
-                        for what, (marker, size, face) in _STATE_MARKERS.items():
-                            pick = state == what if what != "other" else ~np.isin(state, ["done", "diverged"])
-                            if pick.any():
-                                ax.scatter(
-                                    sv["score"].to_numpy()[pick],
-                                    (y + jitter)[pick],
-                                    s=size,
-                                    marker=marker,
-                                    **(
-                                        {"color": color}
-                                        if face
-                                        else {"facecolors": "none", "edgecolors": color}
-                                    ),
-                                    alpha=0.55 if what == "done" else 0.9,
-                                    linewidths=0 if what == "done" else 0.9,
-                                    zorder=2,
-                                )
-                                shown.add(what)
-                    if len(tv):
-                        m, lo, hi = (float(tv[c].iloc[0]) for c in ("mean", "mean_lo", "mean_hi"))
-                        if np.isfinite(lo) and np.isfinite(hi):
-                            ax.plot(
-                                [lo, hi],
-                                [y, y],
-                                color=color,
-                                linewidth=3.0,
-                                alpha=0.45,
-                                solid_capstyle="butt",
-                            )
-                            ax.plot([m], [y], marker="|", color=color, markersize=9, markeredgewidth=1.6)
-                        elif np.isfinite(m):
-                            ax.plot([m], [y], marker="o", mfc="none", color=color, markersize=4)
+                    y, color = len(labels) - 1 - k, colors.get(lab, "0.3")
+                    shown |= _draw_runs(ax, sv, y, color)
+                    _draw_interval(ax, tv, y, color)
                 ax.set_yticks(range(len(labels)), labels[::-1])
                 ax.set_ylim(-0.6, len(labels) - 0.4)
-                parts = [p for p in (rv, cv) if p is not None]
-                title = ", ".join(str(p) for p in parts)
-                if (cv, rv) in on_policy:
-                    title += " (on-policy)"
-                ax.set_title(wrap_title(title))
+                title = ", ".join(str(p) for p in (rv, cv) if p is not None)
+                ax.set_title(wrap_title(title + (" (on-policy)" if (cv, rv) in on_policy else "")))
                 ax.grid(axis="y", visible=False)
                 if i == len(rows) - 1:
                     ax.set_xlabel(f"final {metric_label(metric)}")
         if lim is not None:
             axes[0, 0].set_xlim(*lim)
-        handles = [
-            Line2D(
-                [], [], color="0.35", marker="o", linestyle="none", markersize=3, alpha=0.6, label="a run"
-            ),
-            Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
-        ]
-        for what, text in (("diverged", "diverged run"), ("other", "run not finished")):
-            if what in shown:
-                marker, _, face = _STATE_MARKERS[what]
-                handles.append(
-                    Line2D(
-                        [],
-                        [],
-                        color="0.35",
-                        marker=marker,
-                        mfc="0.35" if face else "none",
-                        linestyle="none",
-                        markersize=4,
-                        label=f"{text} (included)",
-                    )
-                )
-        fit_legend(fig, handles, None)
+        fit_legend(fig, _final_handles(shown), None)
     return fig, axes
+
+
+def _draw_runs(ax: Any, runs: pd.DataFrame, y: float, color: str) -> set[str]:
+    """One variant's runs as jittered dots at height ``y``, each marked by its state
+    (:data:`_STATE_MARKERS`); returns the state groups drawn."""
+    if runs.empty:
+        return set()
+    jitter = np.linspace(-0.12, 0.12, len(runs)) if len(runs) > 1 else np.zeros(1)
+    state = runs["state"].to_numpy() if "state" in runs.columns else np.full(len(runs), "done")
+    drawn = set()
+    for what, (marker, size, face) in _STATE_MARKERS.items():
+        pick = state == what if what != "other" else ~np.isin(state, ["done", "diverged"])
+        if not pick.any():
+            continue
+        ax.scatter(
+            runs["score"].to_numpy()[pick],
+            (y + jitter)[pick],
+            s=size,
+            marker=marker,
+            **({"color": color} if face else {"facecolors": "none", "edgecolors": color}),
+            alpha=0.55 if what == "done" else 0.9,
+            linewidths=0 if what == "done" else 0.9,
+            zorder=2,
+        )
+        drawn.add(what)
+    return drawn
+
+
+def _draw_interval(ax: Any, row: pd.DataFrame, y: float, color: str) -> None:
+    """A variant's mean with its interval (a bar), or a hollow circle when it has no interval."""
+    if row.empty:
+        return
+    m, lo, hi = (float(row[c].iloc[0]) for c in ("mean", "mean_lo", "mean_hi"))
+    if np.isfinite(lo) and np.isfinite(hi):
+        ax.plot([lo, hi], [y, y], color=color, linewidth=3.0, alpha=0.45, solid_capstyle="butt")
+        ax.plot([m], [y], marker="|", color=color, markersize=9, markeredgewidth=1.6)
+    elif np.isfinite(m):
+        ax.plot([m], [y], marker="o", mfc="none", color=color, markersize=4)
+
+
+def _final_handles(shown: set[str]) -> list[Line2D]:
+    """Legend entries of :func:`plot_final`: a run, the mean with its interval, and each state
+    group of runs that did not finish when drawn."""
+    handles = [
+        Line2D([], [], color="0.35", marker="o", linestyle="none", markersize=3, alpha=0.6, label="a run"),
+        Line2D([], [], color="0.35", linewidth=3.0, alpha=0.45, label="mean, 95% CI"),
+    ]
+    for what, text in (("diverged", "diverged run"), ("other", "run not finished")):
+        if what in shown:
+            marker, _, face = _STATE_MARKERS[what]
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="0.35",
+                    marker=marker,
+                    mfc="0.35" if face else "none",
+                    linestyle="none",
+                    markersize=4,
+                    label=f"{text} (included)",
+                )
+            )
+    return handles
 
 
 #: How :func:`plot_final` draws a run by its state: (marker, size in pt², filled). "other":
