@@ -946,28 +946,34 @@ def check_report(
             continue
         if value is None:
             continue
-        if name in ("hue", "col", "row"):
-            checked = _report_setting_keys(value, where, problems)
-        elif name == "baseline":
-            checked = _report_baseline(value, where, problems, grid_keys)
-        elif name == "x":
-            checked = _report_choice(value, where, problems, REPORT_X, "the x axis")
-        elif name == "lead":
-            checked = _report_choice(value, where, problems, REPORT_LEAD, "the figure shown first")
-        elif name == "smoothing":
-            checked = _report_smoothing(value, where, problems)
-        elif name in ("metric", "curves", "metrics"):
-            checked = _report_names(value, where, problems, many=name != "metric")
-        elif name == "target":
-            checked = _report_target(value, where, problems)
-        elif isinstance(value, bool):  # seeds
-            checked = value
-        else:
-            problems.append(f"{where} = {value!r}: seeds is true or false (draw each run faintly).")
-            checked = None
+        checked = _REPORT_CHECKS[name](value, where, problems, grid_keys)
         if checked is not None:
             out[name] = checked
     return {k: out[k] for k in REPORT_KEYS if k in out}
+
+
+def _report_seeds(value: Any, where: str, problems: list[str]) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    problems.append(f"{where} = {value!r}: seeds is true or false (draw each run faintly).")
+    return None
+
+
+#: How each ``report:`` key is checked: ``(value, where, problems, grid keys) -> value or None``.
+_REPORT_CHECKS: dict[str, Callable[[Any, str, list[str], Sequence[str]], Any]] = {
+    "hue": lambda v, w, p, g: _report_setting_keys(v, w, p),
+    "col": lambda v, w, p, g: _report_setting_keys(v, w, p),
+    "row": lambda v, w, p, g: _report_setting_keys(v, w, p),
+    "baseline": _report_baseline,
+    "x": lambda v, w, p, g: _report_choice(v, w, p, REPORT_X, "the x axis"),
+    "lead": lambda v, w, p, g: _report_choice(v, w, p, REPORT_LEAD, "the figure shown first"),
+    "smoothing": lambda v, w, p, g: _report_smoothing(v, w, p),
+    "metric": lambda v, w, p, g: _report_names(v, w, p, many=False),
+    "curves": lambda v, w, p, g: _report_names(v, w, p, many=True),
+    "metrics": lambda v, w, p, g: _report_names(v, w, p, many=True),
+    "target": lambda v, w, p, g: _report_target(v, w, p),
+    "seeds": lambda v, w, p, g: _report_seeds(v, w, p),
+}
 
 
 def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | None = None) -> GridSpec:
@@ -985,10 +991,61 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     if shape:
         raise SpecError(shape, path)
     problems: list[str] = []
+    pairs = _given_settings(config, overrides, profile, problems, path)
+    axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
+    inner_keys = _inner_keys(config)
+    for k in axis_keys & set(inner_keys):
+        problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
+    report_where: dict[str, str] = {}  # report key -> where its value was last given (a profile, -o)
+    for key, value, given in pairs:
+        where = f"-o {key}" if given == "-o" else given
+        _apply_setting(config, key, value, where, axis_keys, inner_keys, report_where, problems)
+    _check_name(config.get("name", path.stem), path)
+    _check_section_keys(config, problems)
+    axes = _axis_list(config.get("grid"), "grid", problems)
+    zips = _zip_list(config.get("zip"), "zip", problems)
+    subgrids = _subgrids(config.get("subgrids") or {}, problems)
+    problems += _given_twice("grid and zip", [*axes, *(a for group in zips for a in group)])
+    grid_keys = [a.key for a in (*axes, *(a for g in zips for a in g))]
+    for sub in subgrids:
+        given = [Axis(k, ()) for k, _ in sub.settings] + [*sub.axes, *(a for g in sub.zips for a in g)]
+        problems += _given_twice(f"subgrids.{sub.name}", given)
+        grid_keys += [a.key for a in given]
+    report = check_report(config.get("report"), problems, report_where, grid_keys)
+    if problems:
+        raise SpecError(problems, path)
+    executor = ExecutorSettings(**(config.get("executor") or {}))
+    base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
+    base.pop("executor", None)
+    return GridSpec(
+        name=str(config.get("name") or path.stem),
+        source=path,
+        base=base,
+        axes=axes,
+        zips=zips,
+        subgrids=tuple(subgrids),
+        executor=executor,
+        description=str(config.get("description") or ""),
+        notes=str(config.get("notes") or ""),
+        overrides=tuple(overrides),
+        profile=profile,
+        profile_settings=tuple((k, v) for k, v, given in pairs if given != "-o"),
+        report=report,
+    )
+
+
+def _given_settings(
+    config: Mapping[str, Any], overrides: Sequence[str], profile: str | None, problems: list[str], path: Path
+) -> list[tuple[str, Any, str]]:
+    """``(key, value, where it was given)`` of the profile's settings, then the ``-o`` overrides.
+
+    Raises:
+        SpecError: ``profiles`` is not a mapping of mappings.
+    """
     profiles = config.get("profiles") or {}
     if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):
         raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
-    pairs: list[tuple[str, Any, str]] = []  # (key, value, where it was given)
+    pairs: list[tuple[str, Any, str]] = []
     if profile is not None:
         if profile not in profiles:
             problems.append(
@@ -1001,65 +1058,81 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
             pairs.append((*parse_override(text), "-o"))
         except SpecError as e:
             problems += e.problems
-    axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
-    # Keys a plain value can never reach: top-level zip axes, and keys every sub-grid sets itself.
-    inner_keys: dict[str, str] = {}
+    return pairs
+
+
+def _inner_keys(config: Mapping[str, Any]) -> dict[str, str]:
+    """Keys a plain value can never reach, with why: top-level zip axes, and keys every sub-grid
+    sets itself."""
+    inner: dict[str, str] = {}
     for group in config.get("zip") or []:
         for k in group if isinstance(group, Mapping) else []:
-            inner_keys[normalize_key(str(k))] = "a zip axis"
-    subs = [sub for sub in (config.get("subgrids") or {}).values() if isinstance(sub, Mapping)]
+            inner[normalize_key(str(k))] = "a zip axis"
     per_sub = []
-    for sub in subs:
+    for sub in (config.get("subgrids") or {}).values():
+        if not isinstance(sub, Mapping):
+            continue
         keys = set()
         for part in ("set", "grid"):
-            keys |= {
-                normalize_key(str(k)) for k in (sub.get(part) or {}) if isinstance(sub.get(part), Mapping)
-            }
+            if isinstance(sub.get(part), Mapping):
+                keys |= {normalize_key(str(k)) for k in sub[part]}
         for group in sub.get("zip") or []:
             keys |= {normalize_key(str(k)) for k in (group if isinstance(group, Mapping) else [])}
         per_sub.append(keys)
-    if per_sub:
-        for k in set.intersection(*per_sub):
-            inner_keys.setdefault(k, "set by every sub-grid")
-    for k in axis_keys & set(inner_keys):
-        problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
-    report_where: dict[str, str] = {}  # report key -> where its value was last given (a profile, -o)
-    for key, value, given in pairs:
-        where = f"-o {key}" if given == "-o" else given
-        if key == "report" or key.startswith("report."):
-            _override_report(config, key, value, where, report_where, problems)
-            continue
-        if key in OWN_KEYS:
-            config[key] = value
-            continue
-        if key.startswith("grid."):
-            # -o grid.seed=[0,1]: replace (or add) a product axis's values.
-            axis = normalize_key(key[len("grid.") :])
-            if axis in inner_keys:
-                problems.append(
-                    f"{where}: {axis} is {inner_keys[axis]} in this grid, so a top-level axis would be "
-                    "ignored; edit the grid file (or a copy) instead."
-                )
-                continue
-            grid = {normalize_key(str(k)): v for k, v in (config.get("grid") or {}).items()}
-            grid[axis] = value
-            config["grid"] = grid
-            axis_keys.add(axis)
-            continue
-        p = check_setting(key, value, where)
-        if p:
-            problems.append(p)
-            continue
-        if key in inner_keys:
+    for k in set.intersection(*per_sub) if per_sub else ():
+        inner.setdefault(k, "set by every sub-grid")
+    return inner
+
+
+def _apply_setting(
+    config: dict[str, Any],
+    key: str,
+    value: Any,
+    where: str,
+    axis_keys: set[str],
+    inner_keys: Mapping[str, str],
+    report_where: dict[str, str],
+    problems: list[str],
+) -> None:
+    """Apply one profile setting or ``-o`` override to ``config`` (a ``report`` key, an own key such
+    as ``name``, ``grid.<axis>`` replacing an axis's values, or a setting that replaces an axis of
+    the same key), or add why it cannot be to ``problems``."""
+    if key == "report" or key.startswith("report."):
+        _override_report(config, key, value, where, report_where, problems)
+        return
+    if key in OWN_KEYS:
+        config[key] = value
+        return
+    if key.startswith("grid."):  # -o grid.seed=[0,1]: replace (or add) a product axis's values
+        axis = normalize_key(key[len("grid.") :])
+        if axis in inner_keys:
             problems.append(
-                f"{where}: {key} is {inner_keys[key]} in this grid, so a plain override would be ignored; "
-                "edit the grid file (or a copy) instead."
+                f"{where}: {axis} is {inner_keys[axis]} in this grid, so a top-level axis would be "
+                "ignored; edit the grid file (or a copy) instead."
             )
-            continue
-        if key in axis_keys:
-            config["grid"] = {k: v for k, v in config["grid"].items() if normalize_key(str(k)) != key}
-        set_dotted(config, key, value)
-    name = config.get("name", path.stem)
+            return
+        grid = {normalize_key(str(k)): v for k, v in (config.get("grid") or {}).items()}
+        grid[axis] = value
+        config["grid"] = grid
+        axis_keys.add(axis)
+        return
+    p = check_setting(key, value, where)
+    if p:
+        problems.append(p)
+        return
+    if key in inner_keys:
+        problems.append(
+            f"{where}: {key} is {inner_keys[key]} in this grid, so a plain override would be ignored; "
+            "edit the grid file (or a copy) instead."
+        )
+        return
+    if key in axis_keys:
+        config["grid"] = {k: v for k, v in config["grid"].items() if normalize_key(str(k)) != key}
+    set_dotted(config, key, value)
+
+
+def _check_name(name: Any, path: Path) -> None:
+    """Raise :class:`SpecError` unless ``name`` can name a results folder."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise SpecError(
             [
@@ -1068,11 +1141,12 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
             ],
             path,
         )
-    _check_section_keys(config, problems)
-    axes = _axis_list(config.get("grid"), "grid", problems)
-    zips = _zip_list(config.get("zip"), "zip", problems)
+
+
+def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:
+    """The ``subgrids:`` section, one :class:`SubGrid` each, every setting and axis checked."""
     subgrids = []
-    for name, sub in (config.get("subgrids") or {}).items():
+    for name, sub in section.items():
         where = f"subgrids.{name}"
         if not isinstance(sub, Mapping):
             problems.append(f"{where} must be a mapping with set/grid/zip.")
@@ -1095,33 +1169,4 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
                 _zip_list(sub.get("zip"), f"{where}.zip", problems),
             )
         )
-    problems += _given_twice("grid and zip", [*axes, *(a for group in zips for a in group)])
-    for sub in subgrids:
-        given = [Axis(k, ()) for k, _ in sub.settings] + [*sub.axes, *(a for g in sub.zips for a in g)]
-        problems += _given_twice(f"subgrids.{sub.name}", given)
-    grid_keys = [a.key for a in (*axes, *(a for g in zips for a in g))]
-    for sub in subgrids:
-        grid_keys += [k for k, _ in sub.settings] + [
-            a.key for a in (*sub.axes, *(a for g in sub.zips for a in g))
-        ]
-    report = check_report(config.get("report"), problems, report_where, grid_keys)
-    if problems:
-        raise SpecError(problems, path)
-    executor = ExecutorSettings(**(config.get("executor") or {}))
-    base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
-    base.pop("executor", None)
-    return GridSpec(
-        name=str(config.get("name") or path.stem),
-        source=path,
-        base=base,
-        axes=axes,
-        zips=zips,
-        subgrids=tuple(subgrids),
-        executor=executor,
-        description=str(config.get("description") or ""),
-        notes=str(config.get("notes") or ""),
-        overrides=tuple(overrides),
-        profile=profile,
-        profile_settings=tuple((k, v) for k, v, given in pairs if given != "-o"),
-        report=report,
-    )
+    return subgrids
