@@ -224,13 +224,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
 TINY = ["--device", "cpu", "--repeats", "1", "--min-run-time", "0.001", "--threads", "1"]
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every markdown table row in ``text`` (header rows included, separator rows not)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("|") and not re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", line):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
 def test_bench_vespo_command_writes_tables(tmp_path, capsys) -> None:
     args = parse(["vespo", *TINY, "--sizes", "2x16,4x32", "--out", str(tmp_path)])
     assert bench.main(args) == 0
     out = capsys.readouterr().out
-    assert "| B x T | TRL (ms) | reference (ms) | faster |" in out
+    rows = table_rows(out)
+    assert rows.count(["B x T", "TRL (ms)", "reference (ms)", "faster"]) == 2
     assert "With token-level IS ratio" in out and "Without IS ratio" in out
-    assert re.search(r"\| 4 x 32 \| [\d.]+ \| [\d.]+ \| (TRL|reference) [\d.]+x \|", out)
+    timed = [row for row in rows if row[0] == "4 x 32"]
+    assert len(timed) == 2
+    for _, trl_ms, reference_ms, faster in timed:
+        assert re.fullmatch(r"[\d.]+", trl_ms) and re.fullmatch(r"[\d.]+", reference_ms)
+        assert re.fullmatch(r"(TRL|reference) [\d.]+x", faster)
     md = (tmp_path / "cpu" / "vespo.md").read_text()
     assert "torch " in md and "trl " in md and "intra-op threads: 1" in md
     csv_lines = (tmp_path / "cpu" / "vespo.csv").read_text().splitlines()
@@ -254,11 +268,12 @@ def test_bench_losses_covers_every_loss_type(tmp_path, capsys) -> None:
     args = parse(["losses", *TINY, "--sizes", "2x8,3x16", "--out", str(tmp_path)])
     assert bench.main(args) == 0
     out = capsys.readouterr().out
-    table_rows = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    rows = {row[0]: row[1:] for row in table_rows(out)}
     expected = {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo", "gspo"}
-    assert expected <= table_rows
-    assert "| grpo | grpo | token |" in out and "(1.00x)" in out
-    assert "| gspo | grpo | sequence |" in out
+    assert expected <= set(rows)
+    assert rows["loss"] == ["TRL loss_type", "IS level", "2 x 8", "3 x 16"]
+    assert rows["grpo"][:2] == ["grpo", "token"] and all(c.endswith("(1.00x)") for c in rows["grpo"][2:])
+    assert rows["gspo"][:2] == ["grpo", "sequence"]
     csv_text = (tmp_path / "cpu" / "losses.csv").read_text()
     assert len(csv_text.splitlines()) == 1 + 2 * len(expected)
 
@@ -279,6 +294,45 @@ def test_parse_sizes() -> None:
     for bad in ("", "8x", "0x5", "8x128x2"):
         with pytest.raises(ValueError):
             common.parse_sizes(bad)
+
+
+def test_markdown_table_keeps_cells_and_alignment() -> None:
+    table = common.markdown_table(
+        ["B x T", "ms", "note"], [["8 x 128", "6.570", "a"], ["2 x 4", "0.046", ""]], "lrl"
+    )
+    lines = table.splitlines()
+    assert len(lines) == 4
+    assert re.fullmatch(r"\|:-+\|-+:\|:-+\|", lines[1])
+    assert table_rows(table) == [["B x T", "ms", "note"], ["8 x 128", "6.570", "a"], ["2 x 4", "0.046", ""]]
+
+
+def test_timing_settings_override_and_validate() -> None:
+    quick = common.PRESETS["quick"].timing
+    assert quick.overridden(repeats=None, min_run_time=None) == quick
+    assert quick.overridden(repeats=2, max_time=3.0) == common.TimingSettings(
+        min_run_time=quick.min_run_time, repeats=2, block_time=quick.block_time, max_time=3.0
+    )
+    for bad in ({"repeats": 0}, {"min_run_time": 0.0}, {"block_time": -1.0}):
+        with pytest.raises(ValueError):
+            quick.overridden(**bad)
+
+
+def test_time_side_by_side_counts_blocks_and_pairs_ratios() -> None:
+    timing = common.TimingSettings(min_run_time=1e-4, repeats=3, block_time=1e-4)
+    result = common.time_side_by_side(
+        {"a": lambda: None, "b": lambda: sum(range(50))},
+        device=torch.device("cpu"),
+        timing=timing,
+        num_threads=1,
+        baseline="a",
+    )
+    assert list(result.timings) == ["a", "b"] and result.baseline == "a"
+    assert all(t.blocks >= 3 and t.calls >= t.blocks for t in result.timings.values())
+    assert result.ratios["a"] == 1.0 and result.ratio_quartiles["a"] == (1.0, 1.0)
+    with pytest.raises(ValueError, match="baseline"):
+        common.time_side_by_side(
+            {"a": lambda: None}, device=torch.device("cpu"), timing=timing, num_threads=1, baseline="z"
+        )
 
 
 def test_presets() -> None:

@@ -7,8 +7,8 @@ and, as markdown and CSV, to ``<out>/<device>/`` (``cpu`` or the GPU name as a s
 
 Importing this package is cheap (no torch, no TRL): the CLI builds its parser from :func:`add_arguments`
 and only :func:`main` loads the heavy modules. The building blocks live in the submodules
-:mod:`harness.bench.vespo`, :mod:`harness.bench.probe`, :mod:`harness.bench.losses` and
-:mod:`harness.bench.common`; the most used names are also reachable here (loaded on first access).
+:mod:`harness.bench.vespo`, :mod:`harness.bench.probe`, :mod:`harness.bench.losses`,
+:mod:`harness.bench.common` and :mod:`harness.bench.settings` (shapes, timing settings and presets, no torch); the most used names are also reachable here (loaded on first access).
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ import argparse
 import sys
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from harness.bench.settings import PRESETS
+
+if TYPE_CHECKING:  # annotations only: importing this package must not load torch
+    import torch
+
+    from harness.bench.common import BenchRun
 
 DEFAULT_OUT = "results/bench"
 
@@ -35,9 +42,11 @@ _LAZY = {
     "EquivalenceError": "vespo",
     "run_vespo": "vespo",
     "run_losses": "losses",
-    "REPORTED_SIZES": "common",
-    "PRESETS": "common",
-    "parse_sizes": "common",
+    "REPORTED_SIZES": "settings",
+    "PRESETS": "settings",
+    "TimingSettings": "settings",
+    "parse_sizes": "settings",
+    "BenchRun": "common",
 }
 
 __all__ = ["DEFAULT_OUT", "add_arguments", "main", *_LAZY]
@@ -50,7 +59,7 @@ def __getattr__(name: str) -> Any:
 
 
 def _sizes_arg(text: str) -> list[tuple[int, int]]:
-    from harness.bench.common import parse_sizes
+    from harness.bench.settings import parse_sizes
 
     try:
         return parse_sizes(text)
@@ -72,78 +81,130 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _shared_options() -> argparse.ArgumentParser:
-    shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="where to run (auto: CUDA when available, else CPU)",
-    )
-    shared.add_argument(
-        "--sizes",
-        type=_sizes_arg,
-        default=None,
-        metavar="BxT,...",
-        help="comma-separated B x T shapes, e.g. 8x128,16x256 (default: the preset's; --full uses the 8 "
-        "shapes reported for TRL pull request #5199)",
-    )
-    effort = shared.add_mutually_exclusive_group()
+# An option: its flags and the keyword arguments of ``add_argument``.
+OptionSpec = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def _input_options() -> list[OptionSpec]:
+    """Where the benchmark runs, on what inputs, and where its tables go."""
+    return [
+        (
+            ("--device",),
+            {
+                "choices": ("auto", "cpu", "cuda"),
+                "default": "auto",
+                "help": "where to run (auto: CUDA when available, else CPU)",
+            },
+        ),
+        (
+            ("--sizes",),
+            {
+                "type": _sizes_arg,
+                "default": None,
+                "metavar": "BxT,...",
+                "help": "comma-separated B x T shapes, e.g. 8x128,16x256 (default: the preset's; --full uses "
+                "the 8 shapes reported for TRL pull request #5199)",
+            },
+        ),
+    ]
+
+
+def _effort_options() -> list[OptionSpec]:
+    """Measurement settings overriding the preset's (see :class:`harness.bench.settings.TimingSettings`)."""
+    quick, full = PRESETS["quick"].timing, PRESETS["full"].timing
+    return [
+        (
+            ("--repeats",),
+            {
+                "type": _positive_int,
+                "default": None,
+                "help": "timed blocks per implementation, at least "
+                f"(default: preset's, {quick.repeats} quick / {full.repeats} full)",
+            },
+        ),
+        (
+            ("--min-run-time",),
+            {
+                "type": _positive_float,
+                "default": None,
+                "metavar": "SECONDS",
+                "help": "seconds of timed calls per implementation, at least "
+                f"(default: preset's, {quick.min_run_time} quick / {full.min_run_time} full)",
+            },
+        ),
+        (
+            ("--max-time",),
+            {
+                "type": _positive_float,
+                "default": None,
+                "metavar": "SECONDS",
+                "help": "wall-clock budget per implementation and shape, after which timing stops early "
+                f"(default: preset's, {quick.max_time:g} quick / {full.max_time:g} full)",
+            },
+        ),
+    ]
+
+
+def _run_options() -> list[OptionSpec]:
+    """Threads, dtype, seed and results folder."""
+    return [
+        (
+            ("--threads",),
+            {
+                "type": _positive_int,
+                "default": None,
+                "help": "intra-op threads for torch (default: torch's current setting)",
+            },
+        ),
+        (
+            ("--dtype",),
+            {
+                "choices": ("float32", "bfloat16"),
+                "default": "float32",
+                "help": "dtype of the timed token tensors (the VESPO agreement check always runs in float32 too)",
+            },
+        ),
+        (("--seed",), {"type": int, "default": 0, "help": "seed of the synthetic inputs"}),
+        (
+            ("--out",),
+            {
+                "type": Path,
+                "default": Path(DEFAULT_OUT),
+                "help": f"results folder; tables go to <out>/<device>/ (default: {DEFAULT_OUT})",
+            },
+        ),
+    ]
+
+
+def _add_presets(parser: argparse.ArgumentParser) -> None:
+    """The mutually exclusive ``--quick`` (default) and ``--full`` flags, stored in ``args.preset``."""
+    quick, full = PRESETS["quick"], PRESETS["full"]
+    effort = parser.add_mutually_exclusive_group()
     effort.add_argument(
         "--quick",
         dest="preset",
         action="store_const",
         const="quick",
-        help="3 shapes, short measurements; under a minute on 2 CPU cores (default)",
+        help=f"{len(quick.sizes)} shapes, short measurements; under a minute on 2 CPU cores (default)",
     )
     effort.add_argument(
         "--full",
         dest="preset",
         action="store_const",
         const="full",
-        help="the 8 reported shapes, longer measurements (a few minutes on CPU)",
+        help=f"the {len(full.sizes)} reported shapes, longer measurements (a few minutes on CPU)",
     )
-    shared.set_defaults(preset="quick")
-    shared.add_argument(
-        "--repeats",
-        type=_positive_int,
-        default=None,
-        help="timed blocks per implementation, at least (default: preset's, 10 quick / 30 full)",
-    )
-    shared.add_argument(
-        "--min-run-time",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help="seconds of timed calls per implementation, at least (default: preset's, 0.25 quick / 1.0 full)",
-    )
-    shared.add_argument(
-        "--max-time",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help="wall-clock budget per implementation and shape, after which timing stops early "
-        "(default: preset's, 1 quick / 6 full)",
-    )
-    shared.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=None,
-        help="intra-op threads for torch (default: torch's current setting)",
-    )
-    shared.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="dtype of the timed token tensors (the VESPO agreement check always runs in float32 too)",
-    )
-    shared.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs")
-    shared.add_argument(
-        "--out",
-        type=Path,
-        default=Path(DEFAULT_OUT),
-        help=f"results folder; tables go to <out>/<device>/ (default: {DEFAULT_OUT})",
-    )
+    parser.set_defaults(preset="quick")
+
+
+def _shared_options() -> argparse.ArgumentParser:
+    """The options both sub-commands take, as a parent parser, in the order ``--help`` lists them."""
+    shared = argparse.ArgumentParser(add_help=False)
+    for flags, kwargs in _input_options():
+        shared.add_argument(*flags, **kwargs)
+    _add_presets(shared)
+    for flags, kwargs in [*_effort_options(), *_run_options()]:
+        shared.add_argument(*flags, **kwargs)
     return shared
 
 
@@ -208,51 +269,65 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    num_threads = torch.get_num_threads()
-    preset = common.PRESETS[args.preset]
-    sizes = args.sizes or list(preset.sizes)
-    min_run_time = args.min_run_time or preset.min_run_time
-    repeats = args.repeats or preset.repeats
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    out_dir = Path(args.out) / common.device_slug(device)
-    settings = {
-        "device": device,
-        "sizes": sizes,
-        "min_run_time": min_run_time,
-        "repeats": repeats,
-        "num_threads": num_threads,
-        "block_time": preset.block_time,
-        "max_time": preset.max_time if args.max_time is None else args.max_time,
-        "dtype": dtype,
-        "seed": args.seed,
-        "preset": preset.name if args.sizes is None else f"{preset.name} (custom sizes)",
-        "out_dir": out_dir,
-    }
-    shapes = ", ".join(common.format_shape(s) for s in sizes)
-    print(f"bench {command} on {device} ({num_threads} threads): {shapes}", file=sys.stderr)
-
+    run = _bench_run(args, device, torch.get_num_threads())
+    shapes = ", ".join(common.format_shape(s) for s in run.sizes)
+    print(f"bench {command} on {device} ({run.num_threads} threads): {shapes}", file=sys.stderr)
     if command == "vespo":
-        from harness.bench.vespo import EquivalenceError, run_vespo
-
-        try:
-            report = run_vespo(**settings)
-        except EquivalenceError as error:
-            print(f"FAILED: {error}", file=sys.stderr)
-            print("Nothing was timed: the two implementations must agree first.", file=sys.stderr)
-            return 1
+        status, report = _run_vespo(run)
         written = ("vespo.md", "vespo.csv")
     else:
-        from harness.bench.losses import run_losses
-
-        variants = None
-        if args.variants:
-            variants = [name.strip() for name in args.variants.split(",") if name.strip()]
-        try:
-            report = run_losses(variants=variants, **settings)
-        except KeyError as error:
-            print(f"error: {error.args[0]}", file=sys.stderr)
-            return 2
+        status, report = _run_losses(run, args.variants)
         written = ("losses.md", "losses.csv")
+    if status:
+        return status
     print(report)
-    print(f"wrote {', '.join(str(out_dir / name) for name in written)}", file=sys.stderr)
+    print(f"wrote {', '.join(str(run.out_dir / name) for name in written)}", file=sys.stderr)
     return 0
+
+
+def _bench_run(args: argparse.Namespace, device: torch.device, num_threads: int) -> BenchRun:
+    """The :class:`harness.bench.common.BenchRun` the parsed options ask for (preset, then overrides)."""
+    import torch
+
+    from harness.bench import common
+
+    preset = PRESETS[args.preset]
+    timing = preset.timing.overridden(
+        repeats=args.repeats, min_run_time=args.min_run_time, max_time=args.max_time
+    )
+    return common.BenchRun(
+        device=device,
+        sizes=args.sizes or list(preset.sizes),
+        timing=timing,
+        num_threads=num_threads,
+        dtype={"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype],
+        seed=args.seed,
+        preset=preset.name if args.sizes is None else f"{preset.name} (custom sizes)",
+        out_dir=Path(args.out) / common.device_slug(device),
+    )
+
+
+def _run_vespo(run: BenchRun) -> tuple[int, str]:
+    """``bench vespo``: (0, report), or (1, "") after saying why when the implementations disagree."""
+    from harness.bench.vespo import EquivalenceError, run_vespo
+
+    try:
+        return 0, run_vespo(run)
+    except EquivalenceError as error:
+        print(f"FAILED: {error}", file=sys.stderr)
+        print("Nothing was timed: the two implementations must agree first.", file=sys.stderr)
+        return 1, ""
+
+
+def _run_losses(run: BenchRun, variants_option: str | None) -> tuple[int, str]:
+    """``bench losses``: (0, report), or (2, "") after saying why when a variant name is unknown."""
+    from harness.bench.losses import run_losses
+
+    variants = None
+    if variants_option:
+        variants = [name.strip() for name in variants_option.split(",") if name.strip()]
+    try:
+        return 0, run_losses(run, variants)
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 2, ""

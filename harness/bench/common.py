@@ -4,7 +4,8 @@ Timing uses :mod:`torch.utils.benchmark` (``Timer.timeit``; the timer synchronis
 block when the callable runs on a GPU). The callables being compared are measured in short interleaved
 blocks (A, B, B, A, ...), and their ratio is the median over cycles of the per-cycle ratio, so that load
 from other processes on a shared machine hits all of them alike; the ratios are the quantities to read,
-the absolute times less so.
+the absolute times less so. The shapes, timing settings and presets are defined in the torch-free
+:mod:`harness.bench.settings` and re-exported here.
 """
 
 from __future__ import annotations
@@ -24,84 +25,35 @@ from typing import Any
 import torch
 from torch.utils import benchmark
 
-Shape = tuple[int, int]
+from harness.bench.settings import PRESETS, REPORTED_SIZES, Preset, Shape, TimingSettings, parse_sizes
 
-# The B x T shapes of the per-call timings reported when VESPO was added to TRL (pull request #5199).
-REPORTED_SIZES: tuple[Shape, ...] = (
-    (8, 128),
-    (16, 256),
-    (32, 512),
-    (64, 512),
-    (128, 512),
-    (32, 1024),
-    (64, 1024),
-    (128, 1024),
-)
-
-
-@dataclass(frozen=True)
-class Preset:
-    """Default sizes and measurement effort of a benchmark run.
-
-    Attributes:
-        name: ``"quick"`` or ``"full"``.
-        sizes: the B x T shapes to time (B sequences, T completion tokens).
-        min_run_time: seconds of timed calls per implementation, at least.
-        repeats: timed blocks per implementation, at least.
-        block_time: target seconds per timed block.
-        max_time: wall-clock seconds per implementation and shape after which measuring stops early (once
-            3 blocks each are in), so that a machine loaded by other processes cannot stretch a run.
-    """
-
-    name: str
-    sizes: tuple[Shape, ...]
-    min_run_time: float
-    repeats: int
-    block_time: float
-    max_time: float
-
-
-PRESETS: dict[str, Preset] = {
-    # Three shapes spanning the reported range; both sub-benchmarks finish in well under a minute on 2 cores.
-    "quick": Preset(
-        "quick",
-        ((8, 128), (32, 512), (128, 1024)),
-        min_run_time=0.25,
-        repeats=10,
-        block_time=0.01,
-        max_time=1.0,
-    ),
-    "full": Preset("full", REPORTED_SIZES, min_run_time=1.0, repeats=30, block_time=0.02, max_time=6.0),
-}
-
-
-def parse_sizes(text: str) -> list[Shape]:
-    """Parse a comma-separated list of ``BxT`` shapes, e.g. ``"8x128,16x256"``.
-
-    Args:
-        text: shapes as ``<batch>x<tokens>`` separated by commas; spaces and an upper-case ``X`` are accepted.
-
-    Returns:
-        The shapes as ``(B, T)`` pairs, in the order given.
-
-    Raises:
-        ValueError: if an entry is not of the form ``<int>x<int>`` or a dimension is not positive.
-    """
-    shapes: list[Shape] = []
-    for raw in text.split(","):
-        item = raw.strip().lower()
-        if not item:
-            continue
-        match = re.fullmatch(r"(\d+)\s*x\s*(\d+)", item)
-        if match is None:
-            raise ValueError(f"invalid size {raw.strip()!r}: expected <batch>x<tokens>, e.g. 8x128")
-        batch, tokens = int(match.group(1)), int(match.group(2))
-        if batch < 1 or tokens < 1:
-            raise ValueError(f"invalid size {raw.strip()!r}: both dimensions must be >= 1")
-        shapes.append((batch, tokens))
-    if not shapes:
-        raise ValueError("no sizes given")
-    return shapes
+__all__ = [
+    "PRESETS",
+    "REPORTED_SIZES",
+    "BenchRun",
+    "Preset",
+    "Shape",
+    "SideBySide",
+    "Timing",
+    "TimingSettings",
+    "cpu_model",
+    "device_name",
+    "device_slug",
+    "dtype_name",
+    "format_ms",
+    "format_shape",
+    "header_lines",
+    "load_average",
+    "machine_info",
+    "markdown_table",
+    "parse_sizes",
+    "resolve_device",
+    "set_threads",
+    "synchronize",
+    "time_side_by_side",
+    "write_csv",
+    "write_report",
+]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -191,17 +143,26 @@ def machine_info(device: torch.device, num_threads: int) -> dict[str, str]:
     }
 
 
-def header_lines(info: Mapping[str, str], preset: str, min_run_time: float, repeats: int) -> list[str]:
-    """Markdown bullet lines describing the machine, versions and measurement settings (``min_run_time`` in s)."""
+def header_lines(info: Mapping[str, str], preset: str, timing: TimingSettings) -> list[str]:
+    """Markdown bullet lines describing the machine, versions and measurement settings.
+
+    Args:
+        info: the machine description from :func:`machine_info`.
+        preset: preset name recorded in the timing line.
+        timing: the measurement settings (``repeats`` blocks, ``min_run_time`` in s).
+
+    Returns:
+        The lines, without trailing newlines.
+    """
     lines = [f"- machine: {info['machine']}"]
     if info["machine"] != info["cpu"]:
         lines.append(f"- host CPU: {info['cpu']}")
     lines += [
         f"- torch {info['torch']}, trl {info['trl']}, Python {info['python']}",
         f"- intra-op threads: {info['threads']}",
-        f"- timing: torch.utils.benchmark Timer.timeit in interleaved blocks, at least {repeats} blocks and "
-        f"{min_run_time:g} s per implementation (preset {preset}); times are medians per call, ratios are "
-        "medians over cycles of the per-cycle ratio",
+        f"- timing: torch.utils.benchmark Timer.timeit in interleaved blocks, at least {timing.repeats} blocks "
+        f"and {timing.min_run_time:g} s per implementation (preset {preset}); times are medians per call, "
+        "ratios are medians over cycles of the per-cycle ratio",
     ]
     if info.get("load"):
         lines.append(
@@ -215,6 +176,31 @@ def header_lines(info: Mapping[str, str], preset: str, min_run_time: float, repe
                 "timings; compare with --threads 1"
             )
     return lines
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What one ``bench`` sub-command runs: where, at which shapes, how it is timed, where tables go.
+
+    Attributes:
+        device: where the timed code runs.
+        sizes: the B x T shapes to time (B sequences, T completion tokens).
+        timing: the measurement settings.
+        num_threads: intra-op threads used while timing (recorded in the header).
+        dtype: dtype of the timed token tensors (B x T).
+        seed: input seed; shape i uses ``seed + i``.
+        preset: name recorded in the header.
+        out_dir: folder for the ``.md`` and ``.csv`` tables; nothing is written when None.
+    """
+
+    device: torch.device
+    sizes: Sequence[Shape]
+    timing: TimingSettings
+    num_threads: int
+    dtype: torch.dtype = torch.float32
+    seed: int = 0
+    preset: str = "custom"
+    out_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -276,54 +262,41 @@ def time_side_by_side(
     fns: Mapping[str, Callable[[], object]],
     *,
     device: torch.device,
-    min_run_time: float,
-    repeats: int,
+    timing: TimingSettings,
     num_threads: int,
-    block_time: float = 0.01,
-    max_time: float | None = None,
-    warmup: int = 3,
     baseline: str | None = None,
     label: str = "",
 ) -> SideBySide:
     """Time several zero-argument callables the same way, in interleaved blocks.
 
     Each callable gets a ``torch.utils.benchmark.Timer`` (``num_threads`` intra-op threads; CUDA is
-    synchronised around every block). Its ``warmup`` untimed calls also estimate its per-call time, from
-    which a block size is chosen so that a block lasts about ``block_time`` seconds. Then measurement
-    cycles run one ``Timer.timeit(block size)`` per callable (which itself warms up with two calls), the
-    order reversing every cycle, until every callable has at least ``min_run_time`` seconds of timed
-    calls and ``repeats`` blocks, or until ``max_time`` wall-clock seconds per callable have passed and
-    every callable has at least ``min(3, repeats)`` blocks. Per callable the result is the median of its
-    per-block per-call times; the ratios are medians over cycles of the per-cycle ratio to ``baseline``.
-    The callables run under the caller's autograd mode (wrap the call in ``torch.no_grad()`` to time
-    inference-only code).
+    synchronised around every block). Its ``timing.warmup`` untimed calls also estimate its per-call
+    time, from which a block size is chosen so that a block lasts about ``timing.block_time`` seconds.
+    Then measurement cycles run one ``Timer.timeit(block size)`` per callable (which itself warms up with
+    two calls), the order reversing every cycle, until every callable has at least
+    ``timing.min_run_time`` seconds of timed calls and ``timing.repeats`` blocks, or until
+    ``timing.max_time`` wall-clock seconds per callable have passed and every callable has at least
+    ``min(3, repeats)`` blocks. Per callable the result is the median of its per-block per-call times;
+    the ratios are medians over cycles of the per-cycle ratio to ``baseline``. The callables run under
+    the caller's autograd mode (wrap the call in ``torch.no_grad()`` to time inference-only code).
 
     Args:
         fns: name -> callable taking no argument.
         device: where the callables run.
-        min_run_time: seconds of timed calls per callable, at least.
-        repeats: blocks per callable, at least (>= 1).
+        timing: the measurement settings (seconds and block counts, see :class:`TimingSettings`).
         num_threads: intra-op threads for the timers (``Timer(num_threads=...)``).
-        block_time: target seconds per block.
-        max_time: wall-clock budget in seconds per callable for the measurement cycles; None for no limit.
-        warmup: untimed calls per callable before timing (at least 2).
         baseline: the name ratios are relative to; the first name when None.
         label: label stored in the measurements.
 
     Returns:
-        A :class:`SideBySide`, names in the order of ``fns``.
+        A :class:`SideBySide`, names in the order of ``fns``; times in milliseconds.
 
     Raises:
-        ValueError: if ``fns`` is empty, ``repeats`` < 1, ``min_run_time`` or ``block_time`` <= 0, or
-            ``baseline`` is not a name of ``fns``.
+        ValueError: if ``fns`` is empty or ``baseline`` is not a name of ``fns``.
     """
     names = list(fns)
     if not names:
         raise ValueError("nothing to time")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if min_run_time <= 0 or block_time <= 0:
-        raise ValueError(f"min_run_time and block_time must be > 0 seconds, got {min_run_time}, {block_time}")
     baseline = names[0] if baseline is None else baseline
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not among {names}")
@@ -333,46 +306,62 @@ def time_side_by_side(
         )
         for name, fn in fns.items()
     }
-    numbers = {}
     with set_threads(num_threads):
-        for name, fn in fns.items():
-            durations = []
-            for _ in range(max(2, warmup)):
-                synchronize(device)
-                start = time.perf_counter()
-                fn()
-                synchronize(device)
-                durations.append(time.perf_counter() - start)
-            numbers[name] = max(1, round(block_time / max(min(durations[1:]), 1e-9)))
+        numbers = {name: _block_size(fn, device, timing) for name, fn in fns.items()}
+    blocks = _measure_cycles(timers, numbers, timing)
+    return _summarise(blocks, numbers, baseline)
 
+
+def _block_size(fn: Callable[[], object], device: torch.device, timing: TimingSettings) -> int:
+    """Calls per block so that a block lasts about ``timing.block_time`` s, from untimed warm-up calls."""
+    durations = []
+    for _ in range(max(2, timing.warmup)):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        durations.append(time.perf_counter() - start)
+    return max(1, round(timing.block_time / max(min(durations[1:]), 1e-9)))
+
+
+def _measure_cycles(
+    timers: Mapping[str, benchmark.Timer], numbers: Mapping[str, int], timing: TimingSettings
+) -> dict[str, list[benchmark.Measurement]]:
+    """Interleaved measurement cycles (order reversed every other cycle) until the settings are met."""
+    names = list(timers)
     blocks: dict[str, list[benchmark.Measurement]] = {name: [] for name in names}
-    per_call: dict[str, list[float]] = {name: [] for name in names}
     total = dict.fromkeys(names, 0.0)
     cycle = 0
-    deadline = None if max_time is None else time.perf_counter() + max_time * len(names)
-    while cycle < repeats or min(total.values()) < min_run_time:
-        if deadline is not None and cycle >= min(3, repeats) and time.perf_counter() > deadline:
+    deadline = None if timing.max_time is None else time.perf_counter() + timing.max_time * len(names)
+    while cycle < timing.repeats or min(total.values()) < timing.min_run_time:
+        if deadline is not None and cycle >= min(3, timing.repeats) and time.perf_counter() > deadline:
             break
         for name in names if cycle % 2 == 0 else names[::-1]:
             measurement = timers[name].timeit(numbers[name])
             blocks[name].append(measurement)
-            per_call[name].append(measurement.median)
             total[name] += measurement.median * numbers[name]
         cycle += 1
+    return blocks
 
+
+def _summarise(
+    blocks: Mapping[str, list[benchmark.Measurement]], numbers: Mapping[str, int], baseline: str
+) -> SideBySide:
+    """Per-callable :class:`Timing` and per-cycle ratios to ``baseline`` from the measured blocks."""
     timings: dict[str, Timing] = {}
     ratios: dict[str, float] = {}
     quartiles: dict[str, tuple[float, float]] = {}
-    for name in names:
-        (merged,) = benchmark.Measurement.merge(blocks[name])
+    base_per_call = [m.median for m in blocks[baseline]]
+    for name, measured in blocks.items():
+        (merged,) = benchmark.Measurement.merge(measured)
         timings[name] = Timing(
             median_ms=merged.median * 1e3,
             iqr_ms=merged.iqr * 1e3,
             min_ms=min(merged.times) * 1e3,
-            blocks=len(blocks[name]),
-            calls=len(blocks[name]) * numbers[name],
+            blocks=len(measured),
+            calls=len(measured) * numbers[name],
         )
-        paired = [a / b for a, b in zip(per_call[name], per_call[baseline], strict=True)]
+        paired = [m.median / b for m, b in zip(measured, base_per_call, strict=True)]
         ratios[name] = statistics.median(paired)
         if len(paired) > 1:
             q1, _, q3 = statistics.quantiles(paired, n=4)
@@ -383,20 +372,61 @@ def time_side_by_side(
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: Sequence[str]) -> str:
-    """Render a markdown table; ``align`` holds ``"l"`` or ``"r"`` per column."""
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    """Render text cells as a pipe (GitHub) markdown table, through pandas' ``DataFrame.to_markdown``.
+
+    Cells are printed as given (no number parsing, so ``"6.570"`` keeps its digits).
+
+    Args:
+        header: column names.
+        rows: rows of cells, each as long as ``header``.
+        align: ``"l"`` or ``"r"`` per column.
+
+    Returns:
+        The table, lines joined by newlines, no trailing newline.
+
+    Raises:
+        ValueError: if a row's length differs from the header's.
+        ImportError: if ``tabulate`` (which pandas uses for markdown) is not installed.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame(list(rows), columns=list(header), dtype=object)
+    colalign = ["right" if a == "r" else "left" for a in align]
+    return frame.to_markdown(index=False, tablefmt="pipe", colalign=colalign, disable_numparse=True)
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write dict rows (all with the same keys) to ``path`` as CSV, creating the folder."""
+    """Write dict rows (all with the same keys) to ``path`` as CSV, creating the folder.
+
+    Raises:
+        ValueError: if a row has a key the first row lacks.
+        OSError: if the file cannot be written.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [])
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_report(out_dir: Path | None, stem: str, report: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``<out_dir>/<stem>.md`` (the markdown report) and ``<out_dir>/<stem>.csv`` (the rows).
+
+    Nothing is written when ``out_dir`` is None.
+
+    Raises:
+        OSError: if a file cannot be written.
+    """
+    if out_dir is None:
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.md").write_text(report + "\n")
+    write_csv(out_dir / f"{stem}.csv", rows)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
 
 
 def format_shape(shape: Shape) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -66,11 +65,8 @@ def time_losses(
     *,
     variants: Sequence[str],
     device: torch.device,
-    min_run_time: float,
-    repeats: int,
+    timing: common.TimingSettings,
     num_threads: int,
-    block_time: float = 0.01,
-    max_time: float | None = None,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
 ) -> list[LossRow]:
@@ -80,19 +76,16 @@ def time_losses(
     old log-probs, random lengths, advantages of both signs).
 
     Args:
-        sizes: B x T shapes.
+        sizes: B x T shapes (B sequences, T completion tokens).
         variants: keys of :data:`harness.bench.probe.LOSS_VARIANTS`.
         device: where to run.
-        min_run_time: seconds of timed calls per variant, at least.
-        repeats: timed blocks per variant, at least.
+        timing: the measurement settings (see :func:`common.time_side_by_side`).
         num_threads: intra-op threads.
-        block_time: target seconds per timed block.
-        max_time: wall-clock seconds per implementation and shape after which timing stops early (None: no limit).
-        dtype: dtype of the log-probabilities.
+        dtype: dtype of the (B x T) log-probabilities.
         seed: input seed.
 
     Returns:
-        One :class:`LossRow` per shape.
+        One :class:`LossRow` per shape, times in milliseconds.
 
     Raises:
         KeyError: if a variant name is unknown.
@@ -108,11 +101,8 @@ def time_losses(
         result = common.time_side_by_side(
             steps,
             device=device,
-            min_run_time=min_run_time,
-            repeats=repeats,
+            timing=timing,
             num_threads=num_threads,
-            block_time=block_time,
-            max_time=max_time,
             baseline=baseline,
             label=f"loss fwd+bwd {batch_size}x{seq_len}",
         )
@@ -125,11 +115,26 @@ def render_losses(
     info: dict[str, str],
     *,
     preset: str,
-    min_run_time: float,
-    repeats: int,
+    timing: common.TimingSettings,
     dtype: torch.dtype,
 ) -> str:
-    """Markdown report: header, then one row per loss variant and one column per shape, ``ms (ratio to grpo)``."""
+    """Markdown report: header, then one row per loss variant and one column per B x T shape.
+
+    Cells read ``<ms per call> (<ratio to the baseline>x)``, the baseline being ``grpo`` when it was timed.
+
+    Args:
+        rows: the timings, one :class:`LossRow` per shape.
+        info: the machine description from :func:`common.machine_info`.
+        preset: preset name recorded in the header.
+        timing: the measurement settings recorded in the header.
+        dtype: dtype of the timed log-probabilities.
+
+    Returns:
+        The report, lines joined by newlines.
+
+    Raises:
+        KeyError: if a timed variant is not in :data:`LOSS_VARIANTS`.
+    """
     names = list(rows[0].timings) if rows else []
     baseline = rows[0].baseline if rows else BASELINE
     header = ["loss", "TRL loss_type", "IS level", *(common.format_shape(row.shape) for row in rows)]
@@ -145,8 +150,8 @@ def render_losses(
         "`loss.backward()` into the per-token log-probabilities; cells are ms per call and, in parentheses, "
         f"the time ratio to `{baseline}` (median over measurement cycles of the paired ratio).",
         "",
-        *common.header_lines(info, preset, min_run_time, repeats),
-        f"- inputs: {str(dtype).removeprefix('torch.')} log-probs, off-policy old log-probs (N(0, 0.05) drift), "
+        *common.header_lines(info, preset, timing),
+        f"- inputs: {common.dtype_name(dtype)} log-probs, off-policy old log-probs (N(0, 0.05) drift), "
         "random completion lengths, advantages of both signs, beta 0 (TRL default), no vLLM; seeded",
         "",
         common.markdown_table(header, body, ["l", "l", "l", *("r" for _ in rows)]),
@@ -174,7 +179,7 @@ def losses_csv_rows(
                     "variant": name,
                     "loss_type": variant.loss_type,
                     "importance_sampling_level": variant.importance_sampling_level,
-                    "dtype": str(dtype).removeprefix("torch."),
+                    "dtype": common.dtype_name(dtype),
                     "ms": round(timing.median_ms, 6),
                     "iqr_ms": round(timing.iqr_ms, 6),
                     "min_ms": round(timing.min_ms, 6),
@@ -187,36 +192,13 @@ def losses_csv_rows(
     return out
 
 
-def run_losses(
-    *,
-    device: torch.device,
-    sizes: Sequence[common.Shape],
-    min_run_time: float,
-    repeats: int,
-    num_threads: int,
-    block_time: float = 0.01,
-    max_time: float | None = None,
-    variants: Sequence[str] | None = None,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-    preset: str = "custom",
-    out_dir: Path | None = None,
-) -> str:
-    """The ``bench losses`` sub-command: time every loss variant and write the tables.
+def run_losses(run: common.BenchRun, variants: Sequence[str] | None = None) -> str:
+    """The ``bench losses`` sub-command: time every loss variant and write ``losses.md`` and ``losses.csv``.
 
     Args:
-        device: where to run.
-        sizes: B x T shapes.
-        min_run_time: seconds of timed calls per variant, at least.
-        repeats: timed blocks per variant, at least.
-        num_threads: intra-op threads (recorded in the header).
-        block_time: target seconds per timed block.
-        max_time: wall-clock seconds per implementation and shape after which timing stops early (None: no limit).
+        run: device, B x T shapes, timing settings, threads, dtype of the log-probabilities, seed, preset
+            name and output folder (nothing is written when ``run.out_dir`` is None).
         variants: variant names; all of :data:`LOSS_VARIANTS` when None.
-        dtype: dtype of the log-probabilities.
-        seed: input seed.
-        preset: name recorded in the header.
-        out_dir: folder for ``losses.md`` and ``losses.csv``; nothing is written when None.
 
     Returns:
         The markdown report.
@@ -226,21 +208,15 @@ def run_losses(
     """
     names = list(LOSS_VARIANTS) if variants is None else list(variants)
     rows = time_losses(
-        sizes,
+        run.sizes,
         variants=names,
-        device=device,
-        min_run_time=min_run_time,
-        repeats=repeats,
-        num_threads=num_threads,
-        block_time=block_time,
-        max_time=max_time,
-        dtype=dtype,
-        seed=seed,
+        device=run.device,
+        timing=run.timing,
+        num_threads=run.num_threads,
+        dtype=run.dtype,
+        seed=run.seed,
     )
-    info = common.machine_info(device, num_threads)
-    report = render_losses(rows, info, preset=preset, min_run_time=min_run_time, repeats=repeats, dtype=dtype)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "losses.md").write_text(report + "\n")
-        common.write_csv(out_dir / "losses.csv", losses_csv_rows(rows, info, dtype))
+    info = common.machine_info(run.device, run.num_threads)
+    report = render_losses(rows, info, preset=run.preset, timing=run.timing, dtype=run.dtype)
+    common.write_report(run.out_dir, "losses", report, losses_csv_rows(rows, info, run.dtype))
     return report

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, overload
 
 import torch
@@ -348,7 +347,7 @@ def measure_agreement(
     Returns:
         An :class:`Agreement` summary; nothing is raised here.
     """
-    result = Agreement(dtype=str(dtype).removeprefix("torch."), shape_mismatch=[])
+    result = Agreement(dtype=common.dtype_name(dtype), shape_mismatch=[])
     kwargs = DEFAULT_KERNEL
     for batch in batches:
         cast = batch.to(dtype=dtype)
@@ -513,11 +512,8 @@ def time_vespo(
     batches: Sequence[VespoBatch],
     *,
     device: torch.device,
-    min_run_time: float,
-    repeats: int,
+    timing: common.TimingSettings,
     num_threads: int,
-    block_time: float = 0.01,
-    max_time: float | None = None,
     trl_fn: GammaWeightsFn | None = None,
 ) -> list[VespoRow]:
     """Time TRL's gamma weights and the reference per call, under ``torch.no_grad()``, side by side.
@@ -525,15 +521,13 @@ def time_vespo(
     Args:
         batches: one batch per shape, already on ``device`` in the timing dtype.
         device: where the batches live.
-        min_run_time: seconds of timed calls per implementation, at least (see :func:`common.time_side_by_side`).
-        repeats: timed blocks per implementation, at least.
+        timing: the measurement settings (see :func:`common.time_side_by_side`).
         num_threads: intra-op threads.
-        block_time: target seconds per timed block.
-        max_time: wall-clock seconds per implementation and shape after which timing stops early (None: no limit).
         trl_fn: TRL's implementation; looked up when None.
 
     Returns:
-        Rows ordered by IS ratio (with first, as in the reported table) then by the order of ``batches``.
+        Rows ordered by IS ratio (with first, as in the reported table) then by the order of ``batches``;
+        times in milliseconds.
     """
     trl_fn = trl_gamma_weights() if trl_fn is None else trl_fn
     ref_fn = reference_gamma_weights
@@ -549,11 +543,8 @@ def time_vespo(
                         "reference": lambda args=args: ref_fn(*args, **kwargs),
                     },
                     device=device,
-                    min_run_time=min_run_time,
-                    repeats=repeats,
+                    timing=timing,
                     num_threads=num_threads,
-                    block_time=block_time,
-                    max_time=max_time,
                     baseline="TRL",
                     label=f"gamma weights {batch.name}",
                 )
@@ -575,14 +566,26 @@ def render_vespo(
     info: dict[str, str],
     *,
     preset: str,
-    min_run_time: float,
-    repeats: int,
+    timing: common.TimingSettings,
     dtype: torch.dtype,
     fp32: Agreement,
     bf16: Bf16Report,
 ) -> str:
-    """Markdown report: header, agreement summary and one ``B x T | TRL | reference | faster`` table per IS setting."""
-    dtype_name = str(dtype).removeprefix("torch.")
+    """Markdown report: header, agreement summary and one ``B x T | TRL | reference | faster`` table per IS setting.
+
+    Args:
+        rows: the timings from :func:`time_vespo` (ms per call).
+        info: the machine description from :func:`common.machine_info`.
+        preset: preset name recorded in the header.
+        timing: the measurement settings recorded in the header.
+        dtype: dtype of the timed token tensors.
+        fp32: the float32 agreement checked before timing.
+        bf16: the bfloat16 rounding report.
+
+    Returns:
+        The report, lines joined by newlines; an IS setting without rows gets no table.
+    """
+    dtype_name = common.dtype_name(dtype)
     lines = [
         f"# VESPO gamma weights per call on {info['machine']}",
         "",
@@ -590,7 +593,7 @@ def render_vespo(
         "implementation of the official algorithm (exponentiates, then takes the log again of `w` floored "
         "at 1e-8), same inputs, under `torch.no_grad()`.",
         "",
-        *common.header_lines(info, preset, min_run_time, repeats),
+        *common.header_lines(info, preset, timing),
         f"- inputs: {dtype_name} log-ratios ~ N(0, 0.05) per token, random completion lengths, "
         "advantages of both signs, IS ratios exp(N(0, 0.02)); seeded",
         f"- agreement (float32, checked before timing): largest relative difference "
@@ -637,7 +640,7 @@ def vespo_csv_rows(
                 "B": row.shape[0],
                 "T": row.shape[1],
                 "is_ratio": int(row.with_is_ratio),
-                "dtype": str(dtype).removeprefix("torch."),
+                "dtype": common.dtype_name(dtype),
                 "trl_ms": round(row.trl.median_ms, 6),
                 "reference_ms": round(row.reference.median_ms, 6),
                 "trl_iqr_ms": round(row.trl.iqr_ms, 6),
@@ -657,34 +660,13 @@ def vespo_csv_rows(
     return out
 
 
-def run_vespo(
-    *,
-    device: torch.device,
-    sizes: Sequence[common.Shape],
-    min_run_time: float,
-    repeats: int,
-    num_threads: int,
-    block_time: float = 0.01,
-    max_time: float | None = None,
-    dtype: torch.dtype = torch.float32,
-    seed: int = 0,
-    preset: str = "custom",
-    out_dir: Path | None = None,
-) -> str:
-    """The ``bench vespo`` sub-command: check agreement, time, and write the tables.
+def run_vespo(run: common.BenchRun) -> str:
+    """The ``bench vespo`` sub-command: check agreement, time, and write ``vespo.md`` and ``vespo.csv``.
 
     Args:
-        device: where to run.
-        sizes: B x T shapes.
-        min_run_time: seconds of timed calls per implementation, at least.
-        repeats: timed blocks per implementation, at least.
-        num_threads: intra-op threads (recorded in the header).
-        block_time: target seconds per timed block.
-        max_time: wall-clock seconds per implementation and shape after which timing stops early (None: no limit).
-        dtype: dtype of the timed log-ratio and IS-ratio tensors.
-        seed: input seed (shape i uses ``seed + i``).
-        preset: name recorded in the header.
-        out_dir: folder for ``vespo.md`` and ``vespo.csv``; nothing is written when None.
+        run: device, B x T shapes, timing settings, threads, dtype of the timed log-ratio and IS-ratio
+            tensors, seed (shape i uses ``seed + i``), preset name and output folder (nothing is written
+            when ``run.out_dir`` is None).
 
     Returns:
         The markdown report.
@@ -693,33 +675,21 @@ def run_vespo(
         EquivalenceError: if TRL and the reference disagree in float32; raised before any timing.
     """
     trl_fn = trl_gamma_weights()
-    base = [make_vespo_batch(b, t, seed=seed + i, device=device) for i, (b, t) in enumerate(sizes)]
+    device = run.device
+    base = [make_vespo_batch(b, t, seed=run.seed + i, device=device) for i, (b, t) in enumerate(run.sizes)]
     checked = [*base, make_edge_case_batch(device=device)]
     fp32 = check_equivalence(checked, candidate=trl_fn)
     bf16 = bf16_report(checked, trl_fn)
     rows = time_vespo(
-        [b.to(dtype=dtype) for b in base],
+        [b.to(dtype=run.dtype) for b in base],
         device=device,
-        min_run_time=min_run_time,
-        repeats=repeats,
-        num_threads=num_threads,
-        block_time=block_time,
-        max_time=max_time,
+        timing=run.timing,
+        num_threads=run.num_threads,
         trl_fn=trl_fn,
     )
-    info = common.machine_info(device, num_threads)
+    info = common.machine_info(device, run.num_threads)
     report = render_vespo(
-        rows,
-        info,
-        preset=preset,
-        min_run_time=min_run_time,
-        repeats=repeats,
-        dtype=dtype,
-        fp32=fp32,
-        bf16=bf16,
+        rows, info, preset=run.preset, timing=run.timing, dtype=run.dtype, fp32=fp32, bf16=bf16
     )
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "vespo.md").write_text(report + "\n")
-        common.write_csv(out_dir / "vespo.csv", vespo_csv_rows(rows, info, dtype))
+    common.write_report(run.out_dir, "vespo", report, vespo_csv_rows(rows, info, run.dtype))
     return report
