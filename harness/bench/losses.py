@@ -24,8 +24,16 @@ def loss_step(probe: LossProbe, batch: LossBatch) -> Callable[[], None]:
     """A zero-argument callable doing one forward + backward of TRL's loss.
 
     The call computes ``GRPOTrainer._compute_loss(probe, None, batch.inputs)``, back-propagates into
-    ``batch.per_token_logps``, then drops the gradient and the metrics TRL appended, so that repeated
-    calls do the same work.
+    ``batch.per_token_logps`` (the B x T leaf), then drops the gradient and the metrics TRL appended, so
+    that repeated calls do the same work.
+
+    Args:
+        probe: the stand-in trainer of one loss variant, holding ``batch.per_token_logps``.
+        batch: the B x T inputs of the call.
+
+    Returns:
+        The callable; it raises whatever TRL's loss raises (e.g. ``AttributeError`` for a trainer attribute
+        the stand-in lacks).
     """
     logps = batch.per_token_logps
     inputs = batch.inputs
@@ -167,7 +175,11 @@ def render_losses(
 def losses_csv_rows(
     rows: Sequence[LossRow], info: dict[str, str], dtype: torch.dtype
 ) -> list[dict[str, Any]]:
-    """Flat CSV rows: one per (shape, variant), times in milliseconds, machine columns repeated."""
+    """Flat CSV rows: one per (B x T shape, variant), times in milliseconds, machine columns repeated.
+
+    Raises:
+        KeyError: if a timed variant is not in :data:`LOSS_VARIANTS`.
+    """
     out = []
     for row in rows:
         for name, timing in row.timings.items():

@@ -632,7 +632,7 @@ def render_vespo(
 def vespo_csv_rows(
     rows: Sequence[VespoRow], info: dict[str, str], dtype: torch.dtype
 ) -> list[dict[str, Any]]:
-    """Flat CSV rows: one per (shape, IS setting), times in milliseconds, machine columns repeated."""
+    """Flat CSV rows: one per (B x T shape, IS setting), times in milliseconds, machine columns repeated."""
     out = []
     for row in rows:
         out.append(
