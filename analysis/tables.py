@@ -757,13 +757,27 @@ def _display_frame(table: pd.DataFrame) -> tuple[pd.DataFrame, list[bool]]:
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    """GitHub-flavoured markdown table; numbers with 3 significant digits, NaN as "–"."""
+    """GitHub-flavoured (pipe) markdown table, one row per row of ``table``, no index.
+
+    Numbers with 3 significant digits, NaN as "–", ``x [lo, hi]`` for interval triples, headers
+    from ``table.attrs["display"]``; numeric columns right-aligned, others left-aligned; "|" in a
+    cell escaped as "\\|". Columns are padded to a common width.
+
+    Returns:
+        The table ending in a newline ("\\n" alone for a frame without columns).
+    """
     shown, numeric = _display_frame(table)
-    lines = ["| " + " | ".join(str(c) for c in shown.columns) + " |"]
-    lines.append("| " + " | ".join("---:" if num else ":---" for num in numeric) + " |")
-    for row in shown.itertuples(index=False):
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    if not len(shown.columns):
+        return "\n"
+    cells = shown.map(lambda v: v.replace("|", "\\|"))
+    # tabulate aligns columns by their rows: a table without rows gets one blank row, dropped after
+    text = (cells if len(cells) else pd.DataFrame([[""] * len(numeric)], columns=cells.columns)).to_markdown(
+        index=False,
+        tablefmt="pipe",
+        disable_numparse=True,
+        colalign=["right" if num else "left" for num in numeric],
+    )
+    return (text if len(cells) else text.rsplit("\n", 1)[0]) + "\n"
 
 
 _LATEX_ESCAPES = {
@@ -783,12 +797,16 @@ _LATEX_ESCAPES = {
 }
 
 
-def _tex(s: str) -> str:
+def _tex(s: Any) -> str:
+    """``s`` as LaTeX text: special characters escaped, "–" as "--"."""
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(s))
 
 
 def to_latex(table: pd.DataFrame, *, caption: str | None = None, label: str | None = None) -> str:
     """A ``table`` environment with a booktabs ``tabular`` (needs ``\\usepackage{booktabs}``).
+
+    The cells and headers of :func:`to_markdown`, LaTeX special characters escaped and "–" as
+    "--"; numeric columns ``r``, others ``l``.
 
     Args:
         table: a frame from one of the ``*_table`` functions (or any frame).
@@ -799,20 +817,19 @@ def to_latex(table: pd.DataFrame, *, caption: str | None = None, label: str | No
         LaTeX source ending in a newline.
     """
     shown, numeric = _display_frame(table)
-    spec = "".join("r" if num else "l" for num in numeric)
+    shown = shown.map(_tex)
+    shown.columns = [_tex(c) for c in shown.columns]
     caption = caption if caption is not None else table.attrs.get("caption")
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule"]
-    lines.append(" & ".join(_tex(c) for c in shown.columns) + r" \\")
-    lines.append(r"\midrule")
-    for row in shown.itertuples(index=False):
-        lines.append(" & ".join(_tex(v) for v in row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    if caption:
-        lines.append(rf"\caption{{{_tex(caption)}}}")
-    if label:
-        lines.append(rf"\label{{{label}}}")
-    lines.append(r"\end{table}")
-    return "\n".join(lines) + "\n"
+    styler = shown.style.hide(axis="index")
+    styler.set_table_styles([{"selector": "small", "props": ":;"}], overwrite=False)
+    return styler.to_latex(
+        column_format="".join("r" if num else "l" for num in numeric),
+        position="t",
+        position_float="centering",
+        hrules=True,
+        caption=_tex(caption) if caption else None,
+        label=label or None,
+    )
 
 
 def write_table(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -117,14 +118,26 @@ def test_final_performance_eval_accuracy_uses_last_eval():
     assert t.loc[0, "mean"] == pytest.approx(0.3)
 
 
+def _md_rows(md: str) -> list[list[str]]:
+    """The cells of each line of a pipe table (``\\|`` kept escaped), stripped of padding."""
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in md.splitlines()]
+
+
 def test_rendering(timing_frame, tmp_path):
     t = tables.timing_table(timing_frame)
     md = tables.to_markdown(t)
-    assert md.splitlines()[0].startswith("| loss_type | runs |")
-    assert "| grpo |" in md
+    header, align, *rows = _md_rows(md)
+    assert header[:3] == ["loss_type", "runs", "steps"] and "s/step" in header
+    assert align[0] == ":" + "-" * (len(align[0]) - 1) and all(a.endswith(":") for a in align[1:])
+    assert [r[0] for r in rows] == list(t["loss_type"])
+    assert (
+        rows[0][1] == str(t.loc[0, "runs"])
+        and rows[0][header.index("s/step")] == f"{t.loc[0, 's_per_step']:.3g}"
+    )
     tex = tables.to_latex(t, caption="50% of runs_x")
     assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
-    assert "50\\% of runs\\_x" in tex
+    assert "50\\% of runs\\_x" in tex and "\\begin{tabular}{l" + "r" * (len(header) - 1) + "}" in tex
+    assert "loss\\_type & runs & steps" in tex and f"\n{rows[0][0]} & {rows[0][1]} & " in tex
     paths = tables.write_table(t, tmp_path / "timing")
     assert [p.name for p in paths] == ["timing.md", "timing.csv", "timing.tex"]
     back = pd.read_csv(paths[1])
@@ -133,4 +146,26 @@ def test_rendering(timing_frame, tmp_path):
 
 def test_interval_columns_render_as_brackets():
     t = pd.DataFrame({"v": ["a"], "mean": [1.0], "mean_lo": [0.5], "mean_hi": [1.5]})
-    assert "1 [0.5, 1.5]" in tables.to_markdown(t)
+    assert _md_rows(tables.to_markdown(t))[2] == ["a", "1 [0.5, 1.5]"]
+
+
+def test_cells_are_escaped_and_missing_values_are_dashes():
+    t = pd.DataFrame({"v": ["a|b_c", "t~u^v<w>&%"], "mean": [1234.5, float("nan")], "ok": [True, False]})
+    t.attrs["display"] = {"mean": "mean (s)"}
+    header, align, *rows = _md_rows(tables.to_markdown(t))
+    assert header == ["v", "mean (s)", "ok"]
+    assert [a[0] + a[-1] for a in align] == [":-", "-:", ":-"]
+    assert rows == [["a\\|b_c", "1,234", "True"], ["t~u^v<w>&%", "–", "False"]]
+    tex = tables.to_latex(t, label="tab:x")
+    assert "a|b\\_c & 1,234 & True \\\\" in tex
+    assert (
+        "t\\textasciitilde{}u\\textasciicircum{}v\\textless{}w\\textgreater{}\\&\\% & -- & False \\\\" in tex
+    )
+    assert "\\label{tab:x}" in tex and "–" not in tex
+
+
+def test_a_table_without_rows_keeps_its_header_and_alignment():
+    t = pd.DataFrame({"v": pd.Series([], dtype=object), "mean": pd.Series([], dtype=float)})
+    header, align, *rows = _md_rows(tables.to_markdown(t))
+    assert header == ["v", "mean"] and [a[0] + a[-1] for a in align] == [":-", "-:"] and rows == []
+    assert "v & mean \\\\\n\\midrule\n\\bottomrule" in tables.to_latex(t)
