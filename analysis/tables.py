@@ -234,6 +234,57 @@ def timing_table(
     """
     by = _by_list(by)
     runs = _per_run(df, by)
+    _add_run_costs(df, runs)
+    groups = list(_variant_groups(runs, by))
+    step_time = _pooled_step_times(df, groups)
+    rows = [
+        {
+            **_key_dict(by, key),
+            "runs": len(part),
+            "steps": part["steps"].mean(),
+            "s_per_step": part["s_per_step"].mean(),
+            "total_s": part["total_s"].mean(),
+            "trl_step_time_median_s": float(np.median(st)) if st.size else float("nan"),
+            "gen_tokens_per_s": part["gen_tokens_per_s"].mean(),
+            "trained_tokens_per_s": part["trained_tokens_per_s"].mean(),
+            "peak_memory_mb": part["peak_memory_mb"].max(),
+        }
+        for (key, part), st in zip(groups, step_time, strict=True)
+    ]
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    if baseline is not None:
+        base = _baseline_values(table, by, baseline, "s_per_step", same)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            table["speedup"] = base / table["s_per_step"].to_numpy(dtype=np.float64)
+    table.attrs["display"] = {
+        **_TIMING_DISPLAY,
+        **({"speedup": f"speedup vs {baseline}"} if baseline is not None else {}),
+    }
+    return table
+
+
+_TIMING_DISPLAY = {
+    "runs": "runs",
+    "steps": "steps",
+    "s_per_step": "s/step",
+    "total_s": "total s",
+    "trl_step_time_median_s": "TRL step_time median (s)",
+    "gen_tokens_per_s": "generated tok/s",
+    "trained_tokens_per_s": "trained tok/s",
+    "peak_memory_mb": "peak memory (MB)",
+}
+
+
+def _add_run_costs(df: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """Add each run's costs to ``runs`` (one row per run id, from :func:`_per_run`) in place.
+
+    Columns added: ``steps`` (logged rows), ``s_per_step`` (mean ``time/step_s``, seconds),
+    ``total_s`` (its sum), ``gen_tokens_per_s`` and ``trained_tokens_per_s`` (sum of tokens / sum
+    of ``time/step_s``) and ``peak_memory_mb`` (maximum; NaN when never logged). A missing
+    source column gives NaN.
+    """
     codes, names, _ = _run_index(df)
     n = len(names)
     pos = pd.Index(names).get_indexer(runs.index)  # code of each row of `runs`
@@ -257,53 +308,28 @@ def timing_table(
     ok = ~np.isnan(mem)
     np.maximum.at(peak, codes[ok], mem[ok])
     runs["peak_memory_mb"] = np.where(np.isinf(peak), np.nan, peak)[pos]
-    # TRL's step_time pooled over each variant's steps: rows grouped by variant once, then a median
-    # per slice.
-    step_time = col("step_time")
+
+
+def _pooled_step_times(df: pd.DataFrame, groups: Sequence[tuple[Any, pd.DataFrame]]) -> list[np.ndarray]:
+    """TRL's ``step_time`` (seconds) of every logged step of each group's runs, NaN left out.
+
+    ``groups`` are ``(key, per-run rows indexed by run id)`` pairs; returns one 1-D array per
+    group, in the rows' order within each group.
+    """
+    codes, names, _ = _run_index(df)
+    step_time = _col(df, "step_time").to_numpy(dtype=np.float64)
     run_pos = pd.Index(np.asarray(names, dtype=object))
-    variant_of_run = np.full(n, -1, dtype=np.int64)
-    groups = list(_variant_groups(runs, by))
+    variant_of_run = np.full(len(names), -1, dtype=np.int64)
     for g, (_, part) in enumerate(groups):
         variant_of_run[run_pos.get_indexer(part.index)] = g
+    # rows grouped by variant once, then one slice per group
     order, bounds = _rows_by_group(codes, variant_of_run)
     st_sorted = step_time[order]
-
-    rows = []
-    for g, (key, part) in enumerate(groups):
+    out = []
+    for g in range(len(groups)):
         st = st_sorted[bounds[g] : bounds[g + 1]]
-        st = st[~np.isnan(st)]
-        rows.append(
-            {
-                **_key_dict(by, key),
-                "runs": len(part),
-                "steps": part["steps"].mean(),
-                "s_per_step": part["s_per_step"].mean(),
-                "total_s": part["total_s"].mean(),
-                "trl_step_time_median_s": float(np.median(st)) if st.size else float("nan"),
-                "gen_tokens_per_s": part["gen_tokens_per_s"].mean(),
-                "trained_tokens_per_s": part["trained_tokens_per_s"].mean(),
-                "peak_memory_mb": part["peak_memory_mb"].max(),
-            }
-        )
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table
-    if baseline is not None:
-        base = _baseline_values(table, by, baseline, "s_per_step", same)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            table["speedup"] = base / table["s_per_step"].to_numpy(dtype=np.float64)
-    table.attrs["display"] = {
-        "runs": "runs",
-        "steps": "steps",
-        "s_per_step": "s/step",
-        "total_s": "total s",
-        "trl_step_time_median_s": "TRL step_time median (s)",
-        "gen_tokens_per_s": "generated tok/s",
-        "trained_tokens_per_s": "trained tok/s",
-        "peak_memory_mb": "peak memory (MB)",
-        **({"speedup": f"speedup vs {baseline}"} if baseline is not None else {}),
-    }
-    return table
+        out.append(st[~np.isnan(st)])
+    return out
 
 
 def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd.Series:
@@ -411,55 +437,108 @@ def final_performance_table(
         runs["_task"] = "all"
     runs = runs[runs["score"].notna()]
     task_order = sorted(runs["_task"].unique())
-    base_mask = _baseline_mask(runs, by, baseline)
-    # The baseline of a variant is the baseline run set in the same facet (by[1:]).
-    base_mats: dict[tuple, np.ndarray] = {}
-    pooled_mat = None  # a facet without baseline runs compares with all of them
-    if base_mask is not None and base_mask.any():
-        base_runs = runs[base_mask]
-        for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
-            fkey = fkey if isinstance(fkey, tuple) else (fkey,)
-            base_mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
-        panel_of = joined_keys(runs, by[1:]) if by[1:] else np.zeros(len(runs))
-        if _baseline_has_own_panels(panel_of, base_mask):
-            pooled_mat = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
+    base_mats, pooled_mat = _baseline_matrices(runs, by, _baseline_mask(runs, by, baseline), task_order)
+    boot = {"reps": reps, "confidence": confidence, "seed": seed}
     rows = []
     for key, part in _variant_groups(runs, by):
         key_t = key if isinstance(key, tuple) else (key,)
-        base_mat = base_mats.get(tuple(str(v) for v in key_t[1:]), pooled_mat)
-        mat = _score_matrix(part["score"], part["_task"], task_order)
-        (mean, mean_lo, mean_hi), (iq, iq_lo, iq_hi) = stats.stratified_bootstrap_cis(
-            [stats.mean_score, stats.iqm], mat, reps=reps, confidence=confidence, seed=seed
-        )
-        if np.sum(~np.isnan(mat), axis=0).max(initial=0) < 2:
-            # One run per task: a bootstrap over runs can only return the run itself.
-            mean_lo = mean_hi = iq_lo = iq_hi = float("nan")
         labels = _key_dict(by, key)
         is_base = by and str(labels[by[0]]) == str(baseline)
-        if base_mat is not None and not is_base:
-            p, p_lo, p_hi = stats.stratified_bootstrap_ci(
-                stats.probability_of_improvement, mat, base_mat, reps=reps, confidence=confidence, seed=seed
-            )
-            if min(np.sum(~np.isnan(m), axis=0).max(initial=0) for m in (mat, base_mat)) < 2:
-                p_lo = p_hi = float("nan")
-        else:
-            p = p_lo = p_hi = float("nan")
-        rows.append(
-            {
-                **labels,
-                "runs": len(part),
-                "mean": mean,
-                "mean_lo": mean_lo,
-                "mean_hi": mean_hi,
-                "iqm": iq,
-                "iqm_lo": iq_lo,
-                "iqm_hi": iq_hi,
-                "p_improve": p,
-                "p_improve_lo": p_lo,
-                "p_improve_hi": p_hi,
-            }
-        )
+        base_mat = None if is_base else base_mats.get(tuple(str(v) for v in key_t[1:]), pooled_mat)
+        mat = _score_matrix(part["score"], part["_task"], task_order)
+        rows.append({**labels, "runs": len(part), **_final_estimates(mat, base_mat, **boot)})
     table = pd.DataFrame(rows)
+    table.attrs["caption"] = _final_caption(metric, last_k, task_col, baseline, **boot)
+    table.attrs["display"] = {"runs": "runs", "mean": "mean", "iqm": "IQM"}
+    if baseline is None:
+        table = table.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
+    else:
+        table.attrs["display"]["p_improve"] = f"P(> {baseline})"
+    return table
+
+
+def _baseline_matrices(
+    runs: pd.DataFrame, by: list[str], base_mask: np.ndarray | None, task_order: list[str]
+) -> tuple[dict[tuple, np.ndarray], np.ndarray | None]:
+    """The baseline's ``(runs, tasks)`` score matrices (:func:`_score_matrix`) per facet.
+
+    Args:
+        runs: one scored row per run (``score``, ``_task`` and the ``by`` columns).
+        by: variant columns; the facet of a row is its values of ``by[1:]``.
+        base_mask: which rows are baseline runs (None: no baseline).
+        task_order: the matrices' column order.
+
+    Returns:
+        ``({facet values as strings: matrix}, pooled)``; ``pooled`` is the matrix of all baseline
+        runs when the baseline sits in panels of its own (a facet without baseline runs then
+        compares with it), else None. Both empty/None without baseline runs.
+    """
+    if base_mask is None or not base_mask.any():
+        return {}, None
+    base_runs = runs[base_mask]
+    mats = {}
+    for fkey, fpart in base_runs.groupby(by[1:], observed=True) if by[1:] else [((), base_runs)]:
+        fkey = fkey if isinstance(fkey, tuple) else (fkey,)
+        mats[tuple(str(v) for v in fkey)] = _score_matrix(fpart["score"], fpart["_task"], task_order)
+    panel_of = joined_keys(runs, by[1:]) if by[1:] else np.zeros(len(runs))
+    pooled = None
+    if _baseline_has_own_panels(panel_of, base_mask):
+        pooled = _score_matrix(base_runs["score"], base_runs["_task"], task_order)
+    return mats, pooled
+
+
+def _final_estimates(
+    mat: np.ndarray, base_mat: np.ndarray | None, *, reps: int, confidence: float, seed: int
+) -> dict[str, float]:
+    """Mean, IQM and P(improvement over ``base_mat``) of a ``(runs, tasks)`` score matrix, each
+    with its stratified bootstrap interval (``*_lo``, ``*_hi``).
+
+    Intervals are NaN when no task has two runs (in either matrix, for P); P and its interval are
+    NaN without ``base_mat``.
+    """
+    (mean, mean_lo, mean_hi), (iq, iq_lo, iq_hi) = stats.stratified_bootstrap_cis(
+        [stats.mean_score, stats.iqm], mat, reps=reps, confidence=confidence, seed=seed
+    )
+    if _most_runs_per_task(mat) < 2:
+        # One run per task: a bootstrap over runs can only return the run itself.
+        mean_lo = mean_hi = iq_lo = iq_hi = float("nan")
+    if base_mat is not None:
+        p, p_lo, p_hi = stats.stratified_bootstrap_ci(
+            stats.probability_of_improvement, mat, base_mat, reps=reps, confidence=confidence, seed=seed
+        )
+        if min(_most_runs_per_task(m) for m in (mat, base_mat)) < 2:
+            p_lo = p_hi = float("nan")
+    else:
+        p = p_lo = p_hi = float("nan")
+    return {
+        "mean": mean,
+        "mean_lo": mean_lo,
+        "mean_hi": mean_hi,
+        "iqm": iq,
+        "iqm_lo": iq_lo,
+        "iqm_hi": iq_hi,
+        "p_improve": p,
+        "p_improve_lo": p_lo,
+        "p_improve_hi": p_hi,
+    }
+
+
+def _most_runs_per_task(mat: np.ndarray) -> int:
+    """The largest number of scored runs (non-NaN rows) of any task (column) of ``mat``."""
+    return np.sum(~np.isnan(mat), axis=0).max(initial=0)
+
+
+def _final_caption(
+    metric: str,
+    last_k: int | None,
+    task_col: str | None,
+    baseline: Any,
+    *,
+    reps: int,
+    confidence: float,
+    seed: int,
+) -> str:
+    """How :func:`final_performance_table` scored, aggregated and compared the runs."""
     how = (
         "last evaluation"
         if metric == layout.EVAL_ACCURACY
@@ -470,7 +549,7 @@ def final_performance_table(
         )
     )
     strat = f", stratified by {task_col}" if task_col else ""
-    table.attrs["caption"] = (
+    return (
         f"Final {metric} per run ({how}); mean and IQM over runs with {100 * confidence:g}% percentile "
         f"bootstrap intervals ({reps} resamples of runs{strat}, seed {seed})"
         + (
@@ -480,12 +559,6 @@ def final_performance_table(
             else "."
         )
     )
-    table.attrs["display"] = {"runs": "runs", "mean": "mean", "iqm": "IQM"}
-    if baseline is None:
-        table = table.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
-    else:
-        table.attrs["display"]["p_improve"] = f"P(> {baseline})"
-    return table
 
 
 def time_to_target_table(
@@ -524,51 +597,24 @@ def time_to_target_table(
     by = _by_list(by)
     if metric not in df.columns:
         raise KeyError(f"metric {metric!r} not in frame")
-    runs = _per_run(df, by)
-    y = df[metric].to_numpy(dtype=np.float64)
-    cols = {"steps": df[layout.STEP].to_numpy(dtype=np.float64)}
-    for name in ("tokens", "time"):
-        try:
-            cols[name] = x_values(df, name)
-        except KeyError:
-            cols[name] = np.full(len(df), np.nan)
-    codes, names = factorize_runs(df[layout.RUN_ID])
-    keep = ~np.isnan(y)
-    order = _by_run_and_step(codes, cols["steps"], keep)
-    c, yr = codes[order], y[order]
     if ema is not None:
         smoothing = {"ema": ema}
-    if smoothing not in (None, "none") and yr.size:
-        # on each run's smoothed curve, as the figures draw it: one noisy step is not "reaching" it
-        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
-        if smoothing == "auto":
-            kw: dict[str, Any] = {
-                "window": np.maximum(1, np.ceil(np.diff(np.r_[starts, c.size]) / 10)).astype(int)
-            }
-        else:
-            kw = resolve_smoothing(smoothing, 0)
-        yr = smooth_runs(yr, starts, **kw) if kw else yr
-    hits = np.flatnonzero(yr >= threshold)
-    hit_runs, first_hit = np.unique(c[hits], return_index=True)  # each run's first row at target
-    at = order[hits[first_hit]]
-    name_of = np.array([str(n) for n in names], dtype=object)
-    for name, source in (("steps", "steps"), ("tokens", "tokens"), ("seconds", "time")):
-        values = pd.Series(cols[source][at], index=name_of[hit_runs])
-        runs[name] = values.reindex(runs.index).to_numpy(dtype=np.float64)
-    runs["reached"] = runs.index.isin(name_of[hit_runs])
-
-    rows = []
-    for key, part in _variant_groups(runs, by):
-        rows.append(
-            {
-                **_key_dict(by, key),
-                "runs": len(part),
-                "reached": int(part["reached"].sum()),
-                "steps": part["steps"].mean(),
-                "tokens": part["tokens"].mean(),
-                "seconds": part["seconds"].mean(),
-            }
-        )
+    runs = _per_run(df, by)
+    hits = _first_hits(df, metric, threshold, smoothing)
+    for name in ("steps", "tokens", "seconds"):
+        runs[name] = hits[name].reindex(runs.index).to_numpy(dtype=np.float64)
+    runs["reached"] = runs.index.isin(hits.index)
+    rows = [
+        {
+            **_key_dict(by, key),
+            "runs": len(part),
+            "reached": int(part["reached"].sum()),
+            "steps": part["steps"].mean(),
+            "tokens": part["tokens"].mean(),
+            "seconds": part["seconds"].mean(),
+        }
+        for key, part in _variant_groups(runs, by)
+    ]
     table = pd.DataFrame(rows)
     if table.empty:
         return table
@@ -593,6 +639,53 @@ def time_to_target_table(
         "speedup_seconds": "speedup (time)",
     }
     return table
+
+
+def _first_hits(df: pd.DataFrame, metric: str, threshold: float, smoothing: Any) -> pd.DataFrame:
+    """Where each run first has ``metric >= threshold`` (on its smoothed curve with ``smoothing``).
+
+    Returns:
+        One row per run that reached it, indexed by run id (as strings): ``steps`` (its
+        optimizer step), ``tokens`` and ``seconds`` (cumulative, :func:`analysis.curves.x_values`;
+        NaN when the frame has no such column).
+    """
+    y = df[metric].to_numpy(dtype=np.float64)
+    cols = {"steps": df[layout.STEP].to_numpy(dtype=np.float64)}
+    for name in ("tokens", "time"):
+        try:
+            cols[name] = x_values(df, name)
+        except KeyError:
+            cols[name] = np.full(len(df), np.nan)
+    codes, names = factorize_runs(df[layout.RUN_ID])
+    order = _by_run_and_step(codes, cols["steps"], ~np.isnan(y))
+    c, yr = codes[order], y[order]
+    if smoothing not in (None, "none") and yr.size:
+        # on each run's smoothed curve, as the figures draw it: one noisy step is not "reaching" it
+        yr = _smooth_each_run(yr, c, smoothing)
+    hits = np.flatnonzero(yr >= threshold)
+    hit_runs, first_hit = np.unique(c[hits], return_index=True)  # each run's first row at target
+    at = order[hits[first_hit]]
+    name_of = np.array([str(n) for n in names], dtype=object)
+    return pd.DataFrame(
+        {
+            name: cols[source][at]
+            for name, source in (("steps", "steps"), ("tokens", "tokens"), ("seconds", "time"))
+        },
+        index=pd.Index(name_of[hit_runs], dtype=object),
+    )
+
+
+def _smooth_each_run(y: np.ndarray, codes: np.ndarray, smoothing: Any) -> np.ndarray:
+    """``y`` (rows grouped by run: ``codes`` equal within a run) smoothed run by run: ``"auto"``
+    is a trailing mean over a tenth of each run's points, else :func:`resolve_smoothing`'s."""
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    if smoothing == "auto":
+        kw: dict[str, Any] = {
+            "window": np.maximum(1, np.ceil(np.diff(np.r_[starts, codes.size]) / 10)).astype(int)
+        }
+    else:
+        kw = resolve_smoothing(smoothing, 0)
+    return smooth_runs(y, starts, **kw) if kw else y
 
 
 def learning_check(
