@@ -642,6 +642,40 @@ def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> Frame
     else:
         run_all, run_names = factorize_runs(rid)
     n_codes = int(run_all.max()) + 1 if run_all.size else 0
+    group_of_run, members, group_labels, order_groups = _group_runs(df, by, run_all, n_codes)
+    step_grid, step_col, complete = _step_grid(x, x_all, run_all, n_codes)
+    return FrameIndex(
+        tuple(by),
+        x,
+        len(df),
+        x_all,
+        run_all,
+        run_names,
+        n_codes,
+        len(members),
+        group_of_run,
+        members,
+        group_labels,
+        order_groups,
+        step_grid,
+        step_col,
+        complete,
+    )
+
+
+def _group_runs(
+    df: pd.DataFrame, by: list[str], run_all: np.ndarray, n_codes: int
+) -> tuple[np.ndarray, list[np.ndarray], dict[str, pd.Categorical], np.ndarray]:
+    """The groups of runs with equal ``by`` labels (:func:`variant_labels`).
+
+    Args:
+        df: the frame; ``run_all`` (shape ``(rows,)``) is each row's run code, ``< n_codes``.
+
+    Returns:
+        ``(group_of_run, members, group_labels, order_groups)`` as in :class:`FrameIndex`: each
+        code's group (shape ``(n_codes,)``, -1 without rows), each group's run codes, per ``by``
+        column each group's ordered label, and the groups in display (label) order.
+    """
     # Group keys are per-run values (grid axes), so they are read from each run's first row and
     # grouped over runs rather than over every row.
     first = np.full(n_codes, -1, dtype=np.int64)
@@ -665,36 +699,29 @@ def frame_index(df: pd.DataFrame, by: Sequence[str], x: XKind = "step") -> Frame
         np.lexsort([np.asarray(group_labels[c].codes) for c in reversed(by)]) if by else np.arange(n_groups)
     )
     members = [np.flatnonzero(group_of_run == k) for k in range(n_groups)]
+    return group_of_run, members, group_labels, order_groups
+
+
+def _step_grid(
+    x: str, x_all: np.ndarray, run_all: np.ndarray, n_codes: int
+) -> tuple[np.ndarray | None, np.ndarray | None, bool]:
+    """``(step_grid, step_col, complete)`` of :class:`FrameIndex`: for ``x="step"`` with rows
+    sorted by (run, step) and a dense enough grid, the steps from the first to the last and each
+    row's column in it (shape ``(rows,)``), else None twice; ``complete``: every run logged every
+    step of the grid, in order, so the rows are a (runs, steps) matrix as they are."""
     step_grid = step_col = None
     if x == "step" and run_all.size and _sorted_within_runs(run_all, x_all):
         lo, hi = x_all.min(), x_all.max()
         if hi - lo + 1 <= 4 * x_all.size + 1024 and n_codes * (hi - lo + 1) <= 50_000_000:
             step_grid = np.arange(lo, hi + 1)
             step_col = (x_all - lo).astype(np.int64)
-    # Every run logged every step of the grid, in order: the rows are a (runs, steps) matrix as is.
     complete = (
         step_grid is not None
         and run_all.size == n_codes * step_grid.size
         and bool(np.all(step_col.reshape(n_codes, -1) == np.arange(step_grid.size)))
         and bool(np.all(run_all.reshape(n_codes, -1) == np.arange(n_codes)[:, None]))
     )
-    return FrameIndex(
-        tuple(by),
-        x,
-        len(df),
-        x_all,
-        run_all,
-        run_names,
-        n_codes,
-        n_groups,
-        group_of_run,
-        members,
-        group_labels,
-        order_groups,
-        step_grid,
-        step_col,
-        complete,
-    )
+    return step_grid, step_col, complete
 
 
 def nan_median_rows(mat: np.ndarray) -> np.ndarray:
@@ -812,120 +839,43 @@ def curves(
     y_all = df[metric].to_numpy(dtype=np.float64) if values is None else np.asarray(values, dtype=np.float64)
     if y_all.shape != (len(df),):
         raise ValueError(f"values: shape {y_all.shape}, expected ({len(df)},)")
-    x_all, run_all, n_codes, n_groups = ix.x_all, ix.run_all, ix.n_codes, ix.n_groups
-    group_of_run, group_labels, order_groups = ix.group_of_run, ix.group_labels, ix.order_groups
 
     keep = ~np.isnan(y_all) if infinite else np.isfinite(y_all)
     all_finite = bool(keep.all()) if not infinite else bool(np.isfinite(y_all).all())
     non_finite = 0 if infinite or all_finite else int(np.isinf(y_all).sum())
     if x != "step":
-        keep &= ~np.isnan(x_all)
+        keep &= ~np.isnan(ix.x_all)
     if rows is not None:
         keep &= np.asarray(rows, dtype=bool)
     kept_all = bool(keep.all())
     fast_complete = x == "step" and ix.complete and kept_all and all_finite
     plan = None
     if fast_complete:
-        counts = np.full(n_codes, ix.step_grid.size, dtype=np.int64)
+        counts = np.full(ix.n_codes, ix.step_grid.size, dtype=np.int64)
     elif x == "step" and ix.step_col is not None:
         # the kept rows' positions, runs and steps, shared by the metrics kept on the same rows
         plan = ix.row_plan(keep)
         counts = plan.counts
     else:
-        r, xv, yv = (run_all, x_all, y_all) if kept_all else (run_all[keep], x_all[keep], y_all[keep])
-        counts = np.bincount(r, minlength=n_codes) if r.size else np.zeros(n_codes, dtype=np.int64)
-    points = int(np.median(counts[counts > 0])) if (counts > 0).any() else 0
-    skw = resolve_smoothing(smoothing, points)
-    if smoothing == AUTO:
-        # each run's own window, a tenth of its own logged points: its last smoothed point is then
-        # exactly its final score, however many points the other runs logged
-        per_run = np.maximum(1, np.ceil(counts / 10)).astype(np.int64)
-        skw = {"window": per_run} if (per_run[counts > 0] > 1).any() else {}
-
-    matrices: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (xs, (points, runs), run codes)
-    if fast_complete:
-        # Every run has every step and the metric no gap: the column is the (runs, steps) matrix;
-        # a trailing window runs along each row at once.
-        full = y_all.reshape(n_codes, ix.step_grid.size)
-        w = skw.get("window", 1)
-        w = int(np.max(w)) if np.ndim(w) else w  # every run has every step: one window for all
-        if w > 1:
-            full = _trailing_mean_rows(full, w)
-        elif skw:
-            full = smooth(full.T, **skw).T
-        for k in range(n_groups):
-            members = ix.members[k]
-            matrices.append((ix.step_grid, full[members].T, members))
-    elif plan is not None:
-        # Rows are sorted by (run, step) (as load returns them; checked once by the index), so each
-        # run is smoothed along its own logged points at once and scattered onto the step grid.
-        yv = y_all if kept_all else y_all[plan.sel]
-        if "window" in skw:
-            yv = _windowed_mean(yv, plan.window_lo(skw["window"]))
-        elif skw:
-            starts_, kw = _run_windows(plan.r, skw)
-            yv = smooth_runs(yv, starts_, **kw)
-        full = np.full(n_codes * ix.step_grid.size, np.nan)
-        full[plan.flat] = yv
-        full = full.reshape(n_codes, ix.step_grid.size)
-        for k in range(n_groups):
-            members = ix.members[k]
-            mat = full[members].T
-            has = (~np.isnan(mat)).any(axis=1)
-            matrices.append((ix.step_grid[has], mat[has], members))
-    else:
-        if not _sorted_within_runs(r, xv):
-            order = np.lexsort((xv, r))
-            r, xv, yv = r[order], xv[order], yv[order]
-        g = group_of_run[r] if r.size else np.zeros(0, dtype=np.int64)
-        # Stable sort by group keeps each run's rows contiguous and in x order.
-        order = np.argsort(g, kind="stable")
-        g, r, xv, yv = g[order], r[order], xv[order], yv[order]
-        bounds = np.searchsorted(g, np.arange(n_groups + 1))
-        for k in range(n_groups):
-            a, b = bounds[k], bounds[k + 1]
-            matrices.append(_group_matrix(r[a:b], xv[a:b], yv[a:b], x, skw, grid_points))
-
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("x", "mean", "lo", "hi", "std", "n")}
-    lengths = []
-    run_parts: list[pd.DataFrame] = []
-    run_names = ix.run_names
-    for k in order_groups:
-        xs, mat, members = matrices[k]
-        if center == "median":  # no moments needed: the median and how many runs it is over
-            mean = nan_median_rows(mat)
-            n = (~np.isnan(mat)).sum(axis=1)
-            std = lo = hi = np.full(mean.shape, np.nan)
-        else:
-            mean, std, n = stats.nan_moments(mat, axis=1)
-            if ci == "t":
-                lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
-            else:
-                lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
-        for name, arr in (("x", xs), ("mean", mean), ("lo", lo), ("hi", hi), ("std", std), ("n", n)):
-            cols[name].append(np.asarray(arr))
-        lengths.append(len(xs))
-        if keep_runs and mat.size:
-            for j, code in enumerate(members):
-                ok = ~np.isnan(mat[:, j])
-                if not ok.any():
-                    continue
-                name = run_names[code]
-                part = {col: group_labels[col][[k] * int(ok.sum())] for col in by}
-                part.update({layout.RUN_ID: str(name), "x": xs[ok], "y": mat[ok, j]})
-                run_parts.append(pd.DataFrame(part))
-    data: dict[str, Any] = {}
-    for col in by:
-        cat = group_labels[col]
-        data[col] = pd.Categorical.from_codes(
-            np.repeat(np.asarray(cat.codes)[order_groups], lengths), categories=cat.categories, ordered=True
+        r, xv, yv = (
+            (ix.run_all, ix.x_all, y_all) if kept_all else (ix.run_all[keep], ix.x_all[keep], y_all[keep])
         )
-    for name, parts in cols.items():
-        dtype = np.int64 if name == "n" else np.float64
-        data[name] = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-    mean_frame = pd.DataFrame(data)
-    per_curve = [int(np.max(c)) for c in cols["n"] if len(c)]
-    caption = band_caption(ci, confidence, n_boot, seed, runs=per_curve)
+        counts = np.bincount(r, minlength=ix.n_codes) if r.size else np.zeros(ix.n_codes, dtype=np.int64)
+    points = int(np.median(counts[counts > 0])) if (counts > 0).any() else 0
+    skw = _run_smoothing(smoothing, counts, points)
+
+    if fast_complete:
+        matrices = _complete_matrices(ix, y_all, skw)
+    elif plan is not None:
+        matrices = _planned_matrices(ix, plan, y_all if kept_all else y_all[plan.sel], skw)
+    else:
+        matrices = _row_matrices(ix, r, xv, yv, skw, grid_points)
+    shown = [(k, *matrices[k]) for k in ix.order_groups]
+    bands = [_band(mat, center, ci, confidence, n_boot, seed) for _, _, mat, _ in shown]
+    mean_frame = _mean_frame(ix, by, [xs for _, xs, _, _ in shown], bands)
+    caption = band_caption(
+        ci, confidence, n_boot, seed, runs=[int(np.max(b["n"])) for b in bands if len(b["n"])]
+    )
     smooth_text = smoothing_caption(skw, smoothing, points, counts[counts > 0])
     if smooth_text:
         caption += " " + smooth_text
@@ -934,14 +884,148 @@ def curves(
         caption += f" Each curve spans the {what} that every run of its variant reached."
     if non_finite:
         caption += f" {non_finite} infinite value(s) of {metric} left out."
-    runs_frame = None
-    if keep_runs:
-        runs_frame = (
-            pd.concat(run_parts, ignore_index=True)
-            if run_parts
-            else pd.DataFrame({**{c: pd.Categorical([]) for c in by}, layout.RUN_ID: [], "x": [], "y": []})
-        )
+    runs_frame = _run_curves(ix, by, shown) if keep_runs else None
     return Curves(mean_frame, runs_frame, caption, metric, x, skw, points)  # skw["window"] may be per run
+
+
+#: One group's curves: (points,) x, (points, runs) values (NaN where a run has none), (runs,) run codes.
+GroupMatrix = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _run_smoothing(smoothing: Any, counts: np.ndarray, points: int) -> dict[str, Any]:
+    """The smoothing keywords each run gets (:func:`resolve_smoothing`); ``"auto"`` gives each
+    run its own window, a tenth of its own logged points (``counts``, shape ``(n_codes,)``): its
+    last smoothed point is then exactly its final score, however many points the other runs
+    logged."""
+    skw = resolve_smoothing(smoothing, points)
+    if smoothing != AUTO:
+        return skw
+    per_run = np.maximum(1, np.ceil(counts / 10)).astype(np.int64)
+    return {"window": per_run} if (per_run[counts > 0] > 1).any() else {}
+
+
+def _complete_matrices(ix: FrameIndex, y_all: np.ndarray, skw: dict[str, Any]) -> list[GroupMatrix]:
+    """Per group, its matrix over the step grid when every run has every step and the metric no
+    gap: the column ``y_all`` (shape ``(rows,)``) reshaped is the (runs, steps) matrix, and a
+    trailing window runs along each row at once."""
+    full = y_all.reshape(ix.n_codes, ix.step_grid.size)
+    w = skw.get("window", 1)
+    w = int(np.max(w)) if np.ndim(w) else w  # every run has every step: one window for all
+    if w > 1:
+        full = _trailing_mean_rows(full, w)
+    elif skw:
+        full = smooth(full.T, **skw).T
+    return [(ix.step_grid, full[members].T, members) for members in ix.members]
+
+
+def _planned_matrices(
+    ix: FrameIndex, plan: RowPlan, yv: np.ndarray, skw: dict[str, Any]
+) -> list[GroupMatrix]:
+    """Per group, its matrix over the steps any of its runs logged, from the values ``yv`` of the
+    rows ``plan`` keeps (shape ``(kept,)``).
+
+    Rows are sorted by (run, step) (as load returns them; checked once by the index), so each run
+    is smoothed along its own logged points at once and scattered onto the step grid.
+    """
+    if "window" in skw:
+        yv = _windowed_mean(yv, plan.window_lo(skw["window"]))
+    elif skw:
+        starts_, kw = _run_windows(plan.r, skw)
+        yv = smooth_runs(yv, starts_, **kw)
+    full = np.full(ix.n_codes * ix.step_grid.size, np.nan)
+    full[plan.flat] = yv
+    full = full.reshape(ix.n_codes, ix.step_grid.size)
+    out = []
+    for members in ix.members:
+        mat = full[members].T
+        has = (~np.isnan(mat)).any(axis=1)
+        out.append((ix.step_grid[has], mat[has], members))
+    return out
+
+
+def _row_matrices(
+    ix: FrameIndex, r: np.ndarray, xv: np.ndarray, yv: np.ndarray, skw: dict[str, Any], grid_points: int
+) -> list[GroupMatrix]:
+    """Per group, its matrix (:func:`_group_matrix`) from kept rows in any order: run codes ``r``,
+    x ``xv`` and values ``yv``, each shape ``(kept,)``."""
+    if not _sorted_within_runs(r, xv):
+        order = np.lexsort((xv, r))
+        r, xv, yv = r[order], xv[order], yv[order]
+    g = ix.group_of_run[r] if r.size else np.zeros(0, dtype=np.int64)
+    # Stable sort by group keeps each run's rows contiguous and in x order.
+    order = np.argsort(g, kind="stable")
+    g, r, xv, yv = g[order], r[order], xv[order], yv[order]
+    bounds = np.searchsorted(g, np.arange(ix.n_groups + 1))
+    return [
+        _group_matrix(r[a:b], xv[a:b], yv[a:b], ix.x, skw, grid_points)
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
+def _band(
+    mat: np.ndarray, center: str, ci: str, confidence: float, n_boot: int, seed: int
+) -> dict[str, np.ndarray]:
+    """The centre line and band of a ``(points, runs)`` matrix: ``mean``, ``lo``, ``hi``, ``std``
+    (ddof=1) and ``n`` (runs with data), each shape ``(points,)``. ``center="median"``: ``mean``
+    is the median and the others but ``n`` are NaN."""
+    if center == "median":  # no moments needed: the median and how many runs it is over
+        mean = nan_median_rows(mat)
+        n = (~np.isnan(mat)).sum(axis=1)
+        std = lo = hi = np.full(mean.shape, np.nan)
+    else:
+        mean, std, n = stats.nan_moments(mat, axis=1)
+        if ci == "t":
+            lo, hi = stats.t_interval_from_moments(mean, std, n, confidence)
+        else:
+            lo, hi = stats.bootstrap_mean_interval(mat, reps=n_boot, confidence=confidence, seed=seed)
+    return {
+        name: np.asarray(a) for name, a in (("mean", mean), ("lo", lo), ("hi", hi), ("std", std), ("n", n))
+    }
+
+
+def _mean_frame(
+    ix: FrameIndex, by: list[str], xs: list[np.ndarray], bands: list[dict[str, np.ndarray]]
+) -> pd.DataFrame:
+    """:attr:`Curves.mean` from the shown groups' (``ix.order_groups``) x points and bands: their
+    rows one after the other, labelled by each group's ``by`` labels."""
+    lengths = [len(x) for x in xs]
+    data: dict[str, Any] = {}
+    for col in by:
+        cat = ix.group_labels[col]
+        data[col] = pd.Categorical.from_codes(
+            np.repeat(np.asarray(cat.codes)[ix.order_groups], lengths),
+            categories=cat.categories,
+            ordered=True,
+        )
+    parts = {
+        "x": [np.asarray(x) for x in xs],
+        **{k: [b[k] for b in bands] for k in ("mean", "lo", "hi", "std", "n")},
+    }
+    for name, arrays in parts.items():
+        dtype = np.int64 if name == "n" else np.float64
+        data[name] = np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
+    return pd.DataFrame(data)
+
+
+def _run_curves(
+    ix: FrameIndex, by: list[str], shown: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]
+) -> pd.DataFrame:
+    """:attr:`Curves.runs`: each run's points as averaged, group by group as ``shown``
+    (``(group, xs, mat, members)``), runs without points left out."""
+    parts = []
+    for k, xs, mat, members in shown:
+        if not mat.size:
+            continue
+        for j, code in enumerate(members):
+            ok = ~np.isnan(mat[:, j])
+            if not ok.any():
+                continue
+            part = {col: ix.group_labels[col][[k] * int(ok.sum())] for col in by}
+            part.update({layout.RUN_ID: str(ix.run_names[code]), "x": xs[ok], "y": mat[ok, j]})
+            parts.append(pd.DataFrame(part))
+    if not parts:
+        return pd.DataFrame({**{c: pd.Categorical([]) for c in by}, layout.RUN_ID: [], "x": [], "y": []})
+    return pd.concat(parts, ignore_index=True)
 
 
 def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
