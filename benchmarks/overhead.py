@@ -29,43 +29,26 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
     from harness.grid import expand
-    from harness.models import TinyModelSpec, resolve_model
-    from harness.run import model_cache_dir, run, seed_everything
+    from harness.run import build_trainer, prepare_model, run, seed_everything
     from harness.spec import load_grid
-    from harness.tasks import TaskSpec, build_task
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     overrides = [*args.override, f"trainer.max_steps={args.steps}", "harness.eval_steps=0"]
     plan = expand(load_grid(args.grid, overrides))
     spec = plan.runs[0]
     torch.set_num_threads(args.threads)
-    task_spec = TaskSpec(**spec.config["task"])
-    model_path = resolve_model(
-        spec.config["model"],
-        task=task_spec,
-        cache_dir=model_cache_dir(Path("results") / plan.grid.name),
-        tiny_spec=TinyModelSpec(**spec.config.get("tiny", {})),
-    )
-    tok = AutoTokenizer.from_pretrained(model_path)
-    task = build_task(task_spec, seed=spec.config["seed"], tokenizer=tok)
+    model_path = prepare_model(spec, Path("results") / plan.grid.name / "runs" / spec.run_id)
     print(
         f"run {spec.run_id} ({spec.varying}), {args.steps} steps x {args.repeats} repeats, {args.threads} thread(s)"
     )
 
     def bare(tmp: Path) -> float:
-        seed_everything(spec.config["seed"])
+        seed_everything(spec.seed)
         config = build_grpo_config(grpo_config_kwargs(spec, "cpu", str(tmp / "bare")), "cpu")
-        trainer = GRPOTrainer(
-            model=model_path,
-            reward_funcs=task.reward_funcs,
-            args=config,
-            train_dataset=task.train_dataset,
-            processing_class=tok,
-        )
+        trainer, _, _ = build_trainer(spec, model_path, config, trainer_class=GRPOTrainer)
         t0 = time.perf_counter()
         trainer.train()
         return (time.perf_counter() - t0) / args.steps

@@ -18,8 +18,7 @@ from typing import Any
 import submitit
 
 from harness import layout
-from harness.grid import RunSpec
-from harness.spec import ExecutorSettings
+from harness.schema import ExecutorSettings, RunSpec
 from harness.status import last_error_line, latest_reward
 
 

@@ -1,7 +1,7 @@
 """Grid expansion: a GridSpec becomes a list of runs, each with a stable run id.
 
-No files are read or written here except through :func:`harness.spec.coerce_numbers`, which asks
-GRPOConfig's field types (from the verdict memo, else from TRL). The run id is a short hash of the
+Pure: no files are read or written and no library is asked; numbers were coerced to their fields'
+types when the grid was loaded (:func:`harness.spec.load_grid`). The run id is a short hash of the
 run's resolved settings (task, model, tiny, trainer, harness, seed): the same settings give the
 same id on any machine, and a changed override gives a new id, so old results stay apart from new
 ones.
@@ -9,95 +9,77 @@ ones.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.spec import (
+from harness.schema import (
     EPOCH,
+    TINY,
     Axis,
-    ExecutorSettings,
     GridSpec,
+    RunSpec,
+    SpecError,
     SubGrid,
-    coerce_numbers,
+    TaskSpec,
+    canonical_json,
     deep_merge,
     get_dotted,
+    run_id_of,
     set_dotted,
 )
 
-RUN_ID_LENGTH = 10
-
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One run of a grid.
-
-    Attributes:
-        run_id: short hash of ``config`` (see :func:`run_id_of`).
-        grid: the grid's name.
-        config: the resolved nested settings: ``task``, ``model``, ``tiny``, ``trainer`` (GRPOConfig
-            keyword arguments), ``harness``, ``seed``; JSON-serialisable.
-        varying: the values of this run on the grid's varying keys (dotted key -> value).
-        subgrid: name of the sub-grid it came from ("" when the grid has none).
-        executor: executor settings this run sets itself (``executor.*`` keys in axes or a sub-grid's
-            ``set``, e.g. more GPUs for a bigger model); not part of the run id. SLURM submits runs
-            with different resources as separate arrays.
-    """
+class Rejected:
+    """A cell whose settings break a section's rules (:class:`harness.schema.Section`): no run is
+    made of it, and validation reports ``problems`` under its run id and values."""
 
     run_id: str
-    grid: str
-    config: Mapping[str, Any]
     varying: Mapping[str, Any]
-    subgrid: str = ""
-    executor: Mapping[str, Any] = field(default_factory=dict)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A dotted setting of this run, e.g. ``run.get("trainer.loss_type")``."""
-        return get_dotted(self.config, key, default)
-
-    def executor_settings(self, grid_executor: ExecutorSettings) -> ExecutorSettings:
-        """The grid's executor block updated by this run's own ``executor.*`` settings."""
-        return replace(grid_executor, **dict(self.executor)) if self.executor else grid_executor
+    subgrid: str
+    problems: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The expanded grid: unique runs in order, plus the cells dropped as duplicates."""
+    """The expanded grid: unique runs in order, the cells dropped as duplicates, and the cells
+    rejected by their sections' rules."""
 
     grid: GridSpec
     runs: tuple[RunSpec, ...]
     duplicates: tuple[tuple[RunSpec, RunSpec], ...]  # (dropped cell, the run it duplicates)
     varying_keys: tuple[str, ...]
+    rejected: tuple[Rejected, ...] = ()
 
 
-def canonical_json(obj: Any) -> str:
-    """Key-sorted compact JSON; floats written by ``repr`` so 1e-3 and 0.001 hash the same."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+Cell = dict[str, Any]  # dotted key -> value
 
 
-def run_id_of(config: Mapping[str, Any]) -> str:
-    """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``config``."""
-    return hashlib.sha256(canonical_json(config).encode()).hexdigest()[:RUN_ID_LENGTH]
-
-
-def _axes_cells(axes: tuple[Axis, ...], zips: tuple[tuple[Axis, ...], ...]) -> Iterator[dict[str, Any]]:
-    """Cartesian product of the product axes and the zipped groups (each group one factor)."""
-    factors: list[list[dict[str, Any]]] = [[{a.key: v} for v in a.values] for a in axes]
+def _axes_cells(axes: tuple[Axis, ...], zips: tuple[tuple[Axis, ...], ...]) -> Iterator[tuple[Cell, Cell]]:
+    """Cartesian product of the product axes and the zipped groups (each group one factor), as
+    ``(cell, the same cell as written)``."""
+    factors: list[list[tuple[Cell, Cell]]] = [
+        [({a.key: v}, {a.key: w}) for v, w in zip(a.values, a.as_written, strict=True)] for a in axes
+    ]
     for group in zips:
         n = len(group[0].values)
-        factors.append([{a.key: a.values[i] for a in group} for i in range(n)])
+        factors.append(
+            [({a.key: a.values[i] for a in group}, {a.key: a.as_written[i] for a in group}) for i in range(n)]
+        )
     for combo in itertools.product(*factors):
-        cell: dict[str, Any] = {}
-        for part in combo:
+        cell: Cell = {}
+        written: Cell = {}
+        for part, part_written in combo:
             cell.update(part)
-        yield cell
+            written.update(part_written)
+        yield cell, written
 
 
-def cells(grid: GridSpec) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every cell as ``(subgrid name, {dotted key: value})``, before deduplication.
+def cells(grid: GridSpec) -> Iterator[tuple[str, Cell, Cell]]:
+    """Every cell as ``(subgrid name, {dotted key: value}, the same as written)``, before
+    deduplication.
 
     Cells = union over sub-grids (a single empty one when the grid has none) of
     top-level axes x sub-grid axes, where a sub-grid's fixed settings and axes take precedence over
@@ -105,9 +87,13 @@ def cells(grid: GridSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """
     subgrids = grid.subgrids or (SubGrid(""),)
     for sub in subgrids:
-        for top in _axes_cells(grid.axes, grid.zips):
-            for inner in _axes_cells(sub.axes, sub.zips):
-                yield sub.name, {**top, **dict(sub.settings), **inner}
+        for top, top_written in _axes_cells(grid.axes, grid.zips):
+            for inner, inner_written in _axes_cells(sub.axes, sub.zips):
+                yield (
+                    sub.name,
+                    {**top, **dict(sub.settings), **inner},
+                    {**top_written, **dict(sub.settings_as_written), **inner_written},
+                )
 
 
 def steps_per_epoch(trainer: Mapping[str, Any], train_size: int, num_processes: int = 1) -> int:
@@ -140,60 +126,60 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
     for key, value in cell.items():
         set_dotted(config, key, value)
     config.setdefault("seed", 0)
-    config.setdefault("model", "tiny")
+    config.setdefault("model", TINY)
     for section in ("task", "tiny", "trainer", "harness"):
         config.setdefault(section, {})
     config["trainer"]["seed"] = config["seed"]
-    coerce_numbers(config)
     if config["trainer"].get("ref_model_sync_steps") == EPOCH:
-        from harness.tasks import TaskSpec
-
         train_size = config["task"].get("train_size", TaskSpec.__dataclass_fields__["train_size"].default)
         config["trainer"]["ref_model_sync_steps"] = steps_per_epoch(
             config["trainer"], train_size, num_processes
         )
         config["harness"]["ref_model_sync_every"] = EPOCH
-    if config["model"] != "tiny":
+    if config["model"] != TINY:
         config.pop("tiny")
     return config
+
+
+def _varying_keys(resolved: Sequence[tuple[str, Cell, Cell, dict]]) -> tuple[str, ...]:
+    """The dotted keys of the cells whose resolved value differs between cells (where a run
+    executes is not one of its settings, so ``executor.*`` keys are left out)."""
+    keys: list[str] = []
+    for _, cell, _, _ in resolved:
+        for k in cell:
+            if k not in keys and not k.startswith("executor."):
+                keys.append(k)
+    return tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for *_, c in resolved}) > 1)
 
 
 def expand(grid: GridSpec) -> Plan:
     """Expand a grid into unique runs (pure: no I/O).
 
     Two cells that resolve to the same settings are one run; the later is reported in
-    ``Plan.duplicates`` as (dropped, kept), each with ``varying`` set to its cell as written. ``varying_keys`` are the dotted keys whose value differs between runs.
+    ``Plan.duplicates`` as (dropped, kept), each with ``varying`` set to its cell as written. A cell
+    whose settings break a section's rules is reported in ``Plan.rejected``. ``varying_keys`` are
+    the dotted keys whose value differs between runs.
     """
+    nproc = grid.executor.num_processes
+    resolved = [(sub, cell, written, resolve(grid.base, cell, nproc)) for sub, cell, written in cells(grid)]
+    varying = _varying_keys(resolved)
     runs: list[RunSpec] = []
     dups: list[tuple[RunSpec, RunSpec]] = []
-    seen: dict[str, RunSpec] = {}
-    raw: list[tuple[str, dict, dict]] = []
-    nproc = grid.executor.nodes * grid.executor.tasks_per_node
-    for sub, cell in cells(grid):
-        raw.append((sub, cell, resolve(grid.base, cell, nproc)))
-    keys: list[str] = []
-    for _, cell, _ in raw:
-        for k in cell:
-            if k not in keys:
-                keys.append(k)
-    varying = tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for _, _, c in raw}) > 1)
-    varying = tuple(k for k in varying if not k.startswith("executor."))
-    written: dict[str, dict] = {}
-    for sub, cell, config in raw:
+    rejected: dict[str, Rejected] = {}
+    seen: dict[str, tuple[RunSpec, Cell]] = {}
+    for sub, _, written, config in resolved:
         executor = config.pop("executor", {})  # where a run executes is not what it is
-        rid = run_id_of(config)
-        run = RunSpec(
-            run_id=rid,
-            grid=grid.name,
-            config=config,
-            varying={k: get_dotted(config, k) for k in varying if not k.startswith("executor.")},
-            subgrid=sub,
-            executor=executor,
-        )
-        if rid in seen:  # shown with the values as written: that is where they differ
-            dups.append((replace(run, varying=dict(cell)), replace(seen[rid], varying=written[rid])))
+        values = {k: get_dotted(config, k) for k in varying}
+        try:
+            run = RunSpec(grid=grid.name, settings=config, varying=values, subgrid=sub, executor=executor)
+        except SpecError as e:
+            rid = run_id_of(config)
+            rejected.setdefault(rid, Rejected(rid, values, sub, tuple(e.problems)))
             continue
-        seen[rid] = run
-        written[rid] = dict(cell)
+        if run.run_id in seen:  # shown with the values as written: that is where they differ
+            kept, kept_written = seen[run.run_id]
+            dups.append((replace(run, varying=written), replace(kept, varying=kept_written)))
+            continue
+        seen[run.run_id] = (run, written)
         runs.append(run)
-    return Plan(grid=grid, runs=tuple(runs), duplicates=tuple(dups), varying_keys=varying)
+    return Plan(grid, tuple(runs), tuple(dups), varying, tuple(rejected.values()))

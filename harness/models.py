@@ -26,15 +26,14 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from harness.tasks import EVAL_SEED, SFT_SEED_BASE, TaskSpec, bare_prompt, check_task, generate_entries
+from harness.schema import EVAL_SEED, SFT_SEED_BASE, TINY, TaskSpec, TinyModelSpec
+from harness.tasks import bare_prompt, check_task, generate_entries
 
-TINY = "tiny"
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
@@ -45,39 +44,6 @@ BUILD_FORMAT = 1
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TinyModelSpec:
-    """Everything that defines the tiny model; its hash (with the task's dataset) keys the cache.
-
-    Architecture (Qwen2; about 0.66M parameters at the defaults with a ~20-symbol vocabulary):
-        hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size: as in ``Qwen2Config``.
-        max_position_embeddings: context length in tokens (prompt + completion must fit).
-
-    Warm start (TRL ``SFTTrainer``, completion-only loss, cosine schedule):
-        sft_steps: optimizer steps.
-        sft_lr: peak learning rate.
-        sft_batch_size: sequences per step.
-        sft_examples: prompt/answer pairs generated for SFT, each with its own noise draw (generator
-            seeds disjoint from the training and eval splits of ``harness.tasks``).
-        label_noise: fraction of SFT answers (integers only) replaced by answer ± 1 or ± 2, each of the
-            four offsets equally likely; 0 = clean labels.
-        seed: seed of initialisation, data order, label noise and SFT data generation.
-    """
-
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 4
-    intermediate_size: int = 256
-    max_position_embeddings: int = 64
-    sft_steps: int = 600
-    sft_lr: float = 3e-3
-    sft_batch_size: int = 64
-    sft_examples: int = 4096
-    label_noise: float = 0.5
-    seed: int = 0
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import layout
-from harness.grid import RunSpec
 from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
-from harness.spec import HarnessSettings
+from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
 
@@ -61,15 +60,45 @@ def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
     Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
     start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
     """
-    from harness.models import TinyModelSpec, resolve_model
-    from harness.tasks import TaskSpec
+    from harness.models import resolve_model
 
     return resolve_model(
-        spec.config.get("model", "tiny"),
-        task=TaskSpec(**spec.config.get("task", {})),
+        spec.model,
+        task=spec.task,
         cache_dir=model_cache_dir(Path(run_dir).parent.parent),
-        tiny_spec=TinyModelSpec(**spec.config.get("tiny", {})),
+        tiny_spec=spec.tiny,
     )
+
+
+def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: type | None = None):
+    """The run's tokenizer, task and TRL trainer, the one place a ``GRPOTrainer`` is made.
+
+    Args:
+        spec: the run (its task and seed).
+        model_path: what :func:`prepare_model` returned (a folder or a hub id).
+        config: the run's ``GRPOConfig`` (:func:`harness.trl_boundary.build_grpo_config`).
+        trainer_class: ``GRPOTrainer`` or a subclass; default
+            :class:`harness.trainer.HarnessGRPOTrainer`, which records w_seq.
+
+    Returns:
+        ``(trainer, task, tokenizer)``.
+    """
+    from transformers import AutoTokenizer
+
+    from harness.tasks import build_task
+
+    if trainer_class is None:
+        from harness.trainer import HarnessGRPOTrainer as trainer_class
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
+    task = build_task(spec.task, seed=spec.seed, tokenizer=tokenizer)
+    trainer = trainer_class(
+        model=model_path,
+        reward_funcs=task.reward_funcs,
+        args=config,
+        train_dataset=task.train_dataset,
+        processing_class=tokenizer,
+    )
+    return trainer, task, tokenizer
 
 
 def seed_everything(seed: int) -> None:
@@ -332,19 +361,18 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
     import accelerate
     import torch
 
-    from harness.spec import ExecutorSettings
     from harness.trl_boundary import resolve_device
 
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
         (run_dir / stale).unlink(missing_ok=True)
-    settings = HarnessSettings(**spec.config.get("harness", {}))
+    settings = spec.harness
     device = device or resolve_device(settings.device, ExecutorSettings())
     torch.set_num_threads(threads or settings.threads or 1)
-    seed_everything(spec.config["seed"])
+    seed_everything(spec.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         run_dir / layout.CONFIG_FILE,
-        {"run_id": spec.run_id, "grid": spec.grid, "config": spec.config, "varying": spec.varying},
+        {"run_id": spec.run_id, "grid": spec.grid, "config": spec.to_json(), "varying": dict(spec.varying)},
     )
     prov = provenance(device)
     state = accelerate.PartialState()
@@ -354,20 +382,13 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
 
 
 def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
-    from transformers import AutoTokenizer
-
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     settings, device, state, prov = _start(spec, run_dir, device, threads)
 
-    from harness.tasks import TaskSpec, build_task, greedy_accuracy
-    from harness.trainer import HarnessGRPOTrainer
+    from harness.tasks import greedy_accuracy
 
-    task_spec = TaskSpec(**spec.config.get("task", {}))
     model_path = prepare_model(spec, run_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
-    task = build_task(task_spec, seed=spec.config["seed"], tokenizer=tokenizer)
-
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
     config = build_grpo_config(grpo_config_kwargs(spec, device, str(ckpt_dir)), device)
     resume = latest_checkpoint(ckpt_dir)
@@ -383,6 +404,7 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         return _finish(writer, run_dir, {**summary, "device": device})
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
+    trainer, task, tokenizer = build_trainer(spec, model_path, config)
 
     def eval_fn(model) -> float:
         return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
@@ -391,13 +413,6 @@ def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
 
     # rank 0 tells other runs on this machine that it trains here (harness.sharing)
     lease = MachineLease(spec.run_id, device) if state.is_main_process else None
-    trainer = HarnessGRPOTrainer(
-        model=model_path,
-        reward_funcs=task.reward_funcs,
-        args=config,
-        train_dataset=task.train_dataset,
-        processing_class=tokenizer,
-    )
     callback = _make_callback(
         trainer=trainer,
         writer=writer,

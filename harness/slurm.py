@@ -19,9 +19,8 @@ from typing import Any
 from filelock import FileLock
 
 from harness import layout
-from harness.grid import RunSpec
 from harness.metrics import atomic_write_json
-from harness.spec import ExecutorSettings
+from harness.schema import ExecutorSettings, RunSpec, canonical_json
 from harness.status import grid_run_dirs, queue_states, read_job, scheduler_command
 
 SUBMIT_LOCK = ".submit.lock"
@@ -227,8 +226,6 @@ def group_by_resources(
 ) -> list[tuple[ExecutorSettings, list]]:
     """Runs grouped by the executor settings they resolve to (the grid's, updated by each run's own)."""
     import dataclasses
-
-    from harness.grid import canonical_json
 
     groups: dict[str, tuple[ExecutorSettings, list]] = {}
     for run in runs:

@@ -7,12 +7,12 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     description: "..."        # one paragraph, shown by `plan`
     notes: "..."              # e.g. the settings to use at paper scale
     seed: 0                   # drives the trainer, the task's data and sampling
-    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.tasks.TaskSpec
+    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.schema.TaskSpec
     model: tiny               # "tiny", a local path, or a Hugging Face model id
-    tiny: {...}               # harness.models.TinyModelSpec fields
+    tiny: {...}               # harness.schema.TinyModelSpec fields
     trainer: {...}            # any TRL GRPOConfig field
-    harness: {...}            # harness.spec.HarnessSettings fields
-    executor: {...}           # harness.spec.ExecutorSettings fields
+    harness: {...}            # harness.schema.HarnessSettings fields
+    executor: {...}           # harness.schema.ExecutorSettings fields
     grid: {key: [values]}     # product axes
     zip: [{key: [values], key2: [values]}]         # axes that move together
     subgrids: {name: {set: {...}, grid: {...}, zip: [...]}}   # union of named sub-grids
@@ -37,11 +37,24 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.schema import (
+    EPOCH,
+    Axis,
+    ExecutorSettings,
+    GridSpec,
+    HarnessSettings,
+    SpecError,
+    SubGrid,
+    TaskSpec,
+    TinyModelSpec,
+    deep_merge,
+    set_dotted,
+)
 
 TOP_LEVEL_KEYS = (
     "include",
@@ -64,102 +77,6 @@ TOP_LEVEL_KEYS = (
 #: Sections that hold run settings (what a dotted key may point into).
 SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
 SCALAR_SETTINGS = ("seed", "model")
-EXECUTORS = ("local", "debug", "slurm")
-#: ``trainer.ref_model_sync_steps: epoch`` syncs the reference model once per pass over the training
-#: prompts; :func:`harness.grid.steps_per_epoch` turns it into optimizer steps.
-EPOCH = "epoch"
-
-
-class SpecError(ValueError):
-    """One or more problems with a grid file; ``problems`` lists each as a full sentence."""
-
-    def __init__(self, problems: Sequence[str], source: str | Path | None = None):
-        self.problems = list(dict.fromkeys(problems))  # an axis repeats a key's problem per value
-        self.source = str(source) if source is not None else None
-        head = f"{self.source}: " if self.source else ""
-        n = len(self.problems)
-        super().__init__(
-            f"{head}{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  - {p}" for p in self.problems)
-        )
-
-
-@dataclass(frozen=True)
-class HarnessSettings:
-    """How the harness observes a run (none of this changes what TRL computes).
-
-    Attributes:
-        eval_steps: greedy eval accuracy on the held-out split every this many optimizer steps
-            (and at the last step); 0 turns it off.
-        eval_max_new_tokens: token budget of the greedy eval; None = the trainer's max_completion_length.
-        samples_steps: every this many steps, ``samples_n`` sampled completions go to samples.jsonl; 0 = off.
-        samples_n: completions written each time.
-        flush_every: metric rows buffered before a parquet part is written (a kill loses at most this many).
-        checkpoint_steps: trainer checkpoint every this many steps (0 = only on preemption); sets
-            GRPOConfig ``save_steps`` unless the trainer block sets it.
-        keep_checkpoints: checkpoints kept (older ones pruned); sets ``save_total_limit``.
-        device: "cpu", "cuda" or "auto" (cuda when the executing machine has it); decides
-            ``use_cpu`` and the ``bf16`` default used to validate and run.
-        threads: torch threads per process; None = the executor's ``threads_per_run``.
-        ref_model_sync_every: set by the harness to "epoch" when ``trainer.ref_model_sync_steps: epoch``
-            was resolved to a step count (recorded in the run config; not for writing by hand).
-    """
-
-    eval_steps: int = 25
-    eval_max_new_tokens: int | None = None
-    samples_steps: int = 25
-    samples_n: int = 4
-    flush_every: int = 5
-    checkpoint_steps: int = 50
-    keep_checkpoints: int = 2
-    device: str = "auto"
-    threads: int | None = None
-    ref_model_sync_every: str | None = None
-
-
-@dataclass(frozen=True)
-class ExecutorSettings:
-    """Where runs execute (submitit). Not part of a run's identity: moving a grid keeps its run ids.
-
-    Attributes:
-        name: "local" (submitit's local executor, one process per run), "debug" (in-process) or "slurm".
-        max_parallel: runs at once locally; None = cores // threads_per_run (at least 1).
-        threads_per_run: torch threads each run uses.
-        timeout_min: wall-clock limit per run, minutes.
-        partition, account, qos, constraint: SLURM placement.
-        nodes, tasks_per_node, gpus_per_node, cpus_per_task, mem_gb: SLURM resources per run.
-        array_parallelism: SLURM array throttle (runs of one array at once).
-        additional_parameters: extra sbatch parameters (submitit's ``slurm_additional_parameters``).
-        setup: shell lines run before each job (``module load ...``, activating an environment).
-    """
-
-    name: str = "local"
-    max_parallel: int | None = None
-    threads_per_run: int = 1
-    timeout_min: int = 60
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    nodes: int = 1
-    tasks_per_node: int = 1
-    gpus_per_node: int = 0
-    cpus_per_task: int | None = None
-    mem_gb: float | None = None
-    array_parallelism: int = 256
-    additional_parameters: dict[str, Any] = field(default_factory=dict)
-    setup: list[str] = field(default_factory=list)
-
-
-def _task_spec_type():
-    from harness.tasks import TaskSpec
-
-    return TaskSpec
-
-
-def _tiny_spec_type():
-    from harness.models import TinyModelSpec
-
-    return TinyModelSpec
 
 
 def _grpo_config_type() -> type:
@@ -170,13 +87,14 @@ def _grpo_config_type() -> type:
 
 def section_type(section: str) -> type:
     """The dataclass whose fields a section's keys must name (importing TRL for ``trainer``)."""
+    if section == "trainer":
+        return _grpo_config_type()
     return {
-        "task": _task_spec_type,
-        "tiny": _tiny_spec_type,
-        "trainer": _grpo_config_type,
-        "harness": lambda: HarnessSettings,
-        "executor": lambda: ExecutorSettings,
-    }[section]()
+        "task": TaskSpec,
+        "tiny": TinyModelSpec,
+        "harness": HarnessSettings,
+        "executor": ExecutorSettings,
+    }[section]
 
 
 SECTION_CLASS_NAMES = {
@@ -295,17 +213,34 @@ def _float_only(desc: Any) -> bool:
     return desc == "float"
 
 
-def coerce_numbers(config: dict[str, Any]) -> None:
-    """Turn ints into floats, in place, where a section's field is a float: ``epsilon: 1`` and
-    ``epsilon: 1.0`` are one setting and must make one run id (task kwargs are left as written)."""
-    for section in ("trainer", "tiny", "harness"):
-        values = config.get(section)
-        if not isinstance(values, dict):
-            continue
-        fields = section_fields(section)
-        for k, v in values.items():
-            if isinstance(v, int) and not isinstance(v, bool) and _float_only(fields.get(k)):
-                values[k] = float(v)
+#: Sections whose whole numbers become floats where the field is a float (task kwargs are left as
+#: written: they are the dataset's, whose types the harness does not know).
+COERCED_SECTIONS = ("trainer", "tiny", "harness")
+
+
+def coerce_number(key: str, value: Any) -> Any:
+    """``value`` for dotted ``key``, an int turned into a float where the field is a float:
+    ``epsilon: 1`` and ``epsilon: 1.0`` are one setting and must make one run id. Applied to every
+    value when a grid is loaded (:func:`load_grid`), so expansion is pure."""
+    parts = key.split(".")
+    if len(parts) != 2 or parts[0] not in COERCED_SECTIONS:
+        return value
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and _float_only(section_fields(parts[0]).get(parts[1]))
+    ):
+        return float(value)
+    return value
+
+
+def _coerce_base(base: dict[str, Any]) -> None:
+    """:func:`coerce_number` over the sections of a grid's shared settings, in place."""
+    for section in COERCED_SECTIONS:
+        values = base.get(section)
+        if isinstance(values, dict):
+            for k, v in values.items():
+                values[k] = coerce_number(f"{section}.{k}", v)
 
 
 def _suggest(word: str, options: Sequence[str]) -> str:
@@ -411,35 +346,6 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def set_dotted(config: dict, key: str, value: Any) -> None:
-    """Set ``config[a][b][c] = value`` for ``key`` "a.b.c", creating mappings on the way."""
-    parts = key.split(".")
-    node = config
-    for p in parts[:-1]:
-        node = node.setdefault(p, {})
-    node[parts[-1]] = copy.deepcopy(value)
-
-
-def get_dotted(config: Mapping, key: str, default: Any = None) -> Any:
-    node: Any = config
-    for p in key.split("."):
-        if not isinstance(node, Mapping) or p not in node:
-            return default
-        node = node[p]
-    return node
-
-
-def deep_merge(base: Mapping, top: Mapping) -> dict:
-    """``top`` over ``base``, recursively for mappings; lists and scalars in ``top`` replace."""
-    out = copy.deepcopy(dict(base))
-    for k, v in top.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -554,47 +460,6 @@ def _merge_files(base: Mapping, top: Mapping) -> dict:
     return deep_merge(base, top)
 
 
-@dataclass(frozen=True)
-class Axis:
-    """One grid axis: a dotted key and the values it takes."""
-
-    key: str
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class SubGrid:
-    """A named part of the grid: fixed settings plus its own product and zipped axes."""
-
-    name: str
-    settings: tuple[tuple[str, Any], ...] = ()
-    axes: tuple[Axis, ...] = ()
-    zips: tuple[tuple[Axis, ...], ...] = ()
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    """A grid file, loaded, merged and checked; expanded into runs by :func:`harness.grid.expand`.
-
-    ``base`` holds the settings shared by every run (sections task/tiny/trainer/harness plus
-    ``seed`` and ``model``) as a nested mapping; it is copied, never mutated, by expansion.
-    """
-
-    name: str
-    source: Path
-    base: Mapping[str, Any]
-    axes: tuple[Axis, ...]
-    zips: tuple[tuple[Axis, ...], ...]
-    subgrids: tuple[SubGrid, ...]
-    executor: ExecutorSettings
-    description: str = ""
-    notes: str = ""
-    overrides: tuple[str, ...] = ()
-    profile: str | None = None
-    profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
-    report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
-
-
 def _given_twice(where: str, axes: Sequence[Axis]) -> list[str]:
     """Keys set more than once in one place (``loss_type`` and ``trainer.loss_type`` are one key):
     only one of the values could ever apply."""
@@ -628,8 +493,14 @@ def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...
             p = check_setting(key, v, f"{where}.{raw_key}")
             if p:
                 problems.append(p)
-        axes.append(Axis(key, tuple(values)))
+        coerced = tuple(coerce_number(key, v) for v in values)
+        axes.append(Axis(key, coerced, tuple(values) if _changed(coerced, values) else None))
     return tuple(axes)
+
+
+def _changed(coerced: Sequence[Any], written: Sequence[Any]) -> bool:
+    """Whether coercion changed any value (``1 == 1.0``, so compare types)."""
+    return any(type(a) is not type(b) for a, b in zip(coerced, written, strict=True))
 
 
 def _zip_list(section: Any, where: str, problems: list[str]) -> tuple[tuple[Axis, ...], ...]:
@@ -1012,11 +883,13 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         problems += _given_twice(f"subgrids.{sub.name}", given)
         grid_keys += [a.key for a in given]
     report = check_report(config.get("report"), problems, report_where, grid_keys)
+    if not any(p.startswith("executor") for p in problems):  # else its values are already refused
+        executor = ExecutorSettings.build(config.get("executor") or {}, problems)
     if problems:
         raise SpecError(problems, path)
-    executor = ExecutorSettings(**(config.get("executor") or {}))
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
     base.pop("executor", None)
+    _coerce_base(base)
     return GridSpec(
         name=str(config.get("name") or path.stem),
         source=path,
@@ -1154,19 +1027,21 @@ def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:
         for k in sub:
             if k not in ("set", "grid", "zip"):
                 problems.append(f"{where}: unknown key '{k}'; a sub-grid has set, grid and zip.")
-        settings = []
+        written = []
         for k, v in (sub.get("set") or {}).items():
             key = normalize_key(str(k))
             p = check_setting(key, v, f"{where}.set")
             if p:
                 problems.append(p)
-            settings.append((key, v))
+            written.append((key, v))
+        settings = tuple((k, coerce_number(k, v)) for k, v in written)
         subgrids.append(
             SubGrid(
                 str(name),
-                tuple(settings),
+                settings,
                 _axis_list(sub.get("grid"), f"{where}.grid", problems),
                 _zip_list(sub.get("zip"), f"{where}.zip", problems),
+                tuple(written) if _changed([v for _, v in settings], [v for _, v in written]) else None,
             )
         )
     return subgrids

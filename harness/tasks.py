@@ -25,15 +25,10 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-TEMPLATES = ("auto", "bare", "chat")
-
-# Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
-EVAL_SEED = 1 << 30
-# Generator seeds reserved for warm-start (SFT) data of the tiny model, between training and eval seeds.
-SFT_SEED_BASE = 1 << 29
+from harness.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
 
 # System prompt of the chat template; the answer tag is what extract_answer reads back.
 CHAT_SYSTEM_PROMPT = (
@@ -45,35 +40,6 @@ CHAT_SYSTEM_PROMPT = (
 # kept writing past the answer).
 _BARE_END_MARKERS = ("\n", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Everything that defines a task (hashable, so it can key caches).
-
-    Attributes:
-        name: reasoning-gym dataset name, e.g. ``"chain_sum"``.
-        kwargs: dataset config keyword args, e.g. ``{"min_terms": 2, "max_terms": 2, "max_digits": 1}``.
-            ``seed`` and ``size`` are set by the harness and must not appear here.
-        template: ``"bare"``, ``"chat"`` or ``"auto"`` (chat when the tokenizer has a chat template,
-            else bare).
-        train_size: number of training prompts.
-        eval_size: number of held-out prompts for greedy eval.
-        rewards: reward function names from :data:`REWARDS`, in the order TRL should receive them.
-    """
-
-    name: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    template: str = "auto"
-    train_size: int = 2000
-    eval_size: int = 200
-    rewards: tuple[str, ...] = ("correctness",)
-
-    def __hash__(self) -> int:
-        return hash(
-            (self.name, json.dumps(dict(self.kwargs), sort_keys=True, default=str), self.template)
-            + (self.train_size, self.eval_size, tuple(self.rewards))
-        )
 
 
 @dataclass
@@ -216,7 +182,8 @@ def _format_reward(task: Task) -> Callable[..., list[float]]:
     return format_
 
 
-# name -> factory(task) -> TRL reward function (named after the key).
+# name -> factory(task) -> TRL reward function (named after the key); the names are
+# harness.schema.REWARD_NAMES, in that order.
 REWARDS: dict[str, Callable[[Task], Callable[..., list[float]]]] = {
     "correctness": _correctness_reward,
     "format": _format_reward,
@@ -237,9 +204,6 @@ def _dataset_problems(spec: TaskSpec) -> list[str]:
         close = difflib.get_close_matches(spec.name, list(DATASETS), n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see reasoning_gym.factory.DATASETS"
         return [f"unknown reasoning-gym dataset {spec.name!r}{hint}"]
-    reserved = sorted({"seed", "size"} & set(spec.kwargs))
-    if reserved:
-        return [f"task kwargs must not set {', '.join(reserved)}: the harness sets them per split"]
     try:
         ds = reasoning_gym.create_dataset(spec.name, seed=0, size=1, **dict(spec.kwargs))
         ds[0]
@@ -250,15 +214,16 @@ def _dataset_problems(spec: TaskSpec) -> list[str]:
 
 
 def check_task(spec: TaskSpec) -> list[str]:
-    """Problems with ``spec`` as human-readable messages; an empty list means it is usable.
+    """reasoning-gym's problems with ``spec``'s dataset and kwargs, as messages; empty when usable
+    (the spec's own fields were checked when it was made: :class:`harness.schema.TaskSpec`).
 
     Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
-    procedurally and nothing here downloads.
+    procedurally and nothing here downloads. Memoised on disk per reasoning-gym version.
     """
     from harness import verdicts
 
     key = {**verdicts.versions("reasoning-gym"), "name": spec.name, "kwargs": dict(spec.kwargs)}
-    problems = list(
+    return list(
         verdicts.memo(
             "reasoning-gym-dataset",
             key,
@@ -266,22 +231,6 @@ def check_task(spec: TaskSpec) -> list[str]:
             lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
         )
     )
-    if spec.template not in TEMPLATES:
-        problems.append(f"unknown template {spec.template!r}; valid: {', '.join(TEMPLATES)}")
-    if spec.train_size < 1:
-        problems.append(f"train_size must be >= 1, got {spec.train_size}")
-    if spec.eval_size < 1:
-        problems.append(f"eval_size must be >= 1, got {spec.eval_size}")
-    if spec.train_size >= SFT_SEED_BASE:
-        problems.append(f"train_size must be < {SFT_SEED_BASE}, got {spec.train_size}")
-    if not spec.rewards:
-        problems.append(f"rewards is empty; valid names: {', '.join(REWARDS)}")
-    unknown = [r for r in spec.rewards if r not in REWARDS]
-    if unknown:
-        problems.append(f"unknown reward(s) {', '.join(map(repr, unknown))}; valid: {', '.join(REWARDS)}")
-    if len(set(spec.rewards)) != len(spec.rewards):
-        problems.append(f"rewards repeat a name: {spec.rewards}")
-    return problems
 
 
 def generate_entries(spec: TaskSpec, gen_seed: int, size: int) -> tuple[Any, list[dict]]:

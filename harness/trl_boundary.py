@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 from unittest import mock
 
-from harness.grid import RunSpec
-from harness.spec import ExecutorSettings, HarnessSettings, describe_fields, is_desc
+from harness.schema import ExecutorSettings, RunSpec, canonical_json
+from harness.spec import describe_fields, is_desc
 
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -143,8 +143,7 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), checkpoints
     from ``harness.checkpoint_steps``/``keep_checkpoints``, ``disable_tqdm=True``.
     """
-    trainer = dict(run.config.get("trainer", {}))
-    h = HarnessSettings(**run.config.get("harness", {}))
+    h = run.harness
     kwargs: dict[str, Any] = {
         "logging_steps": 1,
         "report_to": "none",
@@ -158,9 +157,9 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     if device == "cpu":
         kwargs["use_cpu"] = True
         kwargs["bf16"] = False
-    kwargs.update(trainer)
+    kwargs.update(run.trainer)
     kwargs["output_dir"] = output_dir
-    kwargs["seed"] = run.config["seed"]
+    kwargs["seed"] = run.seed
     return kwargs
 
 
@@ -239,8 +238,6 @@ _CONFIG_CACHE: dict[str, dict[str, Any]] = {}
 def checked_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool) -> dict[str, Any]:
     """:func:`grpo_config_verdict` for ``kwargs`` with the seed set to 0: cells that differ only in the
     seed share one verdict (a 1,000-seed grid asks TRL once, or reads one memo entry)."""
-    from harness.grid import canonical_json
-
     key = canonical_json({**kwargs, "seed": None, "device": device, "elsewhere": elsewhere})
     if key not in _CONFIG_CACHE:
         _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere)

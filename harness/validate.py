@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.grid import Plan, RunSpec
-from harness.spec import EXECUTORS, ExecutorSettings
+from harness.grid import Plan
+from harness.schema import SFT_SEED_BASE, TINY, ExecutorSettings, RunSpec, SpecError, canonical_json
 from harness.trl_boundary import (
     IMPORTANCE_SAMPLING_LEVELS,
     LOSS_TYPES,
@@ -41,7 +41,6 @@ OFF_POLICY_KEYS = (
 )
 REF_SYNC_KEYS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
 VESPO_KEYS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
-DEVICES = ("cpu", "cuda", "auto")
 
 
 @dataclass(frozen=True)
@@ -280,13 +279,10 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
 
 def clip_sibling_counts(runs: Sequence[RunSpec]) -> dict[str, int]:
     """For each run id, how many runs of ``runs`` share all its settings but the clip and VESPO values."""
-    from harness.grid import canonical_json
 
     def key(run: RunSpec) -> str:
-        trainer = {
-            k: v for k, v in run.config.get("trainer", {}).items() if f"trainer.{k}" not in OFF_POLICY_KEYS
-        }
-        return canonical_json({**run.config, "trainer": trainer})
+        trainer = {k: v for k, v in run.trainer.items() if f"trainer.{k}" not in OFF_POLICY_KEYS}
+        return canonical_json({**run.settings, "trainer": trainer})
 
     keys = {r.run_id: key(r) for r in runs}
     counts: dict[str, int] = {}
@@ -310,20 +306,16 @@ def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
 
 
 def rule_seed(ctx: RunContext) -> list[Finding]:
-    from harness.tasks import SFT_SEED_BASE, TaskSpec
-
-    out: list[Finding] = []
-    seed = ctx.run.config.get("seed", 0)
-    train_size = ctx.run.config.get("task", {}).get(
-        "train_size", TaskSpec.__dataclass_fields__["train_size"].default
-    )
-    top = SFT_SEED_BASE - train_size if isinstance(train_size, int) else SFT_SEED_BASE
+    """The seed against the task's split: its training items must not reach the SFT warm start's
+    generator seeds (:data:`harness.schema.SFT_SEED_BASE`)."""
+    seed, train_size = ctx.run.seed, ctx.run.task.train_size
+    top = SFT_SEED_BASE - train_size
     if not 0 <= seed <= top:
-        out += _err(
+        return _err(
             f"seed = {seed!r} must lie in [0, {top}]: it also seeds the task's training split, whose "
             f"{train_size} prompts must not reach the SFT warm start's seeds ({SFT_SEED_BASE} and up)."
         )
-    return out
+    return []
 
 
 #: report_to names and the module each integration needs (transformers' integrations).
@@ -358,8 +350,8 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
                 "min_lr or min_lr_rate (e.g. {min_lr_rate: 0.1}); transformers raises at the first step."
             )
     weights = ctx.value("reward_weights")
-    rewards = ctx.run.config.get("task", {}).get("rewards", ["correctness"])
-    if weights is not None and isinstance(rewards, list | tuple) and len(weights) != len(rewards):
+    rewards = list(ctx.run.task.rewards)
+    if weights is not None and len(weights) != len(rewards):
         out += _err(
             f"trainer.reward_weights = {weights!r} has {len(weights)} weight(s) but task.rewards = {rewards!r} "
             f"has {len(rewards)} function(s); give one weight per reward."
@@ -390,68 +382,15 @@ def rule_packages(ctx: RunContext) -> list[Finding]:
     return out
 
 
-def rule_tiny(ctx: RunContext) -> list[Finding]:
-    if ctx.run.config.get("model", "tiny") != "tiny":
-        return []
-    from harness.models import TinyModelSpec
-
-    t = TinyModelSpec(**ctx.run.config.get("tiny", {}))
-    out: list[Finding] = []
-    for name in (
-        "hidden_size",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "intermediate_size",
-        "sft_steps",
-        "sft_batch_size",
-        "sft_examples",
-        "max_position_embeddings",
-    ):
-        if getattr(t, name) < 1:
-            out += _err(f"tiny.{name} = {getattr(t, name)!r} must be >= 1.")
-    if not out and t.hidden_size % t.num_heads:
-        out += _err(
-            f"tiny.hidden_size = {t.hidden_size} must be a multiple of tiny.num_heads = {t.num_heads}."
-        )
-    if not out and t.num_heads % t.num_kv_heads:
-        out += _err(
-            f"tiny.num_heads = {t.num_heads} must be a multiple of tiny.num_kv_heads = {t.num_kv_heads}."
-        )
-    if not 0 <= t.label_noise <= 1:
-        out += _err(
-            f"tiny.label_noise = {t.label_noise!r} is a fraction of SFT answers: use a value in [0, 1]."
-        )
-    if not (t.sft_lr > 0 and math.isfinite(t.sft_lr)):
-        out += _err(f"tiny.sft_lr = {t.sft_lr!r} must be a finite number > 0.")
-    return out
-
-
-def rule_harness(ctx: RunContext) -> list[Finding]:
-    h = ctx.run.config.get("harness", {})
-    out: list[Finding] = []
-    if h.get("eval_max_new_tokens") is not None and h["eval_max_new_tokens"] < 1:
-        out += _err(
-            f"harness.eval_max_new_tokens = {h['eval_max_new_tokens']!r} must be >= 1 token (or unset)."
-        )
-    if h.get("device") == "cuda" and ctx.executor.name != "slurm" and not cuda_available():
-        out += _err("harness.device = 'cuda' but this machine has no CUDA device; use 'cpu' or 'auto'.")
-    if h.get("device", "auto") not in DEVICES:
-        out += _err(f"harness.device = {h.get('device')!r}; use one of {', '.join(DEVICES)}.")
-    for name in ("eval_steps", "samples_steps", "samples_n", "checkpoint_steps"):
-        if name in h and h[name] < 0:
-            out += _err(f"harness.{name} = {h[name]!r} must be >= 0.")
-    for name in ("flush_every", "keep_checkpoints"):
-        if name in h and h[name] < 1:
-            out += _err(f"harness.{name} = {h[name]!r} must be >= 1.")
-    if h.get("threads") is not None and h["threads"] < 1:
-        out += _err(f"harness.threads = {h['threads']!r} must be >= 1.")
-    return out
+def rule_device(ctx: RunContext) -> list[Finding]:
+    """A CUDA run must find a GPU where it executes; a SLURM job's node is not this machine."""
+    if ctx.run.harness.device == "cuda" and ctx.executor.name != "slurm" and not cuda_available():
+        return _err("harness.device = 'cuda' but this machine has no CUDA device; use 'cpu' or 'auto'.")
+    return []
 
 
 def rule_tiny_template(ctx: RunContext) -> list[Finding]:
-    task = ctx.run.config.get("task", {})
-    if ctx.run.config.get("model", "tiny") == "tiny" and task.get("template") == "chat":
+    if ctx.run.model == TINY and ctx.run.task.template == "chat":
         return _err(
             "task.template = 'chat' with model 'tiny': the tiny model's character tokenizer has no chat "
             "template; use 'bare' or 'auto', or an instruct model."
@@ -460,25 +399,12 @@ def rule_tiny_template(ctx: RunContext) -> list[Finding]:
 
 
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:
+    """reasoning-gym's verdict on the task's dataset and kwargs; the model names a folder that holds
+    a model, the tiny model or a hub id."""
     from harness.models import check_model
-    from harness.tasks import TaskSpec
 
-    out: list[Finding] = []
-    task = ctx.run.config.get("task", {})
-    if "name" not in task:
-        return _err(
-            "task.name is not set: name a reasoning-gym dataset, e.g. task: {name: chain_sum} "
-            "(or include: ablations/base.yaml)."
-        )
-    try:
-        spec = TaskSpec(**task)
-    except TypeError as e:
-        return _err(f"task: {e}.")
-    for p in _cached_check_task(spec):
-        out += _err(f"task: {p}")
-    for p in check_model(ctx.run.config.get("model", "tiny")):
-        out += _err(f"model: {p}")
-    return out
+    out = [f for p in _cached_check_task(ctx.run.task) for f in _err(f"task: {p}")]
+    return out + [f for p in check_model(ctx.run.model) for f in _err(f"model: {p}")]
 
 
 @functools.lru_cache(maxsize=256)
@@ -498,41 +424,18 @@ RULES: tuple[Rule, ...] = (
     rule_cispo_cap,
     rule_clip_effect,
     rule_trl_warnings,
-    rule_harness,
+    rule_device,
     rule_task_and_model,
     rule_seed,
     rule_trainer_features,
     rule_tiny_template,
     rule_packages,
-    rule_tiny,
 )
 
 
-def check_executor(executor: ExecutorSettings) -> list[Finding]:
-    """Executor settings that cannot work (unknown name, limits <= 0)."""
-    out: list[Finding] = []
-    if executor.name not in EXECUTORS:
-        out += _err(f"executor.name = {executor.name!r}; use one of {', '.join(EXECUTORS)}.")
-    if executor.timeout_min <= 0:
-        out += _err(f"executor.timeout_min = {executor.timeout_min!r} must be > 0 minutes.")
-    if executor.max_parallel is not None and executor.max_parallel < 1:
-        out += _err(f"executor.max_parallel = {executor.max_parallel!r} must be >= 1.")
-    for name in ("threads_per_run", "nodes", "tasks_per_node", "array_parallelism"):
-        if getattr(executor, name) < 1:
-            out += _err(f"executor.{name} = {getattr(executor, name)!r} must be >= 1.")
-    if executor.cpus_per_task is not None and executor.cpus_per_task < 1:
-        out += _err(f"executor.cpus_per_task = {executor.cpus_per_task!r} must be >= 1.")
-    if executor.mem_gb is not None and not executor.mem_gb > 0:
-        out += _err(f"executor.mem_gb = {executor.mem_gb!r} must be > 0.")
-    if not all(isinstance(line, str) for line in executor.setup):
-        out += _err(f"executor.setup = {executor.setup!r} must be a list of shell lines (strings).")
-    if executor.gpus_per_node < 0:
-        out += _err(f"executor.gpus_per_node = {executor.gpus_per_node!r} must be >= 0.")
-    return out
-
-
-def _where(run: RunSpec, keys: Sequence[str]) -> str:
-    parts = [f"{k.split('.')[-1]}={run.varying.get(k)!r}" for k in keys if k in run.varying]
+def _where(varying: Mapping[str, Any], keys: Sequence[str]) -> str:
+    """A cell's values on ``keys``, as the report lists them: ``loss_type='nope', seed=0``."""
+    parts = [f"{k.split('.')[-1]}={varying.get(k)!r}" for k in keys if k in varying]
     return ", ".join(parts) or "the only run"
 
 
@@ -540,46 +443,57 @@ def validate_run(
     run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[str, ...], clip_siblings: int = 1
 ) -> list[Finding]:
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
-    device = resolve_device(run.config.get("harness", {}).get("device", "auto"), executor)
+    device = resolve_device(run.harness.device, executor)
     findings: list[Finding] = []
-    if device in ("cpu", "cuda"):
-        verdict = checked_grpo_config(
-            grpo_config_kwargs(run, device, VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
-        )
-    else:  # an unknown harness.device: rule_harness names it; TRL cannot be asked about it
-        verdict = {"values": None, "error": None}
+    verdict = checked_grpo_config(
+        grpo_config_kwargs(run, device, VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
+    )
     if verdict["error"]:
         findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {verdict['error']}")
-    trainer = dict(run.config.get("trainer", {}))
-    ctx = RunContext(run, trainer, verdict["values"], varying_keys, clip_siblings, executor)
+    ctx = RunContext(run, dict(run.trainer), verdict["values"], varying_keys, clip_siblings, executor)
     for rule in RULES:
         try:
             findings += rule(ctx)
         except Exception as e:  # a rule must never hide the others
             findings += _err(f"{rule.__name__} could not check this run: {type(e).__name__}: {e}")
-    where = _where(run, varying_keys)
+    where = _where(run.varying, varying_keys)
     return [Finding(f.level, f.message, run.run_id, where) for f in findings]
 
 
 def validate_plan(plan: Plan) -> Report:
-    """Validate every run of ``plan`` and its executor; never raises for a bad cell."""
-    report = Report(check_executor(plan.grid.executor))
+    """Validate every run of ``plan`` (and every cell its sections rejected); never raises for a bad
+    cell. The grid's executor block was checked when the grid was loaded."""
+    report = Report()
+    for cell in plan.rejected:
+        where = _where(cell.varying, plan.varying_keys)
+        report.findings += [Finding("error", p, cell.run_id, where) for p in cell.problems]
     siblings = clip_sibling_counts(plan.runs)
-    checked: set[str] = set()
+    executors: dict[str, ExecutorSettings | None] = {}
     for run in plan.runs:
-        executor = run.executor_settings(plan.grid.executor)
-        if run.executor:
-            key = repr(sorted(run.executor.items()))
-            if key not in checked:
-                checked.add(key)
-                report.findings += check_executor(executor)
-        report.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
+        executor = _run_executor(run, plan.grid.executor, executors, report)
+        if executor is not None:
+            report.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
     for dropped, kept in plan.duplicates:
         report.findings.append(
             Finding(
                 "warning",
-                f"cell ({_where(dropped, tuple(dropped.varying))}) is the same run as "
-                f"({_where(kept, tuple(kept.varying))}), run {kept.run_id}; it runs once.",
+                f"cell ({_where(dropped.varying, tuple(dropped.varying))}) is the same run as "
+                f"({_where(kept.varying, tuple(kept.varying))}), run {kept.run_id}; it runs once.",
             )
         )
     return report
+
+
+def _run_executor(
+    run: RunSpec, grid_executor: ExecutorSettings, seen: dict[str, ExecutorSettings | None], report: Report
+) -> ExecutorSettings | None:
+    """The executor a run executes under, or None when its own ``executor.*`` settings break the
+    executor's rules (reported once per distinct setting)."""
+    key = canonical_json(dict(run.executor))
+    if key not in seen:
+        try:
+            seen[key] = run.executor_settings(grid_executor)
+        except SpecError as e:
+            seen[key] = None
+            report.findings += [Finding("error", p) for p in e.problems]
+    return seen[key]

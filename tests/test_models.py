@@ -189,34 +189,29 @@ def test_check_and_resolve_model_names(tiny_dir, tmp_path):
 
 
 def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    """TRL's own GRPOTrainer trains the built folder (the harness's trainer subclass aside)."""
+    import dataclasses
 
+    from trl import GRPOTrainer
+
+    from harness.run import build_trainer
+    from harness.schema import RunSpec
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+
+    trainer_settings = {
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "num_iterations": 2,
+        "max_completion_length": 4,
+        "max_steps": 2,
+        "seed": 1,
+    }
+    task = {k: v for k, v in dataclasses.asdict(TASK).items()}
+    settings = {"seed": 1, "model": str(tiny_dir), "task": task, "trainer": trainer_settings}
+    spec = RunSpec(grid="t", settings={**settings, "harness": {"checkpoint_steps": 0}})
     torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(tiny_dir, local_files_only=True)
-    task = build_task(TASK, seed=1, tokenizer=tok)
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        num_iterations=2,
-        max_completion_length=4,
-        max_steps=2,
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-    )
-    trainer = GRPOTrainer(
-        model=str(tiny_dir),
-        reward_funcs=task.reward_funcs,
-        args=args,
-        train_dataset=task.train_dataset,
-        processing_class=tok,
-    )
+    config = build_grpo_config(grpo_config_kwargs(spec, "cpu", str(tmp_path / "out")), "cpu")
+    trainer, _, _ = build_trainer(spec, str(tiny_dir), config, trainer_class=GRPOTrainer)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert logged and 0.0 <= logged[0]["reward"] <= 1.0

@@ -172,8 +172,8 @@ def test_run_ids_and_run_configs_do_not_depend_on_the_report_section(tmp_path):
     laid_out = expand(load_grid(write(tmp_path, {**BASE, "report": report}, "laid_out.yaml")))
     assert len(plain.runs) == 4
     assert [r.run_id for r in laid_out.runs] == [r.run_id for r in plain.runs]
-    assert [r.config for r in laid_out.runs] == [r.config for r in plain.runs]
-    assert all("report" not in r.config for r in laid_out.runs)
+    assert [r.settings for r in laid_out.runs] == [r.settings for r in plain.runs]
+    assert all("report" not in r.settings for r in laid_out.runs)
     assert laid_out.varying_keys == plain.varying_keys
 
 

@@ -70,8 +70,9 @@ def _task_pids(controller_pid: int) -> list[int]:
 
 def test_usr2_checkpoints_requeues_and_resumes(tmp_path, tiny_model, chain_sum_task):
     """submitit's preemption signal (USR2): checkpoint at the next step, requeue, resume from it."""
-    spec = make_spec(tiny_model, chain_sum_task, max_steps=16, num_iterations=2)
-    spec.config["harness"].update(checkpoint_steps=100, flush_every=1)  # no periodic checkpoint before
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=16, num_iterations=2).with_settings(
+        {"harness.checkpoint_steps": 100, "harness.flush_every": 1}  # no periodic checkpoint before
+    )
     run_dir = tmp_path / spec.run_id
     ex = submitit.LocalExecutor(folder=tmp_path / "logs")
     ex.update_parameters(timeout_min=20)
@@ -162,9 +163,9 @@ def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
 
 
 def _spec_with(tiny_model, chain_sum_task, harness: dict, **trainer):
-    spec = make_spec(tiny_model, chain_sum_task, **trainer)
-    spec.config["harness"].update(harness)
-    return spec
+    return make_spec(tiny_model, chain_sum_task, **trainer).with_settings(
+        {f"harness.{k}": v for k, v in harness.items()}
+    )
 
 
 def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_sum_task, monkeypatch):

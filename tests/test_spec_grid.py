@@ -74,9 +74,9 @@ def test_override_of_axis_replaces_it(tmp_path):
     p = write(tmp_path, {**BASE, "grid": {"seed": [0, 1, 2], "loss_type": ["grpo", "dapo"]}})
     assert len(expand(load_grid(p)).runs) == 6
     plan = expand(load_grid(p, ["seed=7"]))
-    assert len(plan.runs) == 2 and {r.config["seed"] for r in plan.runs} == {7}
+    assert len(plan.runs) == 2 and {r.settings["seed"] for r in plan.runs} == {7}
     plan = expand(load_grid(p, ["grid.seed=[4, 5]"]))
-    assert len(plan.runs) == 4 and {r.config["seed"] for r in plan.runs} == {4, 5}
+    assert len(plan.runs) == 4 and {r.settings["seed"] for r in plan.runs} == {4, 5}
 
 
 def test_include_merges_base(tmp_path):
@@ -161,7 +161,7 @@ def test_run_id_stable_and_sensitive(tmp_path):
 
 def test_seed_drives_trainer_seed(tmp_path):
     plan = expand(load_grid(write(tmp_path, {**BASE, "grid": {"seed": [3]}})))
-    assert plan.runs[0].config["trainer"]["seed"] == 3
+    assert plan.runs[0].settings["trainer"]["seed"] == 3
 
 
 def test_executor_settings_per_run_group_arrays_not_ids(tmp_path):
@@ -175,7 +175,7 @@ def test_executor_settings_per_run_group_arrays_not_ids(tmp_path):
     }
     plan = expand(load_grid(write(tmp_path, data)))
     assert len(plan.runs) == 4
-    assert all("executor" not in r.config for r in plan.runs)
+    assert all("executor" not in r.settings for r in plan.runs)
     assert "executor.gpus_per_node" not in plan.varying_keys
     groups = group_by_resources(plan.runs, plan.grid.executor)
     assert sorted((g.gpus_per_node, len(runs)) for g, runs in groups) == [(1, 2), (4, 2)]
@@ -271,7 +271,7 @@ def test_one_key_given_twice_is_refused(tmp_path):
 
 def test_an_int_in_a_float_field_is_the_same_run_as_the_float(tmp_path):
     plan = expand(load_grid(write(tmp_path, {**BASE, "grid": {"epsilon": [1, 1.0, 0.5]}})))
-    assert len(plan.runs) == 2 and plan.runs[0].config["trainer"]["epsilon"] == 1.0
+    assert len(plan.runs) == 2 and plan.runs[0].settings["trainer"]["epsilon"] == 1.0
     ((dropped, kept),) = plan.duplicates
     assert dropped.varying == {"trainer.epsilon": 1.0} and kept.varying == {"trainer.epsilon": 1}
     via_override = expand(load_grid(write(tmp_path, BASE), ["trainer.epsilon=1"])).runs[0].run_id

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from harness.models import build_tokenizer
+from harness.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
 from harness.tasks import (
-    EVAL_SEED,
     REWARDS,
-    TaskSpec,
     bare_prompt,
     build_task,
     check_task,
@@ -41,19 +40,35 @@ def test_check_task_reports_kwargs_the_dataset_rejects():
     assert "no_such_option" in unknown
     (invalid,) = check_task(TaskSpec("chain_sum", {"min_terms": 3, "max_terms": 2}))
     assert "max_terms must be >= min_terms" in invalid
-    (reserved,) = check_task(TaskSpec("chain_sum", {"seed": 3}))
-    assert "seed" in reserved
 
 
-def test_check_task_unknown_reward_lists_valid_names():
-    (msg,) = check_task(TaskSpec("chain_sum", {}, rewards=("correctness", "brevity")))
-    assert "brevity" in msg
-    assert all(name in msg for name in REWARDS)
+def test_task_spec_refuses_reserved_kwargs():
+    with pytest.raises(SpecError) as e:
+        TaskSpec("chain_sum", {"seed": 3})
+    (msg,) = e.value.problems
+    assert msg.startswith("task.kwargs = {'seed': 3} must not set seed or size")
 
 
-def test_check_task_other_fields():
-    problems = check_task(TaskSpec("chain_sum", {}, template="plain", train_size=0, eval_size=0, rewards=()))
-    assert len(problems) == 4
+def test_task_spec_unknown_reward_lists_valid_names():
+    with pytest.raises(SpecError) as e:
+        TaskSpec("chain_sum", {}, rewards=("correctness", "brevity"))
+    (msg,) = e.value.problems
+    assert "brevity" in msg and all(name in msg for name in REWARDS)
+
+
+def test_task_spec_other_fields_each_named():
+    with pytest.raises(SpecError) as e:
+        TaskSpec("chain_sum", {}, template="plain", train_size=0, eval_size=0, rewards=())
+    assert [p.split(" = ")[0] for p in e.value.problems] == [
+        "task.template",
+        "task.train_size",
+        "task.eval_size",
+        "task.rewards",
+    ]
+
+
+def test_reward_registry_matches_the_schema():
+    assert tuple(REWARDS) == REWARD_NAMES
 
 
 # ---------------------------------------------------------------------------------------------- prompts

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import layout
-from harness.grid import RunSpec, run_id_of
 from harness.run import run
+from harness.schema import RunSpec
 
 
 def make_spec(tiny_model, chain_sum_task, **trainer):
@@ -27,7 +27,7 @@ def make_spec(tiny_model, chain_sum_task, **trainer):
         },
     }
     config["trainer"]["seed"] = 0
-    return RunSpec(run_id=run_id_of(config), grid="t", config=config, varying={})
+    return RunSpec(grid="t", settings=config)
 
 
 def metrics_of(tmp_path, spec):
@@ -102,9 +102,9 @@ def test_samples_are_json_values(tmp_path, tiny_model, chain_sum_task):
     """samples.jsonl lines hold the prompt and completion as the JSON values TRL logged."""
     import json
 
-    spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
-    spec.config["harness"].update(samples_steps=1, samples_n=2)
-    spec.config["task"]["template"] = "bare"
+    spec = make_spec(tiny_model, chain_sum_task, max_steps=2).with_settings(
+        {"harness.samples_steps": 1, "harness.samples_n": 2, "task.template": "bare"}
+    )
     rdir = tmp_path / spec.run_id
     run(spec, rdir)
     lines = [json.loads(line) for line in (rdir / layout.SAMPLES_FILE).read_text().splitlines()]
@@ -144,39 +144,19 @@ def test_same_run_same_metrics(tmp_path, tiny_model, chain_sum_task):
 
 def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
     """Model forwards per step are the same for TRL's trainer and the harness's."""
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from harness.tasks import TaskSpec, build_task
+    from harness.run import build_trainer
     from harness.trainer import HarnessGRPOTrainer
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
-    tok = AutoTokenizer.from_pretrained(tiny_model)
-    task = build_task(TaskSpec(**{**chain_sum_task.__dict__, "train_size": 64}), seed=0, tokenizer=tok)
+    spec = make_spec(
+        tiny_model, chain_sum_task, max_steps=2, num_iterations=2, gradient_accumulation_steps=2
+    ).with_settings({"task.train_size": 64, "harness.checkpoint_steps": 0})
     counts = {}
     for cls in (GRPOTrainer, HarnessGRPOTrainer):
-        args = GRPOConfig(
-            output_dir=str(tmp_path / cls.__name__),
-            use_cpu=True,
-            bf16=False,
-            report_to="none",
-            max_steps=2,
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=6,
-            num_iterations=2,
-            gradient_accumulation_steps=2,
-            logging_steps=1,
-            save_strategy="no",
-            disable_tqdm=True,
-            seed=0,
-        )
-        trainer = cls(
-            model=tiny_model,
-            reward_funcs=task.reward_funcs,
-            args=args,
-            train_dataset=task.train_dataset,
-            processing_class=tok,
-        )
+        config = build_grpo_config(grpo_config_kwargs(spec, "cpu", str(tmp_path / cls.__name__)), "cpu")
+        trainer, _, _ = build_trainer(spec, tiny_model, config, trainer_class=cls)
         n = {"calls": 0}
         trainer.model.register_forward_hook(lambda *a, n=n: n.__setitem__("calls", n["calls"] + 1))
         trainer.train()

@@ -7,7 +7,7 @@ import yaml
 from conftest import cli
 
 from harness.grid import expand
-from harness.spec import load_grid
+from harness.spec import SpecError, load_grid
 from harness.validate import validate_plan
 
 BASE = {
@@ -23,6 +23,17 @@ def report_for(tmp_path: Path, trainer=None, **top):
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(data))
     return validate_plan(expand(load_grid(path)))
+
+
+def problems_text(tmp_path: Path, trainer=None, **top) -> str:
+    """What a user is told: the grid's executor block is refused when the file loads, a run's
+    sections and TRL's rules when the plan is validated."""
+    try:
+        report = report_for(tmp_path, trainer, **top)
+    except SpecError as e:
+        return str(e)
+    assert not report.ok
+    return report.format()
 
 
 CATALOGUE = [
@@ -59,8 +70,8 @@ CATALOGUE = [
     ],
 )
 def test_harness_rules(tmp_path, top, expected):
-    report = report_for(tmp_path, **top)
-    assert expected in report.format(), report.format()
+    text = problems_text(tmp_path, **top)
+    assert expected in text, text
 
 
 def test_trl_rejection_is_not_followed_by_false_errors(tmp_path):
@@ -95,9 +106,9 @@ def test_missing_local_model(tmp_path):
 
 
 def test_executor_settings(tmp_path):
-    report = report_for(tmp_path, executor={"name": "cloud", "timeout_min": 0})
-    text = report.format()
-    assert "executor.name = 'cloud'" in text and "executor.timeout_min = 0" in text
+    with pytest.raises(SpecError) as e:
+        report_for(tmp_path, executor={"name": "cloud", "timeout_min": 0})
+    assert "executor.name = 'cloud'" in str(e.value) and "executor.timeout_min = 0" in str(e.value)
 
 
 def test_every_bad_cell_reported_with_its_values(tmp_path):

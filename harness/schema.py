@@ -1,0 +1,550 @@
+"""The settings of a grid and of a run, as frozen typed dataclasses; no torch, TRL or project import.
+
+Every section of a grid file has its dataclass here: ``task`` (:class:`TaskSpec`), ``tiny``
+(:class:`TinyModelSpec`), ``harness`` (:class:`HarnessSettings`) and ``executor``
+(:class:`ExecutorSettings`). The ``trainer`` section stays a mapping of TRL ``GRPOConfig`` fields:
+its types and rules are TRL's (:mod:`harness.trl_boundary`, :mod:`harness.validate`).
+
+Each section checks its own fields where they are declared, as TRL's ``GRPOConfig.__post_init__``
+does: a field made with :func:`checked` carries its rules, and a section's ``_relations`` holds the
+rules between its own fields. Constructing a section with bad values raises :class:`SpecError`
+listing every problem, each naming the key, the value and the fix. Rules between sections (the
+seed against the task's split sizes, the tiny model's tokenizer against a chat template) and TRL's
+semantics stay in :mod:`harness.validate`.
+
+A run (:class:`RunSpec`) holds its settings as the grid states them (sparse JSON data, whose
+canonical JSON the run id hashes) and the typed sections built from them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+#: ``trainer.ref_model_sync_steps: epoch`` syncs the reference model once per pass over the training
+#: prompts; :func:`harness.grid.steps_per_epoch` turns it into optimizer steps.
+EPOCH = "epoch"
+EXECUTORS = ("local", "debug", "slurm")
+DEVICES = ("cpu", "cuda", "auto")
+#: Prompt templates of a task (see :mod:`harness.tasks`).
+TEMPLATES = ("auto", "bare", "chat")
+#: Reward functions a task can give TRL (built by :data:`harness.tasks.REWARDS`, in this order).
+REWARD_NAMES = ("correctness", "format")
+#: The embedded default model, built by :mod:`harness.models`.
+TINY = "tiny"
+#: Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
+EVAL_SEED = 1 << 30
+#: Generator seeds reserved for warm-start (SFT) data of the tiny model, between training and eval seeds.
+SFT_SEED_BASE = 1 << 29
+RUN_ID_LENGTH = 10
+
+
+class SpecError(ValueError):
+    """One or more problems with a grid file; ``problems`` lists each as a full sentence."""
+
+    def __init__(self, problems: Sequence[str], source: str | Path | None = None):
+        self.problems = list(dict.fromkeys(problems))  # an axis repeats a key's problem per value
+        self.source = str(source) if source is not None else None
+        head = f"{self.source}: " if self.source else ""
+        n = len(self.problems)
+        super().__init__(
+            f"{head}{n} problem{'s' if n != 1 else ''}:\n" + "\n".join(f"  - {p}" for p in self.problems)
+        )
+
+
+# --- nested settings ----------------------------------------------------------------------------
+
+
+def set_dotted(config: dict, key: str, value: Any) -> None:
+    """Set ``config[a][b][c] = value`` for ``key`` "a.b.c", creating mappings on the way."""
+    parts = key.split(".")
+    node = config
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def get_dotted(config: Mapping, key: str, default: Any = None) -> Any:
+    """``config[a][b][c]`` for ``key`` "a.b.c", or ``default`` where a part is missing."""
+    node: Any = config
+    for p in key.split("."):
+        if not isinstance(node, Mapping) or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
+def deep_merge(base: Mapping, top: Mapping) -> dict:
+    """``top`` over ``base``, recursively for mappings; lists and scalars in ``top`` replace."""
+    out = copy.deepcopy(dict(base))
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def canonical_json(obj: Any) -> str:
+    """Key-sorted compact JSON; floats written by ``repr`` so 1e-3 and 0.001 hash the same."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def run_id_of(settings: Mapping[str, Any]) -> str:
+    """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``settings``."""
+    return hashlib.sha256(canonical_json(settings).encode()).hexdigest()[:RUN_ID_LENGTH]
+
+
+# --- sections that check their own fields -------------------------------------------------------
+
+Check = tuple[Callable[[Any], bool], str]
+
+
+def checked(
+    default: Any = dataclasses.MISSING, *checks: Check, factory: Any = None, missing: str = ""
+) -> Any:
+    """A dataclass field with its rules beside it: each ``(ok, why)`` must hold, else the section
+    reports ``"<section>.<field> = <value> <why>."``. ``missing`` says what to write when a field
+    without a default is left out."""
+    metadata = {"checks": checks, "missing": missing}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def at_least(low: float, unit: str = "", optional: bool = False) -> Check:
+    """``value >= low`` (or None, when ``optional``), as a :func:`checked` rule."""
+    why = f"must be >= {low}{' ' + unit if unit else ''}{' (or unset)' if optional else ''}"
+    return (lambda v: (optional and v is None) or v >= low), why
+
+
+def one_of(choices: Sequence[Any], optional: bool = False) -> Check:
+    """``value in choices`` (or None, when ``optional``), as a :func:`checked` rule."""
+    shown = ", ".join(str(c) for c in choices)
+    return (lambda v: (optional and v is None) or v in choices), f"is not one of {shown}; use one of them"
+
+
+class Section:
+    """What every settings section shares: its rules run when it is constructed.
+
+    Raises (from construction):
+        SpecError: one problem per field that breaks its rules (the first rule it breaks), then the
+        section's relations between fields when every field is fine.
+    """
+
+    SECTION: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise SpecError(problems)
+
+    def problems(self) -> list[str]:
+        """Every broken rule of this section, as sentences; empty when it is fine."""
+        out = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            for ok, why in f.metadata.get("checks", ()):
+                try:
+                    good = bool(ok(value))
+                except TypeError:  # None or a string compared with a number
+                    good = False
+                if not good:
+                    out.append(f"{self.SECTION}.{f.name} = {value!r} {why}.")
+                    break
+        return out or self._relations()
+
+    def _relations(self) -> list[str]:
+        """Rules between this section's own fields (checked once each field is fine)."""
+        return []
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any], problems: list[str]) -> Any:
+        """The section from a grid's mapping of its keys, or None with the reasons added to
+        ``problems`` (unknown keys, fields without a default left out, broken rules)."""
+        if not isinstance(values, Mapping):
+            problems.append(f"{cls.SECTION} = {values!r} must be a mapping of settings.")
+            return None
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+        found = []
+        for k in values:
+            if k not in fields:
+                found.append(f"{cls.SECTION}: unknown key '{k}'; {cls.__name__} has {', '.join(fields)}.")
+        for name, f in fields.items():
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required and name not in values:
+                found.append(f"{cls.SECTION}.{name} is not set: {f.metadata.get('missing') or 'give it'}.")
+        if found:
+            problems += found
+            return None
+        try:
+            return cls(**values)
+        except SpecError as e:
+            problems += e.problems
+            return None
+
+
+def _finite(v: Any) -> bool:
+    return math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class TaskSpec(Section):
+    """Everything that defines a task (hashable, so it can key caches).
+
+    Attributes:
+        name: reasoning-gym dataset name, e.g. ``"chain_sum"``.
+        kwargs: dataset config keyword args, e.g. ``{"min_terms": 2, "max_terms": 2, "max_digits": 1}``.
+            ``seed`` and ``size`` are set by the harness and must not appear here.
+        template: ``"bare"``, ``"chat"`` or ``"auto"`` (chat when the tokenizer has a chat template,
+            else bare).
+        train_size: number of training prompts (below :data:`SFT_SEED_BASE`).
+        eval_size: number of held-out prompts for greedy eval.
+        rewards: reward function names from :data:`REWARD_NAMES`, in the order TRL should receive them.
+
+    Whether reasoning-gym accepts ``name`` and ``kwargs`` is asked by :func:`harness.tasks.check_task`.
+    """
+
+    SECTION: ClassVar[str] = "task"
+
+    name: str = checked(
+        dataclasses.MISSING,
+        (
+            lambda v: isinstance(v, str) and bool(v.strip()),
+            "must name a reasoning-gym dataset, e.g. chain_sum",
+        ),
+        missing="name a reasoning-gym dataset, e.g. task: {name: chain_sum} (or include: ablations/base.yaml)",
+    )
+    kwargs: Mapping[str, Any] = checked(
+        None,
+        (
+            lambda v: not {"seed", "size"} & set(v),
+            "must not set seed or size: the harness sets them per split; drop them",
+        ),
+        factory=dict,
+    )
+    template: str = checked("auto", one_of(TEMPLATES))
+    train_size: int = checked(
+        2000,
+        at_least(1),
+        (lambda v: v < SFT_SEED_BASE, f"must be < {SFT_SEED_BASE} (the SFT warm start's seeds start there)"),
+    )
+    eval_size: int = checked(200, at_least(1))
+    rewards: tuple[str, ...] = checked(
+        ("correctness",),
+        (lambda v: len(v) > 0, f"is empty; name one or more of {', '.join(REWARD_NAMES)}"),
+        (
+            lambda v: all(r in REWARD_NAMES for r in v),
+            f"names an unknown reward; use {', '.join(REWARD_NAMES)}",
+        ),
+        (lambda v: len(set(v)) == len(v), "repeats a name; give each reward once"),
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rewards, list):  # YAML gives lists; the spec is hashable
+            object.__setattr__(self, "rewards", tuple(self.rewards))
+        super().__post_init__()
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.name, json.dumps(dict(self.kwargs), sort_keys=True, default=str), self.template)
+            + (self.train_size, self.eval_size, tuple(self.rewards))
+        )
+
+
+@dataclass(frozen=True)
+class TinyModelSpec(Section):
+    """Everything that defines the tiny model; its fields (with the task's dataset) key the cache.
+
+    Architecture (Qwen2; about 0.66M parameters at the defaults with a ~20-symbol vocabulary):
+        hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size: as in ``Qwen2Config``.
+        max_position_embeddings: context length in tokens (prompt + completion must fit).
+
+    Warm start (TRL ``SFTTrainer``, completion-only loss, cosine schedule):
+        sft_steps: optimizer steps.
+        sft_lr: peak learning rate.
+        sft_batch_size: sequences per step.
+        sft_examples: prompt/answer pairs generated for SFT, each with its own noise draw (generator
+            seeds disjoint from the training and eval splits of ``harness.tasks``).
+        label_noise: fraction of SFT answers (integers only) replaced by answer ± 1 or ± 2, each of the
+            four offsets equally likely; 0 = clean labels.
+        seed: seed of initialisation, data order, label noise and SFT data generation.
+    """
+
+    SECTION: ClassVar[str] = "tiny"
+
+    hidden_size: int = checked(128, at_least(1))
+    num_layers: int = checked(4, at_least(1))
+    num_heads: int = checked(4, at_least(1))
+    num_kv_heads: int = checked(4, at_least(1))
+    intermediate_size: int = checked(256, at_least(1))
+    max_position_embeddings: int = checked(64, at_least(1))
+    sft_steps: int = checked(600, at_least(1))
+    sft_lr: float = checked(3e-3, (lambda v: v > 0 and _finite(v), "must be a finite number > 0"))
+    sft_batch_size: int = checked(64, at_least(1))
+    sft_examples: int = checked(4096, at_least(1))
+    label_noise: float = checked(
+        0.5, (lambda v: 0 <= v <= 1, "is a fraction of SFT answers: use a value in [0, 1]")
+    )
+    seed: int = 0
+
+    def _relations(self) -> list[str]:
+        if self.hidden_size % self.num_heads:
+            return [
+                f"tiny.hidden_size = {self.hidden_size} must be a multiple of tiny.num_heads = {self.num_heads}."
+            ]
+        if self.num_heads % self.num_kv_heads:
+            return [
+                f"tiny.num_heads = {self.num_heads} must be a multiple of tiny.num_kv_heads = {self.num_kv_heads}."
+            ]
+        return []
+
+
+@dataclass(frozen=True)
+class HarnessSettings(Section):
+    """How the harness observes a run (none of this changes what TRL computes).
+
+    Attributes:
+        eval_steps: greedy eval accuracy on the held-out split every this many optimizer steps
+            (and at the last step); 0 turns it off.
+        eval_max_new_tokens: token budget of the greedy eval; None = the trainer's max_completion_length.
+        samples_steps: every this many steps, ``samples_n`` sampled completions go to samples.jsonl; 0 = off.
+        samples_n: completions written each time.
+        flush_every: metric rows buffered before a parquet part is written (a kill loses at most this many).
+        checkpoint_steps: trainer checkpoint every this many steps (0 = only on preemption); sets
+            GRPOConfig ``save_steps`` unless the trainer block sets it.
+        keep_checkpoints: checkpoints kept (older ones pruned); sets ``save_total_limit``.
+        device: "cpu", "cuda" or "auto" (cuda when the executing machine has it); decides
+            ``use_cpu`` and the ``bf16`` default used to validate and run.
+        threads: torch threads per process; None = the executor's ``threads_per_run``.
+        ref_model_sync_every: set by the harness to "epoch" when ``trainer.ref_model_sync_steps: epoch``
+            was resolved to a step count (recorded in the run config; not for writing by hand).
+    """
+
+    SECTION: ClassVar[str] = "harness"
+
+    eval_steps: int = checked(25, at_least(0))
+    eval_max_new_tokens: int | None = checked(None, at_least(1, "token", optional=True))
+    samples_steps: int = checked(25, at_least(0))
+    samples_n: int = checked(4, at_least(0))
+    flush_every: int = checked(5, at_least(1))
+    checkpoint_steps: int = checked(50, at_least(0))
+    keep_checkpoints: int = checked(2, at_least(1))
+    device: str = checked("auto", one_of(DEVICES))
+    threads: int | None = checked(None, at_least(1, optional=True))
+    ref_model_sync_every: str | None = checked(None, one_of((EPOCH,), optional=True))
+
+
+@dataclass(frozen=True)
+class ExecutorSettings(Section):
+    """Where runs execute (submitit). Not part of a run's identity: moving a grid keeps its run ids.
+
+    Attributes:
+        name: "local" (submitit's local executor, one process per run), "debug" (in-process) or "slurm".
+        max_parallel: runs at once locally; None = cores // threads_per_run (at least 1).
+        threads_per_run: torch threads each run uses.
+        timeout_min: wall-clock limit per run, minutes.
+        partition, account, qos, constraint: SLURM placement.
+        nodes, tasks_per_node, gpus_per_node, cpus_per_task, mem_gb: SLURM resources per run
+            (mem_gb in GiB).
+        array_parallelism: SLURM array throttle (runs of one array at once).
+        additional_parameters: extra sbatch parameters (submitit's ``slurm_additional_parameters``).
+        setup: shell lines run before each job (``module load ...``, activating an environment).
+    """
+
+    SECTION: ClassVar[str] = "executor"
+
+    name: str = checked("local", one_of(EXECUTORS))
+    max_parallel: int | None = checked(None, at_least(1, optional=True))
+    threads_per_run: int = checked(1, at_least(1))
+    timeout_min: int = checked(60, (lambda v: v > 0, "must be > 0 minutes"))
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodes: int = checked(1, at_least(1))
+    tasks_per_node: int = checked(1, at_least(1))
+    gpus_per_node: int = checked(0, at_least(0))
+    cpus_per_task: int | None = checked(None, at_least(1, optional=True))
+    mem_gb: float | None = checked(None, (lambda v: v is None or v > 0, "must be > 0"))
+    array_parallelism: int = checked(256, at_least(1))
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = checked(
+        None,
+        (lambda v: all(isinstance(line, str) for line in v), "must be a list of shell lines (strings)"),
+        factory=list,
+    )
+
+    @property
+    def num_processes(self) -> int:
+        """Processes one run has: ``nodes * tasks_per_node``."""
+        return self.nodes * self.tasks_per_node
+
+
+# --- a grid and its runs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid axis: a dotted key and the values it takes (numbers coerced to the field's type);
+    ``written`` holds the values as the file wrote them where coercion changed one (else None)."""
+
+    key: str
+    values: tuple[Any, ...]
+    written: tuple[Any, ...] | None = None
+
+    @property
+    def as_written(self) -> tuple[Any, ...]:
+        """The values as the file wrote them (``1`` where :attr:`values` holds ``1.0``)."""
+        return self.values if self.written is None else self.written
+
+
+@dataclass(frozen=True)
+class SubGrid:
+    """A named part of the grid: fixed settings plus its own product and zipped axes.
+
+    ``settings`` are coerced like axis values; ``written`` holds them as written where that differs.
+    """
+
+    name: str
+    settings: tuple[tuple[str, Any], ...] = ()
+    axes: tuple[Axis, ...] = ()
+    zips: tuple[tuple[Axis, ...], ...] = ()
+    written: tuple[tuple[str, Any], ...] | None = None
+
+    @property
+    def settings_as_written(self) -> tuple[tuple[str, Any], ...]:
+        """:attr:`settings` as the file wrote them."""
+        return self.settings if self.written is None else self.written
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A grid file, loaded, merged and checked; expanded into runs by :func:`harness.grid.expand`.
+
+    ``base`` holds the settings shared by every run (sections task/tiny/trainer/harness plus
+    ``seed`` and ``model``) as a nested mapping, numbers already coerced to their fields' types; it is
+    copied, never mutated, by expansion.
+    """
+
+    name: str
+    source: Path
+    base: Mapping[str, Any]
+    axes: tuple[Axis, ...]
+    zips: tuple[tuple[Axis, ...], ...]
+    subgrids: tuple[SubGrid, ...]
+    executor: ExecutorSettings
+    description: str = ""
+    notes: str = ""
+    overrides: tuple[str, ...] = ()
+    profile: str | None = None
+    profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
+    report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a grid: its settings as stated and the typed sections built from them.
+
+    Attributes:
+        grid: the grid's name.
+        settings: the resolved settings as the grid states them (keys left out take their defaults):
+            ``seed``, ``model``, ``task``, ``tiny`` (only for the tiny model), ``trainer`` (GRPOConfig
+            keyword arguments, ``seed`` among them) and ``harness``; JSON data. The run id hashes it,
+            so it is never changed in place: :meth:`with_settings` makes another run.
+        varying: the values of this run on the grid's varying keys (dotted key -> value).
+        subgrid: name of the sub-grid it came from ("" when the grid has none).
+        executor: executor settings this run sets itself (``executor.*`` keys in axes or a sub-grid's
+            ``set``, e.g. more GPUs for a bigger model); not part of the run id. SLURM submits runs
+            with different resources as separate arrays.
+        run_id: :func:`run_id_of` ``settings``.
+        seed, model, task, tiny, trainer, harness: the typed sections (``tiny`` None unless ``model``
+            is ``"tiny"``; ``trainer`` a read-only mapping of GRPOConfig fields as written).
+
+    Raises (from construction):
+        SpecError: every problem of every section (see :class:`Section`).
+    """
+
+    grid: str
+    settings: Mapping[str, Any]
+    varying: Mapping[str, Any] = field(default_factory=dict)
+    subgrid: str = ""
+    executor: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str = field(init=False)
+    seed: int = field(init=False)
+    model: str = field(init=False)
+    task: TaskSpec = field(init=False)
+    tiny: TinyModelSpec | None = field(init=False)
+    trainer: Mapping[str, Any] = field(init=False, repr=False)
+    harness: HarnessSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = copy.deepcopy(dict(self.settings))
+        problems: list[str] = []
+        seed = settings.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            problems.append(f"seed = {seed!r} is a {type(seed).__name__}; it must be an integer.")
+        model = settings.get("model", TINY)
+        if not isinstance(model, str) or not model.strip():
+            problems.append(f"model = {model!r} must be a string: 'tiny', a local path or a model id.")
+        trainer = settings.get("trainer", {})
+        if not isinstance(trainer, Mapping):
+            problems.append(f"trainer = {trainer!r} must be a mapping of GRPOConfig fields.")
+        task = TaskSpec.build(settings.get("task", {}), problems)
+        tiny = TinyModelSpec.build(settings.get("tiny", {}), problems) if model == TINY else None
+        harness = HarnessSettings.build(settings.get("harness", {}), problems)
+        if problems:
+            raise SpecError(problems)
+        for name, value in (
+            ("settings", settings),
+            ("run_id", run_id_of(settings)),
+            ("seed", seed),
+            ("model", model),
+            ("task", task),
+            ("tiny", tiny),
+            ("trainer", MappingProxyType(trainer)),
+            ("harness", harness),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self):  # rebuilt from its settings (a mapping proxy does not pickle)
+        return (RunSpec, (self.grid, self.settings, dict(self.varying), self.subgrid, dict(self.executor)))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A dotted setting of this run as stated, e.g. ``run.get("trainer.loss_type")``."""
+        return get_dotted(self.settings, key, default)
+
+    def to_json(self) -> dict[str, Any]:
+        """A copy of :attr:`settings` (what ``config.json`` records and the run id hashes)."""
+        return copy.deepcopy(dict(self.settings))
+
+    def with_settings(self, values: Mapping[str, Any]) -> RunSpec:
+        """Another run: this one's settings with dotted ``values`` set (a new run id).
+
+        A ``seed`` also sets ``trainer.seed``, as grid expansion does.
+
+        Raises:
+            SpecError: the new settings break a section's rules.
+        """
+        settings = self.to_json()
+        for key, value in values.items():
+            set_dotted(settings, key, value)
+        if "seed" in values:
+            set_dotted(settings, "trainer.seed", values["seed"])
+        return dataclasses.replace(self, settings=settings)
+
+    def executor_settings(self, grid_executor: ExecutorSettings) -> ExecutorSettings:
+        """The grid's executor block updated by this run's own ``executor.*`` settings.
+
+        Raises:
+            SpecError: the run's executor settings break the executor's rules.
+        """
+        return dataclasses.replace(grid_executor, **dict(self.executor)) if self.executor else grid_executor
