@@ -308,21 +308,11 @@ def plot_curve_set(
                 if part.empty or part["mean"].isna().all():
                     no_data(ax, ON_POLICY_NOTE if ratio and facet_on_policy else "no data")
                 else:
-                    if seeds and c.runs is not None:
-                        rs = _select(c.runs, col, cv, row, rv)
-                        for _, p in rs.groupby(layout.RUN_ID, sort=False):
-                            lab = str(p[hue].iloc[0]) if hue else "all"
-                            p = thin(p)
-                            ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
-                            bands.append(p["y"].to_numpy())
-                    for lab in hue_labels or [None]:
-                        p = part if lab is None else part[(part[hue] == lab).to_numpy()]
-                        if len(p) and p["mean"].notna().any():
-                            _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or c.metric)
-                            means.append(p["mean"].to_numpy())
-                            bands.append(p[["lo", "hi"]].to_numpy())
-                            if lab is not None and lab not in drawn:
-                                drawn.append(lab)
+                    runs = _select(c.runs, col, cv, row, rv) if seeds and c.runs is not None else None
+                    labs, ms, bs = _draw_panel_lines(ax, part, runs, hue, hue_labels, colors, c.metric)
+                    drawn.extend(lab for lab in labs if lab not in drawn)
+                    means.extend(ms)
+                    bands.extend(bs)
                 _note_coinciding(ax, part, hue)
                 _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors)
                 for xs in (syncs or {}).get((cv, rv), ()):
@@ -335,18 +325,69 @@ def plot_curve_set(
         lim = clamp_limits(curve_limits(means, bands), c.metric, agg["mean"].to_numpy())
         if lim is not None and sharey:
             axes[0, 0].set_ylim(*lim)
-        extra = []
-        if marks:
-            extra.append(
-                Line2D([], [], color="0.3", marker="x", linestyle="--", linewidth=0.6, label="diverged run")
-            )
-        if syncs:
-            extra.append(Line2D([], [], color="0.55", linestyle=":", linewidth=0.8, label="reference synced"))
-        if hue is not None or extra:
-            fit_legend(
-                fig, [*line_handles([h for h in hue_labels if h in drawn], colors), *extra], legend_title
-            )
+        _curve_legend(
+            fig,
+            [h for h in hue_labels if h in drawn] if hue is not None else None,
+            colors,
+            marks,
+            syncs,
+            legend_title,
+        )
     return fig, axes
+
+
+def _curve_legend(
+    fig: Figure,
+    labels: Sequence[str] | None,
+    colors: Mapping[str, str],
+    marks: Sequence[Mark],
+    syncs: Mapping[Any, Sequence[float]] | None,
+    legend_title: str | None,
+) -> None:
+    """The legend of a curve figure: a line per drawn hue label (``labels``; None without a hue),
+    then the diverged-run and reference-sync markers when drawn; none when there is nothing."""
+    extra = []
+    if marks:
+        extra.append(
+            Line2D([], [], color="0.3", marker="x", linestyle="--", linewidth=0.6, label="diverged run")
+        )
+    if syncs:
+        extra.append(Line2D([], [], color="0.55", linestyle=":", linewidth=0.8, label="reference synced"))
+    if labels is not None or extra:
+        fit_legend(fig, [*line_handles(labels or [], colors), *extra], legend_title)
+
+
+def _draw_panel_lines(
+    ax: Axes,
+    part: pd.DataFrame,
+    runs: pd.DataFrame | None,
+    hue: str | None,
+    hue_labels: Sequence[str],
+    colors: Mapping[str, str],
+    metric: str,
+) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+    """Draw one panel's curves: each run of ``runs`` (``Curves.runs`` rows) faintly, then each
+    hue label's mean line and band from ``part`` (``Curves.mean`` rows).
+
+    Returns:
+        The hue labels drawn, the mean lines' values and the values drawn as bands or faint runs
+        (for the y range), in drawing order.
+    """
+    drawn, means, bands = [], [], []
+    for _, p in runs.groupby(layout.RUN_ID, sort=False) if runs is not None else ():
+        lab = str(p[hue].iloc[0]) if hue else "all"
+        p = thin(p)
+        ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
+        bands.append(p["y"].to_numpy())
+    for lab in hue_labels or [None]:
+        p = part if lab is None else part[(part[hue] == lab).to_numpy()]
+        if len(p) and p["mean"].notna().any():
+            _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or metric)
+            means.append(p["mean"].to_numpy())
+            bands.append(p[["lo", "hi"]].to_numpy())
+            if lab is not None:
+                drawn.append(lab)
+    return drawn, means, bands
 
 
 def wrap_title(text: str, width: int = 24) -> str:
@@ -615,76 +656,42 @@ def plot_panels(
     """
     present = [m for m in metrics if m in df.columns and df[m].notna().any()]
     shown = present if skip_missing else list(metrics)
-    by = [c for c in (hue, col) if c is not None]
     if aggs is None:
-        off = off_policy_rows(df)[0]
-        aggs = {
-            m: curves(
-                df,
-                m,
-                x=x,
-                by=by,
-                ci=ci,
-                confidence=confidence,
-                smoothing=smoothing,
-                rows=off if is_ratio_metric(m) else None,
-            )
-            for m in present
-        }
+        by = [c for c in (hue, col) if c is not None]
+        aggs = _metric_curves(df, present, x=x, by=by, ci=ci, confidence=confidence, smoothing=smoothing)
     hue_labels = _hue_order(df, hue, None)
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(hue_labels or ["all"]).items():
         colors.setdefault(lab, c)
     col_values = _facet_values(df, col, None)
     on_policy = set(on_policy)
-
-    if col is None:
-        n = max(len(shown), 1)
-        nc = min(ncols, n, int(np.ceil(np.sqrt(n))) if n <= 4 else ncols)
-        nr = -(-n // nc)
-        cells = [(k // nc, k % nc, m, None) for k, m in enumerate(shown)]
-    else:
-        nc, nr = len(col_values), max(len(shown), 1)
-        cells = [(i, j, m, cv) for i, m in enumerate(shown) for j, cv in enumerate(col_values)]
+    nc, nr, cells = _metric_cells(shown, col, col_values, ncols)
 
     with style.context():
         fig = style.figure(nc, nr, panel_height=1.5 if col is not None else 1.7)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True)
-        used = set()
         drawn: list[str] = []
         row_curves: dict[int, list[np.ndarray]] = {}
         row_bands: dict[int, list[np.ndarray]] = {}
         for i, j, m, cv in cells:
             ax = axes[i, j]
-            used.add((i, j))
             c = aggs.get(m)
             a = None if c is None else c.mean
             if a is not None and col is not None:
                 a = a[(a[col] == cv).to_numpy()]
-            ratio = is_ratio_metric(m)
             if a is None or a.empty or a["mean"].isna().all():
-                on = ratio and (cv in on_policy or (col is None and bool(on_policy)))
+                on = is_ratio_metric(m) and (cv in on_policy or (col is None and bool(on_policy)))
                 no_data(ax, ON_POLICY_NOTE if on else "no data")
                 ax.tick_params(axis="y", left=False, labelleft=False)
             else:
+                labs, ms, bs = _draw_panel_lines(ax, a, None, hue, hue_labels, colors, m)
+                drawn.extend(lab for lab in labs if lab not in drawn)
                 key = i if col is not None else -1 - (i * nc + j)  # with facets a metric's row shares y
-                for lab in hue_labels or [None]:
-                    p = a if lab is None else a[(a[hue] == lab).to_numpy()]
-                    if len(p) and p["mean"].notna().any():
-                        _draw(ax, p, colors[lab] if lab is not None else colors["all"], lab or m)
-                        row_curves.setdefault(key, []).append(p["mean"].to_numpy())
-                        row_bands.setdefault(key, []).append(p[["lo", "hi"]].to_numpy())
-                        if lab is not None and lab not in drawn:
-                            drawn.append(lab)
+                if ms:
+                    row_curves.setdefault(key, []).extend(ms)
+                    row_bands.setdefault(key, []).extend(bs)
                 _note_coinciding(ax, a, hue)
-            label = metric_label(m) + ("\n(off-policy steps)" if ratio else "")
-            if col is None:
-                ax.set_title(label)
-            else:
-                if j == 0:
-                    ax.set_ylabel(label)
-                if i == 0:
-                    ax.set_title(wrap_title(str(cv) + (" (on-policy)" if cv in on_policy else "")))
+            _label_metric_panel(ax, m, col, cv, i, j, on_policy)
         for i, j, m, _ in cells:
             key = i if col is not None else -1 - (i * nc + j)
             if key in row_curves:
@@ -692,6 +699,7 @@ def plot_panels(
                 lim = clamp_limits(lim, m, np.concatenate(row_curves[key]))
                 if lim is not None and axes[i, j].get_ylim() != lim:
                     axes[i, j].set_ylim(*lim)
+        used = {(i, j) for i, j, _, _ in cells}
         if not cells:
             no_data(axes[0, 0])
             used.add((0, 0))
@@ -701,6 +709,42 @@ def plot_panels(
                 fig, line_handles([lab for lab in hue_labels if lab in drawn], colors), legend_title or hue
             )
     return fig, axes
+
+
+def _metric_curves(df: pd.DataFrame, metrics: Sequence[str], **kw: Any) -> dict[str, Curves]:
+    """:func:`analysis.aggregate.curves` of each metric (keywords ``x``, ``by``, ``ci``,
+    ``confidence``, ``smoothing``); an importance-ratio metric over off-policy steps only."""
+    off = off_policy_rows(df)[0]
+    return {m: curves(df, m, rows=off if is_ratio_metric(m) else None, **kw) for m in metrics}
+
+
+def _metric_cells(
+    shown: Sequence[str], col: str | None, col_values: Sequence[Any], ncols: int
+) -> tuple[int, int, list[tuple[int, int, str, Any]]]:
+    """The layout of :func:`plot_panels`: ``(columns, rows, cells)``, each cell ``(row, column,
+    metric, col value)``; metrics wrapped ``ncols`` to a row (fewer for up to 4), or with ``col``
+    one row per metric and one column per ``col`` value."""
+    if col is None:
+        n = max(len(shown), 1)
+        nc = min(ncols, n, int(np.ceil(np.sqrt(n))) if n <= 4 else ncols)
+        return nc, -(-n // nc), [(k // nc, k % nc, m, None) for k, m in enumerate(shown)]
+    cells = [(i, j, m, cv) for i, m in enumerate(shown) for j, cv in enumerate(col_values)]
+    return len(col_values), max(len(shown), 1), cells
+
+
+def _label_metric_panel(
+    ax: Axes, metric: str, col: str | None, cv: Any, i: int, j: int, on_policy: set[Any]
+) -> None:
+    """Name a :func:`plot_panels` panel: its metric as the title, or with ``col`` the metric on
+    the first column's y axis and the ``col`` value above the first row."""
+    label = metric_label(metric) + ("\n(off-policy steps)" if is_ratio_metric(metric) else "")
+    if col is None:
+        ax.set_title(label)
+        return
+    if j == 0:
+        ax.set_ylabel(label)
+    if i == 0:
+        ax.set_title(wrap_title(str(cv) + (" (on-policy)" if cv in on_policy else "")))
 
 
 WSEQ_Q = ("w_seq/p05", "w_seq/p50", "w_seq/p95")
@@ -855,17 +899,12 @@ def plot_wseq(
             raise ValueError("give df or bands")
         rows = off_policy_rows(df)[0]
         bands = wseq_bands(df, by=by, x=x, rows=rows, smoothing=smoothing, split=split)
-    labels = (
-        list(hue_order)
-        if hue_order is not None
-        else (
-            _hue_order(df, hue, None)
-            if df is not None and hue is not None
-            else (
-                [str(v) for v in bands[hue].drop_duplicates()] if hue is not None and len(bands) else ["all"]
-            )
-        )
-    )
+    if hue_order is not None:
+        labels = list(hue_order)
+    elif df is not None and hue is not None:
+        labels = _hue_order(df, hue, None)
+    else:
+        labels = [str(v) for v in bands[hue].drop_duplicates()] if hue is not None and len(bands) else ["all"]
     labels = labels or ["all"]
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(labels).items():
@@ -873,38 +912,16 @@ def plot_wseq(
     facets = _facet_values(df if df is not None else bands, col, col_values)
     skipped = [f for f in facets if f in set(on_policy)] if col is not None else []
     facets = [f for f in facets if f not in skipped] or ([None] if col is None else facets)
-
-    if col is None:
-        n = len(labels)
-        nc = min(ncols, n)
-        nr = -(-n // nc)
-        cells = [(k // nc, k % nc, lab, None) for k, lab in enumerate(labels)]
-    elif len(labels) <= ncols:
-        nc, nr = len(labels), max(len(facets), 1)
-        cells = [(i, j, lab, fv) for i, fv in enumerate(facets) for j, lab in enumerate(labels)]
-    else:  # too many variants for one row per facet: (facet, variant) panels wrapped, both named
-        pairs = [(fv, lab) for fv in facets for lab in labels]
-        nc = ncols
-        nr = -(-len(pairs) // nc)
-        cells = [(k // nc, k % nc, lab, fv) for k, (fv, lab) in enumerate(pairs)]
+    nc, nr, cells = _wseq_cells(labels, facets, col, ncols)
     wrapped = col is not None and len(labels) > ncols
-
-    vals = bands[["p05", "p50", "p95"]].to_numpy(dtype=np.float64).ravel() if len(bands) else np.zeros(0)
-    logs = np.log(vals[np.isfinite(vals) & (vals > 0)])
-    lim = robust_limits(logs, q=0.01, pad=0.08)
-    if lim is None or lim[1] - lim[0] < 0.02:
-        mid = 0.0 if lim is None else (lim[0] + lim[1]) / 2
-        lim = (min(mid - 0.05, -0.01), max(mid + 0.05, 0.01))
-    lo_lim, hi_lim = float(np.exp(min(lim[0], -0.005))), float(np.exp(max(lim[1], 0.005)))
+    lo_lim, hi_lim = _wseq_limits(bands)
     split_values = sorted(bands[split].dropna().unique()) if split and len(bands) else [None]
 
     with style.context():
         fig = style.figure(nc, nr, panel_height=1.7)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True, sharey=True)
-        used = set()
         for i, j, lab, fv in cells:
             ax = axes[i, j]
-            used.add((i, j))
             part = bands
             if hue is not None:
                 part = part[(part[hue].astype(str) == lab).to_numpy()]
@@ -915,33 +932,11 @@ def plot_wseq(
             if part.empty:
                 no_data(ax, empty_text)
             else:
-                for k, sv in enumerate(split_values):
-                    p = part if sv is None else part[(part[split] == sv).to_numpy()]
-                    if p.empty:
-                        continue
-                    shade = _shade(colors[lab], k, len(split_values))
-                    xs = p["x"].to_numpy()
-                    q05, q50, q95 = (
-                        np.clip(p[q].to_numpy(dtype=np.float64), lo_lim, hi_lim)
-                        for q in ("p05", "p50", "p95")
-                    )
-                    ok = ~(np.isnan(q05) | np.isnan(q95))
-                    if ok.any():
-                        ax.fill_between(xs, q05, q95, where=ok, color=shade, alpha=0.25, lw=0)
-                    ax.plot(xs, q50, color=shade, label=None if sv is None else f"{split} {format_value(sv)}")
+                _draw_wseq_series(ax, part, split, split_values, colors[lab], (lo_lim, hi_lim))
             ax.set_ylim(lo_lim, hi_lim)
             _ratio_ticks(ax, lo_lim, hi_lim)
-            title = lab if hue is not None else "all runs"
-            if fv is None or wrapped:
-                ax.set_title(wrap_title(title) + ("" if fv is None else f"\n{wrap_title(str(fv))}"))
-                if j == 0:
-                    ax.set_ylabel("w_seq")
-            else:
-                if i == 0:
-                    ax.set_title(wrap_title(title))
-                if j == 0:
-                    ax.set_ylabel(f"{wrap_title(str(fv))}\nw_seq")
-        _finish_grid(axes, used, x)
+            _title_wseq_panel(ax, lab if hue is not None else "all runs", fv, wrapped, i, j)
+        _finish_grid(axes, {(i, j) for i, j, _, _ in cells}, x)
         extra: list[Any] = [
             Patch(facecolor="0.6", alpha=0.4, label="p05-p95 of w_seq"),
             Line2D([], [], color="0.3", linewidth=1.2, label="median (p50)"),
@@ -956,6 +951,77 @@ def plot_wseq(
             )
         fit_legend(fig, extra, None)  # panels are titled by their variant
     return fig, axes
+
+
+def _wseq_cells(
+    labels: Sequence[str], facets: Sequence[Any], col: str | None, ncols: int
+) -> tuple[int, int, list[tuple[int, int, str, Any]]]:
+    """The layout of :func:`plot_wseq`: ``(columns, rows, cells)``, each cell ``(row, column,
+    variant, facet)``: variants wrapped ``ncols`` to a row without ``col``; with it a row per
+    facet and a column per variant, or (more than ``ncols`` variants) (facet, variant) pairs
+    wrapped."""
+    if col is None:
+        nc = min(ncols, len(labels))
+        return nc, -(-len(labels) // nc), [(k // nc, k % nc, lab, None) for k, lab in enumerate(labels)]
+    if len(labels) <= ncols:
+        cells = [(i, j, lab, fv) for i, fv in enumerate(facets) for j, lab in enumerate(labels)]
+        return len(labels), max(len(facets), 1), cells
+    # too many variants for one row per facet: (facet, variant) panels wrapped, both named
+    pairs = [(fv, lab) for fv in facets for lab in labels]
+    return (
+        ncols,
+        -(-len(pairs) // ncols),
+        [(k // ncols, k % ncols, lab, fv) for k, (fv, lab) in enumerate(pairs)],
+    )
+
+
+def _wseq_limits(bands: pd.DataFrame) -> tuple[float, float]:
+    """The y range of the w_seq figure: the robust 1%-99% range of the plotted quantiles on the
+    log scale, padded, at least ±0.01 around its middle and always around ``w_seq = 1``."""
+    vals = bands[["p05", "p50", "p95"]].to_numpy(dtype=np.float64).ravel() if len(bands) else np.zeros(0)
+    logs = np.log(vals[np.isfinite(vals) & (vals > 0)])
+    lim = robust_limits(logs, q=0.01, pad=0.08)
+    if lim is None or lim[1] - lim[0] < 0.02:
+        mid = 0.0 if lim is None else (lim[0] + lim[1]) / 2
+        lim = (min(mid - 0.05, -0.01), max(mid + 0.05, 0.01))
+    return float(np.exp(min(lim[0], -0.005))), float(np.exp(max(lim[1], 0.005)))
+
+
+def _draw_wseq_series(
+    ax: Axes,
+    part: pd.DataFrame,
+    split: str | None,
+    split_values: Sequence[Any],
+    color: str,
+    ylim: tuple[float, float],
+) -> None:
+    """One panel's w_seq: per value of ``split`` (``[None]``: all rows), a p05-p95 band and the
+    p50 line, darker for later values, clipped to ``ylim``."""
+    for k, sv in enumerate(split_values):
+        p = part if sv is None else part[(part[split] == sv).to_numpy()]
+        if p.empty:
+            continue
+        shade = _shade(color, k, len(split_values))
+        xs = p["x"].to_numpy()
+        q05, q50, q95 = (np.clip(p[q].to_numpy(dtype=np.float64), *ylim) for q in ("p05", "p50", "p95"))
+        ok = ~(np.isnan(q05) | np.isnan(q95))
+        if ok.any():
+            ax.fill_between(xs, q05, q95, where=ok, color=shade, alpha=0.25, lw=0)
+        ax.plot(xs, q50, color=shade, label=None if sv is None else f"{split} {format_value(sv)}")
+
+
+def _title_wseq_panel(ax: Axes, title: str, fv: Any, wrapped: bool, i: int, j: int) -> None:
+    """Name a w_seq panel: the variant (and facet, when wrapped or without facets) as its title,
+    else the variant above the first row and the facet on the first column's y label."""
+    if fv is None or wrapped:
+        ax.set_title(wrap_title(title) + ("" if fv is None else f"\n{wrap_title(str(fv))}"))
+        if j == 0:
+            ax.set_ylabel("w_seq")
+        return
+    if i == 0:
+        ax.set_title(wrap_title(title))
+    if j == 0:
+        ax.set_ylabel(f"{wrap_title(str(fv))}\nw_seq")
 
 
 def _ratio_ticks(ax: Axes, lo: float, hi: float) -> None:
