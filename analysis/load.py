@@ -225,6 +225,7 @@ def _normalise(table: pa.Table, path: str, skipped: list[tuple[str, str]]) -> pa
 
 
 def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table], list[tuple[str, str]]]:
+    """A run's metric tables (:func:`_normalise`d) and the files skipped, ``(path, reason)``."""
     skipped: list[tuple[str, str]] = []
     tables = []
     for i, path in enumerate(layout.metric_paths(run_dir)):
@@ -235,12 +236,21 @@ def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table],
             # A damaged compacted file may still have its parts beside it (compaction removes them
             # only after the rename); reading them beats losing the run.
             if i == 0 and os.path.basename(path) == layout.COMPACT_FILE:
-                for part in layout.part_paths(os.path.dirname(path)):
-                    try:
-                        tables.append(_normalise(_read_table(part, want), part, skipped))
-                    except (pa.ArrowException, OSError, ValueError) as e2:
-                        skipped.append((part, f"{type(e2).__name__}: {e2}"))
+                tables.extend(_read_parts(os.path.dirname(path), want, skipped))
     return tables, skipped
+
+
+def _read_parts(
+    metrics_dir: str, want: Sequence[str] | None, skipped: list[tuple[str, str]]
+) -> list[pa.Table]:
+    """The part files' tables in ``metrics_dir``; an unreadable one is added to ``skipped``."""
+    tables = []
+    for part in layout.part_paths(metrics_dir):
+        try:
+            tables.append(_normalise(_read_table(part, want), part, skipped))
+        except (pa.ArrowException, OSError, ValueError) as e:
+            skipped.append((part, f"{type(e).__name__}: {e}"))
+    return tables
 
 
 def _read_runs(
@@ -326,35 +336,9 @@ def load(
             column), naming the file and the reason.
     """
     grid_dir = Path(results_dir)
-    available = list_runs(grid_dir)
-    if run_ids is None:
-        ids = available
-        missing: list[str] = []
-    else:
-        requested = list(dict.fromkeys(str(r) for r in run_ids))
-        present = set(available)
-        ids = [r for r in requested if r in present]
-        missing = [r for r in requested if r not in present]
-        if missing:
-            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-            warnings.warn(f"{len(missing)} requested run(s) not found in {grid_dir}: {shown}", stacklevel=2)
-
+    ids, missing = _present_ids(grid_dir, run_ids)
     if cache_dir is not None:
-        key = cache_key(grid_dir, ids, columns, config)
-        cached = _read_cached(Path(cache_dir), key)
-        if cached is not None:
-            cached.attrs["missing_runs"] = missing
-            for path, reason in cached.attrs.get("skipped", []):
-                warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
-            return cached
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            df = load(grid_dir, ids, columns=columns, config=config)
-        for w in caught:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        df.attrs["missing_runs"] = missing
-        _write_cached(Path(cache_dir), key, df)
-        return df
+        return _load_cached(grid_dir, ids, missing, Path(cache_dir), columns=columns, config=config)
 
     skipped: list[tuple[str, str]] = []
     damaged: dict[str, str] = {}
@@ -380,40 +364,13 @@ def load(
         skipped.extend(run_skipped)
         tables.extend(run_tables)
         owners.extend([i] * len(run_tables))
-
-    if tables:
-        combined = pa.concat_tables(tables, promote_options="default")
-        lengths = np.fromiter((t.num_rows for t in tables), dtype=np.int64, count=len(tables))
-        codes = np.repeat(np.asarray(owners, dtype=np.int32), lengths)
-        steps = combined.column(layout.STEP).to_numpy()
-    else:
-        combined = None
-        codes = np.zeros(0, dtype=np.int32)
-        steps = np.zeros(0, dtype=np.int64)
-    found = [] if combined is None else [c for c in combined.column_names if c != layout.STEP]
-    metric_names = sorted(found) if want is None else list(want)
-
-    order = _order_rows(codes, steps)
-    if order is not None:
-        codes, steps = codes[order], steps[order]
-
-    data: dict[str, Any] = {
-        layout.RUN_ID: pd.Categorical.from_codes(codes, categories=pd.Index(ids, dtype=object)),
-        layout.STEP: steps.astype(np.int64, copy=False),
-    }
-    for name in metric_names:
-        if combined is not None and name in combined.column_names:
-            values = combined.column(name).to_numpy()
-            data[name] = values if order is None else values[order]
-        elif not name.startswith(_SETTING_PREFIXES):  # a setting no run has is no column at all
-            data[name] = np.full(codes.size, np.nan)
-    metric_names = [m for m in metric_names if m in data]
+    data, metric_names = _metric_data(tables, owners, ids, want)
 
     config_cols: list[str] = []
     aliases: dict[str, str] = {}
     constant: dict[str, Any] = {}
     if cfg is not None:
-        config_cols, aliases, constant = _join_config(cfg, codes, data, requested_cols)
+        config_cols, aliases, constant = _join_config(cfg, data[layout.RUN_ID].codes, data, requested_cols)
 
     for path, reason in skipped:
         warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
@@ -430,6 +387,91 @@ def load(
         aliases=aliases,
     )
     return df
+
+
+def _present_ids(grid_dir: Path, run_ids: Iterable[str] | None) -> tuple[list[str], list[str]]:
+    """The run ids to load (``run_ids`` deduplicated, or every run folder) and the requested ones
+    without a folder, warned about for :func:`load`'s caller."""
+    available = list_runs(grid_dir)
+    if run_ids is None:
+        return available, []
+    requested = list(dict.fromkeys(str(r) for r in run_ids))
+    present = set(available)
+    missing = [r for r in requested if r not in present]
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        warnings.warn(f"{len(missing)} requested run(s) not found in {grid_dir}: {shown}", stacklevel=3)
+    return [r for r in requested if r in present], missing
+
+
+def _load_cached(
+    grid_dir: Path,
+    ids: list[str],
+    missing: list[str],
+    cache_dir: Path,
+    *,
+    columns: Sequence[str] | None,
+    config: bool,
+) -> pd.DataFrame:
+    """:func:`load` through the cache in ``cache_dir``: the cached frame for these inputs (its
+    skipped files warned about again), else the frame loaded and cached."""
+    key = cache_key(grid_dir, ids, columns, config)
+    cached = _read_cached(cache_dir, key)
+    if cached is not None:
+        cached.attrs["missing_runs"] = missing
+        for path, reason in cached.attrs.get("skipped", []):
+            warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=3)
+        return cached
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = load(grid_dir, ids, columns=columns, config=config)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    df.attrs["missing_runs"] = missing
+    _write_cached(cache_dir, key, df)
+    return df
+
+
+def _metric_data(
+    tables: Sequence[pa.Table], owners: Sequence[int], ids: Sequence[str], want: Sequence[str] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``run_id``, ``step`` and metric columns of :func:`load`'s frame from the runs' tables.
+
+    Args:
+        tables: the metric tables read (:func:`_normalise`d); ``owners[k]`` is the position in
+            ``ids`` of the run ``tables[k]`` belongs to.
+        want: the metrics asked for (None: every column found).
+
+    Returns:
+        ``({column: (rows,) values}, metric names)``, rows sorted by (run, step), the last of a
+        repeated step kept; a wanted metric no table has is all-NaN (a setting, none at all).
+    """
+    if tables:
+        combined = pa.concat_tables(tables, promote_options="default")
+        lengths = np.fromiter((t.num_rows for t in tables), dtype=np.int64, count=len(tables))
+        codes = np.repeat(np.asarray(owners, dtype=np.int32), lengths)
+        steps = combined.column(layout.STEP).to_numpy()
+    else:
+        combined = None
+        codes = np.zeros(0, dtype=np.int32)
+        steps = np.zeros(0, dtype=np.int64)
+    found = [] if combined is None else [c for c in combined.column_names if c != layout.STEP]
+    metric_names = sorted(found) if want is None else list(want)
+
+    order = _order_rows(codes, steps)
+    if order is not None:
+        codes, steps = codes[order], steps[order]
+    data: dict[str, Any] = {
+        layout.RUN_ID: pd.Categorical.from_codes(codes, categories=pd.Index(ids, dtype=object)),
+        layout.STEP: steps.astype(np.int64, copy=False),
+    }
+    for name in metric_names:
+        if combined is not None and name in combined.column_names:
+            values = combined.column(name).to_numpy()
+            data[name] = values if order is None else values[order]
+        elif not name.startswith(_SETTING_PREFIXES):  # a setting no run has is no column at all
+            data[name] = np.full(codes.size, np.nan)
+    return data, [m for m in metric_names if m in data]
 
 
 #: Bumped whenever what :func:`load` returns for the same files changes, so older caches are ignored.
