@@ -244,58 +244,87 @@ def label_runs(
         else [()] * len(runs)
     )
     unique = list(dict.fromkeys(combos))
-    idx = {k: i for i, k in enumerate(all_keys)}
+    used_of, added = _tell_apart(unique, keys, cands, all_keys)
+    unique.sort(key=_value_order(unique, missing_first=len(all_keys) > 1))
+    texts: dict[tuple, str] = {}
+    count: dict[str, int] = {}
+    for c in unique:
+        t = _combo_text(all_keys, c, used_of[c])
+        count[t] = count.get(t, 0) + 1
+        texts[c] = t if count[t] == 1 else f"{t} #{count[t]}"
+    cats = list(dict.fromkeys(texts[c] for c in unique))
+    return pd.Categorical([texts[c] for c in combos], categories=cats, ordered=True), added
 
-    def text(combo: tuple, used: Sequence[str]) -> str:
-        if not used:
-            return "all"
-        return combo_label(list(used), [combo[idx[k]] for k in used])
 
+def _combo_text(all_keys: Sequence[str], combo: tuple, used: Sequence[str]) -> str:
+    """The label of ``combo`` (values of ``all_keys``) from its values of the keys ``used``."""
+    if not used:
+        return "all"
+    return combo_label(list(used), [combo[all_keys.index(k)] for k in used])
+
+
+def _tell_apart(
+    unique: Sequence[tuple], keys: Sequence[str], cands: Sequence[str], all_keys: Sequence[str]
+) -> tuple[dict[tuple, list[str]], list[str]]:
+    """The keys each combination's label shows: ``keys``, plus, for combinations whose labels
+    clash, the first of ``cands`` that differs among them, until no labels clash or no candidate
+    helps.
+
+    Returns:
+        ``({combination: keys shown, in all_keys order}, candidates added to any label)``.
+    """
     used_of = {c: list(keys) for c in unique}
     added: list[str] = []
     for _ in range(len(cands) + 1):
         groups: dict[str, list[tuple]] = {}
         for c in unique:
-            groups.setdefault(text(c, used_of[c]), []).append(c)
-        clash = {t: g for t, g in groups.items() if len(g) > 1}
+            groups.setdefault(_combo_text(all_keys, c, used_of[c]), []).append(c)
+        clash = [g for g in groups.values() if len(g) > 1]
         if not clash:
             break
         progressed = False
-        for group in clash.values():
-            for cand in cands:
-                if all(cand in used_of[c] for c in group):
-                    continue
-                if len({c[idx[cand]] for c in group}) > 1:
-                    for c in group:
-                        used_of[c] = [k for k in all_keys if k in used_of[c] or k == cand]
-                    if cand not in added:
-                        added.append(cand)
-                    progressed = True
-                    break
+        for group in clash:
+            cand = _first_difference(group, cands, all_keys, used_of)
+            if cand is None:
+                continue
+            for c in group:
+                used_of[c] = [k for k in all_keys if k in used_of[c] or k == cand]
+            if cand not in added:
+                added.append(cand)
+            progressed = True
         if not progressed:
             break
+    return used_of, added
 
+
+def _first_difference(
+    group: Sequence[tuple], cands: Sequence[str], all_keys: Sequence[str], used_of: Mapping[tuple, list[str]]
+) -> str | None:
+    """The first of ``cands`` not yet shown by every combination of ``group`` whose values
+    differ among them; None if none does."""
+    for cand in cands:
+        if all(cand in used_of[c] for c in group):
+            continue
+        if len({c[all_keys.index(cand)] for c in group}) > 1:
+            return cand
+    return None
+
+
+def _value_order(unique: Sequence[tuple], *, missing_first: bool) -> Any:
+    """Sort key of combinations by their values: numbers numerically, strings in the order
+    ``unique`` first lists them, missing values first (``missing_first``) or last."""
     seen_at: dict[Any, int] = {}
     for c in unique:
         for v in c:
             if isinstance(v, str):
                 seen_at.setdefault(v, len(seen_at))
-    missing_first = len(all_keys) > 1
 
     def order(v: Any) -> tuple[int, Any]:
         if v is None:
             return (-1, "") if missing_first else (3, "")
         return (1, seen_at[v]) if isinstance(v, str) else sort_key(v)
 
-    unique.sort(key=lambda c: tuple(order(v) for v in c))
-    texts: dict[tuple, str] = {}
-    count: dict[str, int] = {}
-    for c in unique:
-        t = text(c, used_of[c])
-        count[t] = count.get(t, 0) + 1
-        texts[c] = t if count[t] == 1 else f"{t} #{count[t]}"
-    cats = list(dict.fromkeys(texts[c] for c in unique))
-    return pd.Categorical([texts[c] for c in combos], categories=cats, ordered=True), added
+    return lambda c: tuple(order(v) for v in c)
 
 
 def canon(combo: tuple) -> tuple:
