@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -231,14 +232,7 @@ def plot_aggregate(
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
-            for k in range(n):
-                y = n - 1 - k
-                v, lo, hi = (float(table[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
-                if np.isfinite(lo) and np.isfinite(hi):
-                    ax.barh(y, hi - lo, left=lo, height=0.6, color=colors[k], alpha=0.55, linewidth=0)
-                    ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
-                elif np.isfinite(v):
-                    ax.plot([v], [y], marker="o", mfc="none", color=colors[k], markersize=4)
+            _draw_estimates(ax, table, column, colors)
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
@@ -248,6 +242,21 @@ def plot_aggregate(
         axes[0, 0].set_yticks(range(n), list(names)[::-1])
         axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
     return fig, axes
+
+
+def _draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence[str]) -> None:
+    """One panel of :func:`plot_aggregate`: per row of ``table`` (top to bottom, in ``colors[k]``)
+    a bar over ``[column_lo, column_hi]`` with a tick at ``column``, or a hollow circle at
+    ``column`` when there is no interval."""
+    n = len(table)
+    for k in range(n):
+        y = n - 1 - k
+        v, lo, hi = (float(table[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
+        if np.isfinite(lo) and np.isfinite(hi):
+            ax.barh(y, hi - lo, left=lo, height=0.6, color=colors[k], alpha=0.55, linewidth=0)
+            ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
+        elif np.isfinite(v):
+            ax.plot([v], [y], marker="o", mfc="none", color=colors[k], markersize=4)
 
 
 def profile_frame(scores: pd.DataFrame, by: Sequence[str], points: int = 101) -> pd.DataFrame:
