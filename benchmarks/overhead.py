@@ -2,7 +2,7 @@
 
 Both arms train the same run (same model, task, GRPOConfig and seed) for the same number of optimizer
 steps with the greedy eval off: the bare arm is TRL's ``GRPOTrainer``; the harness arm is
-``harness.run.run`` (the w_seq-recording trainer, the metrics callback, parquet writes, samples).
+``harness.training.train`` (the w_seq-recording trainer, the metrics callback, parquet writes, samples).
 Arms alternate over repeats so that drift of the machine hits both. Prints seconds per step of
 each arm (median over repeats) and the overhead ratio with its spread over repeats.
 
@@ -32,8 +32,8 @@ def main() -> int:
     from trl import GRPOTrainer
 
     from harness.grid import expand
-    from harness.run import build_trainer, prepare_model, run, seed_everything
     from harness.spec import load_grid
+    from harness.training import build_trainer, prepare_model, seed_everything, train
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     overrides = [*args.override, f"trainer.max_steps={args.steps}", "harness.eval_steps=0"]
@@ -54,7 +54,7 @@ def main() -> int:
         return (time.perf_counter() - t0) / args.steps
 
     def harness(tmp: Path) -> float:
-        summary = run(spec, tmp / "harness", device="cpu", threads=args.threads)
+        summary = train(spec, tmp / "harness", device="cpu", threads=args.threads)
         return summary["seconds"] / summary["steps"]
 
     bare_s, harness_s, ratios = [], [], []

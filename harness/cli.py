@@ -31,7 +31,7 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_plan(args: argparse.Namespace):
-    """Load, expand and validate; print the problems and return None when there are any."""
+    """Load, expand and validate; print the findings, and return the plan (None on any error)."""
     from harness.grid import expand
     from harness.spec import SpecError, load_grid
     from harness.validate import validate_plan
@@ -40,15 +40,13 @@ def _load_plan(args: argparse.Namespace):
         grid = load_grid(args.grid, args.override, profile=args.profile)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
-        return None, None
+        return None
     plan = expand(grid)
-    report = validate_plan(plan)
-    text = report.format(str(args.grid))
+    validation = validate_plan(plan)
+    text = validation.format(str(args.grid))
     if text:
-        print(text, file=sys.stderr if not report.ok else sys.stdout)
-    if not report.ok:
-        return None, None
-    return plan, report
+        print(text, file=sys.stderr if not validation.ok else sys.stdout)
+    return plan if validation.ok else None
 
 
 def _results_problem(grid_dir: Path) -> bool:
@@ -112,7 +110,7 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan, _ = _load_plan(args)
+    plan = _load_plan(args)
     if plan is None:
         return 2
     grid_dir = args.results / plan.grid.name
@@ -120,32 +118,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_grid_file(plan, grid_dir: Path) -> None:
-    """``grid.json``: the plan as currently specified, so ``report`` covers exactly these runs, and
-    the grid's ``report:`` layout (``{}`` when it has none), so the report needs no YAML."""
-    from harness.metrics import atomic_write_json
-
-    atomic_write_json(
-        grid_dir / layout.GRID_FILE,
-        {
-            "name": plan.grid.name,
-            "source": str(plan.grid.source),
-            "profile": plan.grid.profile,
-            "overrides": list(plan.grid.overrides),
-            "run_ids": [r.run_id for r in plan.runs],
-            "varying": list(plan.varying_keys),
-            "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
-            "report": dict(plan.grid.report),
-        },
-    )
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from harness.executors import execute_local
+    from harness.executors import execute_local, pending_local
+    from harness.grid import plan_record
 
-    plan, _ = _load_plan(args)
+    plan = _load_plan(args)
     if plan is None:
         return 2
     executor = plan.grid.executor
@@ -158,9 +137,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if _results_problem(grid_dir):
         return 2
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
-    grid_dir.mkdir(parents=True, exist_ok=True)
-    write_grid_file(plan, grid_dir)
-    pending = [r for r in plan.runs if layout.files_state(layout.run_dir(grid_dir, r.run_id)) != layout.DONE]
+    layout.write_grid(grid_dir, plan_record(plan))
+    pending = pending_local(plan.runs, grid_dir)
     skipped = len(plan.runs) - len(pending)
     if skipped:
         print(f"{skipped} run(s) already done, skipped.")
@@ -194,8 +172,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from harness import slurm
+    from harness.grid import plan_record
 
-    plan, _ = _load_plan(args)
+    plan = _load_plan(args)
     if plan is None:
         return 2
     reason = slurm.slurm_available() if not args.dry_run else None
@@ -216,8 +195,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 2
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
     if not args.dry_run:
-        grid_dir.mkdir(parents=True, exist_ok=True)
-        write_grid_file(plan, grid_dir)
+        layout.write_grid(grid_dir, plan_record(plan))
     try:
         result = slurm.submit(
             plan.runs,

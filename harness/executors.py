@@ -1,6 +1,6 @@
 """Executing runs through submitit: "local" (a process per run), "debug" (in-process), "slurm".
 
-The layer is thin on purpose: a run is one picklable callable (:class:`RunJob`), and the executors
+The layer is thin on purpose: a run is one picklable callable (:class:`TrainingJob`), and the executors
 differ only in how submitit is set up. Local execution never runs more jobs at once than
 ``max_parallel`` (default: cores // threads_per_run), each with its torch threads set to match.
 """
@@ -22,8 +22,8 @@ from harness.schema import ExecutorSettings, RunSpec
 from harness.status import last_error_line, latest_reward
 
 
-class RunJob(submitit.helpers.Checkpointable):
-    """The callable every executor runs: ``harness.run.run(spec, run_dir)``.
+class TrainingJob(submitit.helpers.Checkpointable):
+    """The callable every executor runs: ``harness.training.train(spec, run_dir)``.
 
     Preemption and time limits: submitit sends USR2 shortly before SLURM stops the job. The handler
     installed here only sets a flag; the run saves a trainer checkpoint at the next optimizer-step
@@ -50,7 +50,7 @@ class RunJob(submitit.helpers.Checkpointable):
         import traceback
 
         from harness.metrics import atomic_write_json
-        from harness.run import run
+        from harness.training import train
 
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
         job_env = _job_environment()
@@ -58,7 +58,7 @@ class RunJob(submitit.helpers.Checkpointable):
         if job_env is not None:
             log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
             if job_env.num_tasks > 1:
-                from harness.run import prepare_model
+                from harness.training import prepare_model
 
                 prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
                 submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
@@ -85,10 +85,10 @@ class RunJob(submitit.helpers.Checkpointable):
             signal.signal(signal.SIGTERM, on_signal)
         rdir = Path(self.run_dir)
         try:
-            summary = run(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
+            summary = train(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
         except Exception as e:
             if job_env is None or job_env.global_rank == 0:
-                from harness.run import RunBusy, RunDiverged
+                from harness.training import RunBusy, RunDiverged
 
                 if not isinstance(e, RunDiverged | RunBusy):
                     tb = traceback.format_exc()
@@ -138,6 +138,11 @@ def default_parallel(executor: ExecutorSettings) -> int:
         return executor.max_parallel
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // max(1, executor.threads_per_run))
+
+
+def pending_local(runs: Sequence[RunSpec], grid_dir: Path) -> list[RunSpec]:
+    """The runs of ``runs`` a local ``run`` trains: every one without a DONE marker."""
+    return [r for r in runs if layout.files_state(layout.run_dir(grid_dir, r.run_id)) != layout.DONE]
 
 
 def execute_local(
@@ -226,7 +231,7 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
     for spec in runs:
         rdir = layout.run_dir(grid_dir, spec.run_id)
         try:
-            RunJob(spec, str(rdir), threads)()
+            TrainingJob(spec, str(rdir), threads)()
             finish(Outcome(spec.run_id, "done"))
         except Exception as e:  # one failed run must not stop the grid
             state = "diverged" if layout.files_state(rdir) == layout.DIVERGED else "failed"
@@ -247,7 +252,7 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None
                 # controller, which stops its tasks
                 **({"setup": list(executor.setup)} if executor.setup else {}),
             )
-            active.append((spec, ex.submit(RunJob(spec, str(rdir), threads))))
+            active.append((spec, ex.submit(TrainingJob(spec, str(rdir), threads))))
         time.sleep(0.5)
         still = []
         for spec, job in active:

@@ -183,3 +183,19 @@ def expand(grid: GridSpec) -> Plan:
         seen[run.run_id] = (run, written)
         runs.append(run)
     return Plan(grid, tuple(runs), tuple(dups), varying, tuple(rejected.values()))
+
+
+def plan_record(plan: Plan) -> dict[str, Any]:
+    """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
+    specified, so the report covers exactly these runs, and its ``report:`` layout (``{}`` when it
+    has none), so the report needs no YAML."""
+    return {
+        "name": plan.grid.name,
+        "source": str(plan.grid.source),
+        "profile": plan.grid.profile,
+        "overrides": list(plan.grid.overrides),
+        "run_ids": [r.run_id for r in plan.runs],
+        "varying": list(plan.varying_keys),
+        "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
+        "report": dict(plan.grid.report),
+    }

@@ -1,6 +1,6 @@
 """Where a grid's outputs live on disk, and the names of the per-step metric columns.
 
-This module is the contract between the run path (``harness.run``, ``harness.metrics``) and
+This module is the contract between the run path (``harness.training``, ``harness.metrics``) and
 ``analysis``: both import these names and nothing else from each other.
 
 Layout of one grid's results folder::
@@ -179,6 +179,13 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
     if not isinstance(info, dict):
         raise ValueError(f"{path}: not a JSON object")
     return info
+
+
+def write_grid(grid_dir: str | os.PathLike, record: dict) -> None:
+    """Write ``grid.json`` (:func:`harness.grid.plan_record`) atomically, creating the folder."""
+    with atomic_path(os.path.join(grid_dir, GRID_FILE)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
 
 
 def read_json_object(path: str | os.PathLike) -> dict | None:

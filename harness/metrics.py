@@ -1,5 +1,5 @@
 """Per-step metrics on disk: atomic writes, the parquet writer, provenance (the TrainerCallback that
-feeds the writer is in :mod:`harness.run`).
+feeds the writer is in :mod:`harness.training`).
 
 Every write goes to a temporary name in the same folder and is then renamed, so a run killed at
 any moment leaves only complete parquet files where readers look (readers skip names starting

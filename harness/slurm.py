@@ -246,7 +246,7 @@ def _submit_array(
     """One ``sbatch`` for ``chunk``; records each run's job id in its ``job.json``."""
     import submitit
 
-    from harness.executors import RunJob
+    from harness.executors import TrainingJob
 
     params = resources_of(settings)
     setup = [
@@ -262,7 +262,7 @@ def _submit_array(
         extra["hold"] = True
     params.setdefault("name", f"grpo-{grid_dir.name}")  # squeue shows the grid, not "submitit"
     ex.update_parameters(**params, slurm_setup=setup, slurm_additional_parameters=extra)
-    jobs = [RunJob(r, str(layout.run_dir(grid_dir, r.run_id)), settings.threads_per_run) for r in chunk]
+    jobs = [TrainingJob(r, str(layout.run_dir(grid_dir, r.run_id)), settings.threads_per_run) for r in chunk]
     logs = grid_dir / SLURM_LOGS_DIR
     before = set(logs.iterdir()) if logs.exists() else set()
     try:

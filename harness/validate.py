@@ -54,7 +54,7 @@ class Finding:
 
 
 @dataclass
-class Report:
+class Validation:
     """All findings of a plan. ``ok`` is False when any error was found."""
 
     findings: list[Finding] = field(default_factory=list)
@@ -460,32 +460,32 @@ def validate_run(
     return [Finding(f.level, f.message, run.run_id, where) for f in findings]
 
 
-def validate_plan(plan: Plan) -> Report:
+def validate_plan(plan: Plan) -> Validation:
     """Validate every run of ``plan`` (and every cell its sections rejected); never raises for a bad
     cell. The grid's executor block was checked when the grid was loaded."""
-    report = Report()
+    validation = Validation()
     for cell in plan.rejected:
         where = _where(cell.varying, plan.varying_keys)
-        report.findings += [Finding("error", p, cell.run_id, where) for p in cell.problems]
+        validation.findings += [Finding("error", p, cell.run_id, where) for p in cell.problems]
     siblings = clip_sibling_counts(plan.runs)
     executors: dict[str, ExecutorSettings | None] = {}
     for run in plan.runs:
-        executor = _run_executor(run, plan.grid.executor, executors, report)
+        executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
-            report.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
+            validation.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
     for dropped, kept in plan.duplicates:
-        report.findings.append(
+        validation.findings.append(
             Finding(
                 "warning",
                 f"cell ({_where(dropped.varying, tuple(dropped.varying))}) is the same run as "
                 f"({_where(kept.varying, tuple(kept.varying))}), run {kept.run_id}; it runs once.",
             )
         )
-    return report
+    return validation
 
 
 def _run_executor(
-    run: RunSpec, grid_executor: ExecutorSettings, seen: dict[str, ExecutorSettings | None], report: Report
+    run: RunSpec, grid_executor: ExecutorSettings, seen: dict[str, ExecutorSettings | None], out: Validation
 ) -> ExecutorSettings | None:
     """The executor a run executes under, or None when its own ``executor.*`` settings break the
     executor's rules (reported once per distinct setting)."""
@@ -495,5 +495,5 @@ def _run_executor(
             seen[key] = run.executor_settings(grid_executor)
         except SpecError as e:
             seen[key] = None
-            report.findings += [Finding("error", p) for p in e.problems]
+            out.findings += [Finding("error", p) for p in e.problems]
     return seen[key]

@@ -194,8 +194,8 @@ def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
 
     from trl import GRPOTrainer
 
-    from harness.run import build_trainer
     from harness.schema import RunSpec
+    from harness.training import build_trainer
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     trainer_settings = {

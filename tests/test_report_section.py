@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import write_grid_file
-from harness.grid import expand
+from harness import layout
+from harness.grid import expand, plan_record
 from harness.spec import SpecError, load_grid
 
 BASE = {
@@ -180,7 +180,7 @@ def test_run_ids_and_run_configs_do_not_depend_on_the_report_section(tmp_path):
 def test_grid_file_records_the_report_layout(tmp_path):
     report = {"hue": "epsilon", "smoothing": {"window": 3}, "curves": ["reward"]}
     plan = expand(load_grid(write(tmp_path, {**BASE, "report": report}), ["report.x=time"]))
-    write_grid_file(plan, tmp_path / "out")
+    layout.write_grid(tmp_path / "out", plan_record(plan))
     written = json.loads((tmp_path / "out" / "grid.json").read_text())
     assert written["report"] == {
         "hue": ["trainer.epsilon"],
@@ -189,7 +189,7 @@ def test_grid_file_records_the_report_layout(tmp_path):
         "curves": ["reward"],
     }
     assert written["run_ids"] == [r.run_id for r in plan.runs]
-    write_grid_file(expand(load_grid(write(tmp_path, BASE, "plain.yaml"))), tmp_path / "plain")
+    layout.write_grid(tmp_path / "plain", plan_record(expand(load_grid(write(tmp_path, BASE, "plain.yaml")))))
     assert json.loads((tmp_path / "plain" / "grid.json").read_text())["report"] == {}
 
 

@@ -12,7 +12,7 @@ from conftest import FAST_TINY, cli
 from test_trainer import make_spec
 
 from harness import layout, status
-from harness.executors import RunJob
+from harness.executors import TrainingJob
 from harness.metrics import MetricsWriter, read_metrics
 
 
@@ -76,7 +76,7 @@ def test_usr2_checkpoints_requeues_and_resumes(tmp_path, tiny_model, chain_sum_t
     run_dir = tmp_path / spec.run_id
     ex = submitit.LocalExecutor(folder=tmp_path / "logs")
     ex.update_parameters(timeout_min=20)
-    job = ex.submit(RunJob(spec, str(run_dir), 1))
+    job = ex.submit(TrainingJob(spec, str(run_dir), 1))
     _wait_for_step(run_dir, 5, lambda: not job.done())
     pids = _task_pids(int(job.job_id))
     assert pids
@@ -152,13 +152,13 @@ def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
     import filelock
     import pytest
 
-    from harness.run import RunBusy, run
+    from harness.training import RunBusy, train
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
     run_dir = tmp_path / spec.run_id
     run_dir.mkdir()
     with filelock.FileLock(str(run_dir / ".run.lock")), pytest.raises(RunBusy, match="another process"):
-        run(spec, run_dir)
+        train(spec, run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == [".run.lock"]
 
 
@@ -183,27 +183,27 @@ def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_s
         return real_save(self, *a, **kw)
 
     monkeypatch.setattr(HarnessGRPOTrainer, "_save_checkpoint", save)
-    from harness.run import run
+    from harness.training import train
 
-    run(spec, run_dir)
+    train(spec, run_dir)
     assert on_disk_at_save == [(3, [1, 2, 3]), (6, list(range(1, 7)))]
 
 
 def test_killed_after_the_last_checkpoint_finishes_without_training_past_max_steps(
     tmp_path, tiny_model, chain_sum_task
 ):
-    from harness.run import run
+    from harness.training import train
 
     spec = _spec_with(tiny_model, chain_sum_task, {"checkpoint_steps": 2, "flush_every": 1}, max_steps=4)
     run_dir = tmp_path / spec.run_id
-    run(spec, run_dir)
+    train(spec, run_dir)
     # what a kill between the final checkpoint and DONE leaves: parts, a checkpoint at max_steps, no DONE
     mdir = run_dir / layout.METRICS_DIR
     table = pq.read_table(mdir / layout.COMPACT_FILE)
     pq.write_table(table, mdir / "part-000001.parquet")
     (mdir / layout.COMPACT_FILE).unlink()
     (run_dir / layout.DONE_FILE).unlink()
-    summary = run(spec, run_dir)
+    summary = train(spec, run_dir)
     assert summary["steps"] == 4 and summary["resumed_from"] == 4
     assert read_metrics(run_dir).column("step").to_pylist() == [1, 2, 3, 4]
     assert json.loads((run_dir / layout.DONE_FILE).read_text())["steps"] == 4

@@ -117,11 +117,11 @@ def test_file_in_place_of_folder_gives_no_count(tmp_path, monkeypatch):
 def test_run_records_concurrent_runs(tmp_path, active, tiny_model, chain_sum_task):
     from test_trainer import make_spec
 
-    from harness.run import run
+    from harness.training import train
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
     rdir = tmp_path / spec.run_id
-    run(spec, rdir)
+    train(spec, rdir)
     df = pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert layout.CONCURRENT_RUNS in df.columns
     assert (df[layout.CONCURRENT_RUNS] >= 1).all()

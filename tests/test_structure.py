@@ -1,9 +1,11 @@
 """The import rules of the code, read from its source (no module is imported):
 
-- ``analysis`` takes from ``harness`` only the results layout (``harness.layout``);
-- planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch, transformers
-  or trl at module level, so planning a grid never loads the model stack;
-- ``run`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
+- ``analysis`` takes from ``harness`` only the results layout (``harness.layout``) and the schema
+  (``harness.schema``);
+- the schema imports nothing of the project, so every module can take it;
+- the schema, planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch,
+  transformers or trl at module level, so planning a grid never loads the model stack;
+- ``training`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
 - module-level imports among the project's modules form no cycle;
 - every private name of TRL the trainer relies on exists in the installed TRL.
 """
@@ -57,18 +59,33 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-def test_analysis_takes_only_the_layout_from_harness():
+ANALYSIS_MAY_TAKE = ("harness.layout", "harness.schema")
+
+
+def _within(name: str, modules) -> bool:
+    """``name`` is one of ``modules`` or a name imported from one (``harness.layout.DONE``)."""
+    return any(name == m or name.startswith(m + ".") for m in modules)
+
+
+def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
     bad = {
-        name: sorted(i for i in _imports(path, False) if i.startswith("harness") and i != "harness.layout")
+        name: sorted(
+            i for i in _imports(path, False) if i.startswith("harness") and not _within(i, ANALYSIS_MAY_TAKE)
+        )
         for name, path in _modules().items()
         if name.startswith("analysis")
     }
     bad = {k: v for k, v in bad.items() if v and v != ["harness"]}
-    assert not bad, f"analysis imports more of harness than harness.layout: {bad}"
+    assert not bad, f"analysis imports more of harness than {ANALYSIS_MAY_TAKE}: {bad}"
+
+
+def test_the_schema_imports_nothing_of_the_project():
+    found = sorted(i for i in _imports(_modules()["harness.schema"], False) if i.split(".")[0] in PACKAGES)
+    assert not found, f"harness.schema imports {found}; it is the bottom layer every module may take"
 
 
 @pytest.mark.parametrize(
-    "module", ["harness.spec", "harness.grid", "harness.validate", "harness.trl_boundary"]
+    "module", ["harness.schema", "harness.spec", "harness.grid", "harness.validate", "harness.trl_boundary"]
 )
 def test_planning_imports_no_model_stack_at_module_level(module):
     heavy = sorted(i for i in _imports(_modules()[module], True) if i.split(".")[0] in HEAVY)
@@ -77,9 +94,11 @@ def test_planning_imports_no_model_stack_at_module_level(module):
     )
 
 
-def test_run_does_not_import_validate():
-    found = sorted(i for i in _imports(_modules()["harness.run"], False) if i.startswith("harness.validate"))
-    assert not found, f"harness.run imports {found}; take TRL's pieces from harness.trl_boundary"
+def test_training_does_not_import_validate():
+    found = sorted(
+        i for i in _imports(_modules()["harness.training"], False) if i.startswith("harness.validate")
+    )
+    assert not found, f"harness.training imports {found}; take TRL's pieces from harness.trl_boundary"
 
 
 def test_no_import_cycles_at_module_level():

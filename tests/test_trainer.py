@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import layout
-from harness.run import run
 from harness.schema import RunSpec
+from harness.training import train
 
 
 def make_spec(tiny_model, chain_sum_task, **trainer):
@@ -32,7 +32,7 @@ def make_spec(tiny_model, chain_sum_task, **trainer):
 
 def metrics_of(tmp_path, spec):
     rdir = tmp_path / spec.run_id
-    run(spec, rdir)
+    train(spec, rdir)
     return pq.read_table(rdir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
 
 
@@ -106,7 +106,7 @@ def test_samples_are_json_values(tmp_path, tiny_model, chain_sum_task):
         {"harness.samples_steps": 1, "harness.samples_n": 2, "task.template": "bare"}
     )
     rdir = tmp_path / spec.run_id
-    run(spec, rdir)
+    train(spec, rdir)
     lines = [json.loads(line) for line in (rdir / layout.SAMPLES_FILE).read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 1, 2, 2]
     for line in lines:
@@ -121,7 +121,7 @@ def test_jsonable_keeps_chat_messages():
     import numpy as np
     import torch
 
-    from harness.run import jsonable
+    from harness.training import jsonable
 
     prompt = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "1 + 2 = ?"}]
     back = json.loads(json.dumps(jsonable(prompt)))
@@ -146,8 +146,8 @@ def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
     """Model forwards per step are the same for TRL's trainer and the harness's."""
     from trl import GRPOTrainer
 
-    from harness.run import build_trainer
     from harness.trainer import HarnessGRPOTrainer
+    from harness.training import build_trainer
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     spec = make_spec(
@@ -167,10 +167,10 @@ def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
 
 def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkeypatch):
     """A non-finite loss stops the run with a DIVERGED marker naming the step, and no DONE."""
-    from harness import run as run_mod
+    from harness import training as training_mod
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=6)
-    orig = run_mod._make_callback
+    orig = training_mod._make_callback
 
     def poisoned(**kw):
         cb = orig(**kw)
@@ -184,10 +184,10 @@ def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkey
         cb.on_log = on_log
         return cb
 
-    monkeypatch.setattr(run_mod, "_make_callback", poisoned)
+    monkeypatch.setattr(training_mod, "_make_callback", poisoned)
     rdir = tmp_path / spec.run_id
-    with pytest.raises(run_mod.RunDiverged, match="step 3: loss is nan"):
-        run(spec, rdir)
+    with pytest.raises(training_mod.RunDiverged, match="step 3: loss is nan"):
+        train(spec, rdir)
     assert not (rdir / layout.DONE_FILE).exists()
     import json
 

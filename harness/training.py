@@ -1,6 +1,6 @@
 """One run: build the task, the model and TRL's trainer, train (resuming from a checkpoint), record.
 
-``run(spec, run_dir)`` is what every executor calls, in a fresh process (submitit local or SLURM)
+``train(spec, run_dir)`` is what every executor calls, in a fresh process (submitit local or SLURM)
 or in-process (debug). It is idempotent: a run with a DONE marker returns at once; a run with
 checkpoints resumes from the latest and drops metric rows logged after it, so every step ends up
 in the parquet exactly once.
@@ -302,7 +302,7 @@ def _make_callback(**kwargs):
     return type("RecordingCallback", (_StepRecorder, TrainerCallback), {})(**kwargs)
 
 
-def run(
+def train(
     spec: RunSpec,
     run_dir: str | Path,
     device: str | None = None,
@@ -347,7 +347,7 @@ def run(
     try:
         if lock.is_locked:  # tells `status` which live process trains this run
             atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
-        return _run_unlocked(spec, run_dir, device, threads, stop_requested)
+        return _train_unlocked(spec, run_dir, device, threads, stop_requested)
     finally:
         if lock.is_locked:
             owner.unlink(missing_ok=True)
@@ -381,7 +381,7 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
     return settings, device, state, prov
 
 
-def _run_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
+def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     settings, device, state, prov = _start(spec, run_dir, device, threads)
