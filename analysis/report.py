@@ -955,40 +955,8 @@ def _numbers(
     curve_metrics, dyn_metrics = _metric_notes(work, runs, data)
     by = [c for c in (data.hue, data.col, data.row) if c]
     dyn_by = [b for b in (data.hue, data.col) if b]
-    timing_by = list(by)
-    at_once = _at_once(work)
-    if at_once is not None:
-        per_run = pd.Categorical(at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown"))
-        work[AT_ONCE] = pd.Categorical.from_codes(
-            np.asarray(per_run.codes)[work[layout.RUN_ID].cat.codes.to_numpy()], categories=per_run.categories
-        )
-        timing_by.append(AT_ONCE)
-        runs[AT_ONCE] = at_once.reindex(runs.index).fillna("unknown")
+    timing_by = [*by, AT_ONCE] if _add_at_once(work, runs) else list(by)
     split = s.wseq_split if s.wseq_split in work.columns and work[s.wseq_split].notna().any() else None
-
-    def curve(metric: str, group_by: list[str], index: agg_mod.FrameIndex, keep_runs: bool = False) -> Curves:
-        rows = off if agg_mod.is_ratio_metric(metric) else None
-        return agg_mod.curves(
-            work,
-            metric,
-            x=s.x,
-            by=group_by,
-            ci=s.ci,
-            smoothing=s.smoothing,
-            rows=rows,
-            keep_runs=keep_runs,
-            index=index,
-        )
-
-    def wseq(index: agg_mod.FrameIndex) -> pd.DataFrame:
-        return curves.wseq_bands(
-            work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=index
-        )
-
-    def final_job() -> tuple[pd.DataFrame, pd.Series]:
-        scores = tables.final_scores(work, s.metric)
-        table = tables.final_performance_table(work, s.metric, by=by, baseline=data.baseline, scores=scores)
-        return table, scores
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -1001,27 +969,13 @@ def _numbers(
     ):
         curve_index = pool.submit(agg_mod.frame_index, work, by, s.x)
         dyn_index = curve_index if dyn_by == by else pool.submit(agg_mod.frame_index, work, dyn_by, s.x)
-        jobs = {
-            "timing": pool.submit(
-                tables.timing_table, work, by=timing_by, baseline=data.baseline, same=[AT_ONCE]
-            ),
-            "final": pool.submit(final_job),
-            "check": pool.submit(tables.learning_check, work, s.metric, by=by, signal=flags),
-        }
-        if s.target is not None:
-            jobs["ttt"] = pool.submit(
-                tables.time_to_target_table,
-                work,
-                s.target,
-                metric=s.metric,
-                by=by,
-                baseline=data.baseline,
-                smoothing=s.smoothing,
-            )
+        jobs = _table_jobs(pool, work, data, by, timing_by, flags)
         ci_, di_ = curve_index.result(), dyn_index.result()
-        jobs["wseq"] = pool.submit(wseq, di_)
-        curve_jobs = {m: pool.submit(curve, m, by, ci_, s.seeds) for m in curve_metrics}
-        dyn_jobs = {m: pool.submit(curve, m, dyn_by, di_) for m in dyn_metrics}
+        jobs["wseq"] = pool.submit(
+            curves.wseq_bands, work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=di_
+        )
+        curve_jobs = {m: pool.submit(_curves_of, work, m, s, off, by, ci_, s.seeds) for m in curve_metrics}
+        dyn_jobs = {m: pool.submit(_curves_of, work, m, s, off, dyn_by, di_) for m in dyn_metrics}
         absent_jobs = (
             {m: pool.submit(_not_logged, work, m, data.hue_order) for m in dyn_metrics} if data.hue else {}
         )
@@ -1036,6 +990,80 @@ def _numbers(
     data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
     data.wseq = results["wseq"]
     _finish_tables(data, results, df, runs, by, timing_by, keys)
+
+
+def _add_at_once(work: pd.DataFrame, runs: pd.DataFrame) -> bool:
+    """Add the :data:`AT_ONCE` column (how many runs shared the machine, a label per run) to
+    ``work`` (per row) and ``runs`` (per run id) in place, when the runs recorded it; returns
+    whether they did."""
+    at_once = _at_once(work)
+    if at_once is None:
+        return False
+    per_run = pd.Categorical(at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown"))
+    work[AT_ONCE] = pd.Categorical.from_codes(
+        np.asarray(per_run.codes)[work[layout.RUN_ID].cat.codes.to_numpy()], categories=per_run.categories
+    )
+    runs[AT_ONCE] = at_once.reindex(runs.index).fillna("unknown")
+    return True
+
+
+def _curves_of(
+    work: pd.DataFrame,
+    metric: str,
+    s: ReportSettings,
+    off: np.ndarray,
+    group_by: list[str],
+    index: agg_mod.FrameIndex,
+    keep_runs: bool = False,
+) -> Curves:
+    """The report's curves of ``metric`` grouped by ``group_by``; a ratio metric over the
+    off-policy rows ``off`` (bool, shape ``(len(work),)``) only."""
+    return agg_mod.curves(
+        work,
+        metric,
+        x=s.x,
+        by=group_by,
+        ci=s.ci,
+        smoothing=s.smoothing,
+        rows=off if agg_mod.is_ratio_metric(metric) else None,
+        keep_runs=keep_runs,
+        index=index,
+    )
+
+
+def _table_jobs(
+    pool: Any, work: pd.DataFrame, data: ReportData, by: list[str], timing_by: list[str], flags: pd.DataFrame
+) -> dict[str, Any]:
+    """The report's tables submitted to ``pool`` (a ``concurrent.futures`` executor): futures of
+    ``timing``, ``final`` (the table and the per-run scores), ``check`` and, with a target,
+    ``ttt``."""
+    s = data.settings
+    jobs = {
+        "timing": pool.submit(
+            tables.timing_table, work, by=timing_by, baseline=data.baseline, same=[AT_ONCE]
+        ),
+        "final": pool.submit(_final_tables, work, s.metric, by, data.baseline),
+        "check": pool.submit(tables.learning_check, work, s.metric, by=by, signal=flags),
+    }
+    if s.target is not None:
+        jobs["ttt"] = pool.submit(
+            tables.time_to_target_table,
+            work,
+            s.target,
+            metric=s.metric,
+            by=by,
+            baseline=data.baseline,
+            smoothing=s.smoothing,
+        )
+    return jobs
+
+
+def _final_tables(
+    work: pd.DataFrame, metric: str, by: list[str], baseline: str | None
+) -> tuple[pd.DataFrame, pd.Series]:
+    """The final-performance table and the per-run scores it rests on."""
+    scores = tables.final_scores(work, metric)
+    return tables.final_performance_table(work, metric, by=by, baseline=baseline, scores=scores), scores
 
 
 def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[str]:
@@ -1198,37 +1226,15 @@ def _baseline_label(
     if hue is None or inc.empty:
         return None
     every = inc if runs is None else runs
-    variants = [str(v) for v in inc[VARIANT].astype(str).unique()]
     pairs = _baseline_pairs(text)
     if pairs is None:
-        if text in variants:
-            return text
-        if strict and text not in set(every[VARIANT].astype(str)):
-            raise ReportError(
-                f"--baseline {text!r} names no variant; give one of "
-                + ", ".join(repr(v) for v in every[VARIANT].astype(str).unique())
-                + " or KEY=VALUE (e.g. loss_type=grpo)"
-            )
-        _note(lines, f"no finished variant is labelled {text!r}; no baseline")
+        return _baseline_by_name(text, inc, every, lines, strict=strict)
+    matched = _match_baseline(
+        text, pairs, inc, every, df, lines, label_keys, strict=strict, explicit=explicit
+    )
+    if matched is None:
         return None
-    match = np.ones(len(inc), dtype=bool)
-    match_any = np.ones(len(every), dtype=bool)
-    for key, value in pairs:
-        try:
-            col = _resolve_column(df, key)
-        except ReportError:
-            col = None
-        if col is None or col not in inc.columns:
-            if strict:
-                raise ReportError(
-                    f"--baseline {text!r}: {key!r} is not a setting of these runs; keys that tell variants apart: "
-                    + (", ".join(_dotted(df, k) for k in label_keys) or "none")
-                )
-            if explicit:
-                _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
-            return None
-        match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
-        match_any &= every[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
+    match, match_any = matched
     hit = inc.loc[match, VARIANT].astype(str)
     if hit.empty:
         if strict and not match_any.any():
@@ -1256,6 +1262,67 @@ def _baseline_label(
     if len(counts) > 1:
         _note(lines, f"baseline {text} spans {len(counts)} variants; using {counts.index[0]!r}")
     return str(counts.index[0])
+
+
+def _baseline_by_name(
+    text: str, inc: pd.DataFrame, every: pd.DataFrame, lines: list[str], *, strict: bool
+) -> str | None:
+    """A baseline given as a variant label: ``text`` if an included run has it, else None with a
+    note.
+
+    Raises:
+        ReportError: ``strict`` and no run of ``every`` has that label.
+    """
+    if text in {str(v) for v in inc[VARIANT].astype(str).unique()}:
+        return text
+    if strict and text not in set(every[VARIANT].astype(str)):
+        raise ReportError(
+            f"--baseline {text!r} names no variant; give one of "
+            + ", ".join(repr(v) for v in every[VARIANT].astype(str).unique())
+            + " or KEY=VALUE (e.g. loss_type=grpo)"
+        )
+    _note(lines, f"no finished variant is labelled {text!r}; no baseline")
+    return None
+
+
+def _match_baseline(
+    text: str,
+    pairs: Sequence[tuple[str, str]],
+    inc: pd.DataFrame,
+    every: pd.DataFrame,
+    df: pd.DataFrame,
+    lines: list[str],
+    label_keys: Sequence[str],
+    *,
+    strict: bool,
+    explicit: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which included runs (``inc``) and which runs of ``every`` have every ``KEY=VALUE`` of
+    ``pairs``: two bool arrays, or None (with a note when ``explicit``) when a key is not a
+    setting of these runs.
+
+    Raises:
+        ReportError: ``strict`` and a key is not a setting of these runs.
+    """
+    match = np.ones(len(inc), dtype=bool)
+    match_any = np.ones(len(every), dtype=bool)
+    for key, value in pairs:
+        try:
+            col = _resolve_column(df, key)
+        except ReportError:
+            col = None
+        if col is None or col not in inc.columns:
+            if strict:
+                raise ReportError(
+                    f"--baseline {text!r}: {key!r} is not a setting of these runs; keys that tell variants apart: "
+                    + (", ".join(_dotted(df, k) for k in label_keys) or "none")
+                )
+            if explicit:
+                _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
+            return None
+        match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
+        match_any &= every[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
+    return match, match_any
 
 
 def _value_matches(v: Any, text: str) -> bool:
@@ -1609,73 +1676,74 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
     """The rliable-style aggregate estimates and the performance profile."""
     s = data.settings
     lines: list[str] = []
-    if data.final is not None and not data.final.empty:
-        by = [b for b in (data.hue, data.col, data.row) if b]
-        # panel by panel, variants in their order within each
-        # panel by panel in the figures' order, variants in their order within each
-        rank = {
-            data.row: {v: k for k, v in enumerate(data.row_values)},
-            data.col: {v: k for k, v in enumerate(data.col_values)},
-            data.hue: {v: k for k, v in enumerate(data.hue_order)},
-        }
-        order = [b for b in (data.row, data.col, data.hue) if b]
-        table = (
-            data.final.sort_values(order, key=lambda c: c.astype(str).map(rank[c.name]), kind="stable")
-            if order
-            else data.final
-        )
-        names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in table.iterrows()]
-        colors = [
-            data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in table.iterrows()
-        ]
-        fig, _ = finals.plot_aggregate(
-            table, metric=s.metric, names=names, colors=colors, baseline=data.baseline
-        )
-        _figure_section(
-            lines,
-            fig,
-            out / "aggregate",
-            "aggregate",
-            "Aggregate estimates",
-            f"Final {s.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over runs with "
-            "95% percentile-bootstrap intervals (the Final performance table's)"
-            + (
-                f", and the probability that a run of the variant beats a run of {data.baseline} in the same panel "
-                "(0.5 = no difference)"
-                if data.baseline
-                else ""
-            )
-            + ". A hollow circle has no interval (one run)"
-            + ("; the baseline's own row in the last panel is empty" if data.baseline else "")
-            + (
-                "; with fewer than 4 runs per variant nothing is trimmed, so the IQM equals the mean"
-                if data.final is not None and len(data.final) and data.final["runs"].max() < 4
-                else ""
-            )
-            + ". "
-            + _scores_note(data),
-        )
-        fig, _ = finals.plot_profile(
-            data.profile,
-            metric=s.metric,
-            hue=data.hue,
-            col=data.col,
-            colors=data.colors,
-            hue_order=data.hue_order or None,
-            col_values=data.col_values if data.col else None,
-            legend_title=data.legend_title,
-        )
-        _figure_section(
-            lines,
-            fig,
-            out / "performance_profile",
-            "performance profile",
-            "Performance profile",
-            f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
-            "further right is better across runs, not only on average. With few runs per variant the steps are "
-            "coarse; no interval is drawn. " + _scores_note(data),
-        )
+    if data.final is None or data.final.empty:
+        return lines
+    by = [b for b in (data.hue, data.col, data.row) if b]
+    table = _in_panel_order(data.final, data)
+    names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in table.iterrows()]
+    colors = [data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in table.iterrows()]
+    fig, _ = finals.plot_aggregate(table, metric=s.metric, names=names, colors=colors, baseline=data.baseline)
+    _figure_section(
+        lines, fig, out / "aggregate", "aggregate", "Aggregate estimates", _aggregate_caption(data)
+    )
+    fig, _ = finals.plot_profile(
+        data.profile,
+        metric=s.metric,
+        hue=data.hue,
+        col=data.col,
+        colors=data.colors,
+        hue_order=data.hue_order or None,
+        col_values=data.col_values if data.col else None,
+        legend_title=data.legend_title,
+    )
+    _figure_section(
+        lines,
+        fig,
+        out / "performance_profile",
+        "performance profile",
+        "Performance profile",
+        f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
+        "further right is better across runs, not only on average. With few runs per variant the steps are "
+        "coarse; no interval is drawn. " + _scores_note(data),
+    )
     return lines
+
+
+def _in_panel_order(table: pd.DataFrame, data: ReportData) -> pd.DataFrame:
+    """``table``'s rows panel by panel in the figures' order (row, then col values), variants in
+    their order within each."""
+    rank = {
+        data.row: {v: k for k, v in enumerate(data.row_values)},
+        data.col: {v: k for k, v in enumerate(data.col_values)},
+        data.hue: {v: k for k, v in enumerate(data.hue_order)},
+    }
+    order = [b for b in (data.row, data.col, data.hue) if b]
+    if not order:
+        return table
+    return table.sort_values(order, key=lambda c: c.astype(str).map(rank[c.name]), kind="stable")
+
+
+def _aggregate_caption(data: ReportData) -> str:
+    """What the aggregate-estimates figure shows."""
+    return (
+        f"Final {data.settings.metric} per variant as interval estimates (Agarwal et al. 2021): mean and IQM over "
+        "runs with 95% percentile-bootstrap intervals (the Final performance table's)"
+        + (
+            f", and the probability that a run of the variant beats a run of {data.baseline} in the same panel "
+            "(0.5 = no difference)"
+            if data.baseline
+            else ""
+        )
+        + ". A hollow circle has no interval (one run)"
+        + ("; the baseline's own row in the last panel is empty" if data.baseline else "")
+        + (
+            "; with fewer than 4 runs per variant nothing is trimmed, so the IQM equals the mean"
+            if data.final is not None and len(data.final) and data.final["runs"].max() < 4
+            else ""
+        )
+        + ". "
+        + _scores_note(data)
+    )
 
 
 def _table_sections(data: ReportData, out: Path) -> list[str]:
@@ -1824,19 +1892,8 @@ def make_report(
     grid_dir = Path(grid_dir)
     if x is not None and x not in _X_CHOICES:
         raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
-    try:
-        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
-    except ValueError:
-        grid_info = None  # load_report_inputs names the damaged file
-    section = grid_info.get("report") if isinstance(grid_info, dict) else None
-    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
-    if problems:
-        raise ReportError(
-            "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
-            "`plan` again, or give the layout on the command line)"
-        )
     settings = ReportSettings.merged(
-        section if isinstance(section, Mapping) else None,
+        _grid_section(grid_dir),
         hue=_keys(hue),
         col=_keys(col),
         row=_keys(row),
@@ -1863,6 +1920,38 @@ def make_report(
     if df.attrs.get("missing_runs"):
         data.lines.insert(1, f"Not found on disk (not started?): {len(df.attrs['missing_runs'])} run(s).")
     out = grid_dir / layout.REPORT_DIR
+    _write_report(data, df.attrs.get("skipped", []), out)
+    return out
+
+
+def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
+    """The ``report:`` section of the grid's ``grid.json`` (None without one, or when the file
+    cannot be read: :func:`load_report_inputs` names it then).
+
+    Raises:
+        ReportError: listing every problem of the section (:func:`check_section`).
+    """
+    try:
+        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
+    except ValueError:
+        grid_info = None  # load_report_inputs names the damaged file
+    section = grid_info.get("report") if isinstance(grid_info, dict) else None
+    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
+    if problems:
+        raise ReportError(
+            "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
+            "`plan` again, or give the layout on the command line)"
+        )
+    return section if isinstance(section, Mapping) else None
+
+
+def _write_report(data: ReportData, skipped: Sequence[tuple[str, str]], out: Path) -> None:
+    """Write the report's figures, tables and ``index.md`` (listing the ``skipped`` files,
+    ``(path, reason)``) into ``out``, replacing a previous report's.
+
+    Raises:
+        ReportError: if ``out`` cannot be written.
+    """
     try:
         out.mkdir(parents=True, exist_ok=True)
         # One report at a time per folder: a second one waits, then replaces the first's outputs
@@ -1872,7 +1961,6 @@ def make_report(
                 if old.is_file() and old.suffix in REPORT_SUFFIXES:
                     old.unlink()
             lines = render_report(data, out)
-            skipped = df.attrs.get("skipped", [])
             if skipped:
                 lines.extend(["## Files not loaded", ""])
                 lines.extend(f"- `{path}`: {reason}" for path, reason in skipped)
@@ -1883,7 +1971,6 @@ def make_report(
             f"cannot write the report into {out}: {e.strerror or e} ({e.filename or out}); "
             "free space or fix its permissions, then run `grpo-harness report` again"
         ) from e
-    return out
 
 
 def _keys(value: str | Sequence[str] | None) -> tuple[str, ...] | None:

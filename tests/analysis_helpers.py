@@ -7,6 +7,7 @@ behaviour.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,13 @@ def synthetic_grid(
             run_ids.append(rid)
     write_grid(grid_dir, run_ids, ["trainer.loss_type", "seed"])
     return run_ids
+
+
+def md_rows(md: str) -> list[list[str]]:
+    """The cells of each pipe-table line of a markdown text (``\\|`` kept escaped), stripped of
+    their padding; other lines left out."""
+    return [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in md.splitlines()
+        if line.startswith("|")
+    ]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
 import pytest
+from analysis_helpers import md_rows
 
 from analysis import tables
 from harness import layout
@@ -118,15 +118,10 @@ def test_final_performance_eval_accuracy_uses_last_eval():
     assert t.loc[0, "mean"] == pytest.approx(0.3)
 
 
-def _md_rows(md: str) -> list[list[str]]:
-    """The cells of each line of a pipe table (``\\|`` kept escaped), stripped of padding."""
-    return [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in md.splitlines()]
-
-
 def test_rendering(timing_frame, tmp_path):
     t = tables.timing_table(timing_frame)
     md = tables.to_markdown(t)
-    header, align, *rows = _md_rows(md)
+    header, align, *rows = md_rows(md)
     assert header[:3] == ["loss_type", "runs", "steps"] and "s/step" in header
     assert align[0] == ":" + "-" * (len(align[0]) - 1) and all(a.endswith(":") for a in align[1:])
     assert [r[0] for r in rows] == list(t["loss_type"])
@@ -146,13 +141,13 @@ def test_rendering(timing_frame, tmp_path):
 
 def test_interval_columns_render_as_brackets():
     t = pd.DataFrame({"v": ["a"], "mean": [1.0], "mean_lo": [0.5], "mean_hi": [1.5]})
-    assert _md_rows(tables.to_markdown(t))[2] == ["a", "1 [0.5, 1.5]"]
+    assert md_rows(tables.to_markdown(t))[2] == ["a", "1 [0.5, 1.5]"]
 
 
 def test_cells_are_escaped_and_missing_values_are_dashes():
     t = pd.DataFrame({"v": ["a|b_c", "t~u^v<w>&%"], "mean": [1234.5, float("nan")], "ok": [True, False]})
     t.attrs["display"] = {"mean": "mean (s)"}
-    header, align, *rows = _md_rows(tables.to_markdown(t))
+    header, align, *rows = md_rows(tables.to_markdown(t))
     assert header == ["v", "mean (s)", "ok"]
     assert [a[0] + a[-1] for a in align] == [":-", "-:", ":-"]
     assert rows == [["a\\|b_c", "1,234", "True"], ["t~u^v<w>&%", "–", "False"]]
@@ -166,6 +161,6 @@ def test_cells_are_escaped_and_missing_values_are_dashes():
 
 def test_a_table_without_rows_keeps_its_header_and_alignment():
     t = pd.DataFrame({"v": pd.Series([], dtype=object), "mean": pd.Series([], dtype=float)})
-    header, align, *rows = _md_rows(tables.to_markdown(t))
+    header, align, *rows = md_rows(tables.to_markdown(t))
     assert header == ["v", "mean"] and [a[0] + a[-1] for a in align] == [":-", "-:"] and rows == []
     assert "v & mean \\\\\n\\midrule\n\\bottomrule" in tables.to_latex(t)
