@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -69,7 +70,7 @@ def set_dotted(config: dict, key: str, value: Any) -> None:
     node = config
     for p in parts[:-1]:
         node = node.setdefault(p, {})
-    node[parts[-1]] = copy.deepcopy(value)
+    node[parts[-1]] = copy_settings(value)
 
 
 def get_dotted(config: Mapping, key: str, default: Any = None) -> Any:
@@ -82,14 +83,27 @@ def get_dotted(config: Mapping, key: str, default: Any = None) -> Any:
     return node
 
 
+def copy_settings(obj: Any) -> Any:
+    """A copy of nested settings: mappings and lists copied all the way down, other values shared
+    (strings and numbers are immutable; anything else is copied with :func:`copy.deepcopy`). Several
+    times quicker than ``copy.deepcopy`` on the JSON-like data of a grid."""
+    if isinstance(obj, dict):
+        return {k: copy_settings(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [copy_settings(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | float):
+        return obj
+    return copy.deepcopy(obj)
+
+
 def deep_merge(base: Mapping, top: Mapping) -> dict:
     """``top`` over ``base``, recursively for mappings; lists and scalars in ``top`` replace."""
-    out = copy.deepcopy(dict(base))
+    out = copy_settings(dict(base))
     for k, v in top.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
             out[k] = deep_merge(out[k], v)
         else:
-            out[k] = copy.deepcopy(v)
+            out[k] = copy_settings(v)
     return out
 
 
@@ -150,15 +164,15 @@ class Section:
     def problems(self) -> list[str]:
         """Every broken rule of this section, as sentences; empty when it is fine."""
         out = []
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            for ok, why in f.metadata.get("checks", ()):
+        for name, checks in _rules(type(self)):
+            value = getattr(self, name)
+            for ok, why in checks:
                 try:
                     good = bool(ok(value))
                 except TypeError:  # None or a string compared with a number
                     good = False
                 if not good:
-                    out.append(f"{self.SECTION}.{f.name} = {value!r} {why}.")
+                    out.append(f"{self.SECTION}.{name} = {value!r} {why}.")
                     break
         return out or self._relations()
 
@@ -169,10 +183,24 @@ class Section:
     @classmethod
     def build(cls, values: Mapping[str, Any], problems: list[str]) -> Any:
         """The section from a grid's mapping of its keys, or None with the reasons added to
-        ``problems`` (unknown keys, fields without a default left out, broken rules)."""
+        ``problems`` (unknown keys, fields without a default left out, broken rules).
+
+        Sections are immutable, so equal mappings share one instance (the runs of a grid mostly
+        share their task, tiny model and harness settings).
+        """
         if not isinstance(values, Mapping):
             problems.append(f"{cls.SECTION} = {values!r} must be a mapping of settings.")
             return None
+        key = (cls, repr(values))  # repr tells JSON values apart (1, 1.0, True, "1") and is quick
+        if key not in _BUILT:
+            found: list[str] = []
+            _BUILT[key] = (cls._build(values, found), tuple(found))
+        section, found = _BUILT[key]
+        problems += found
+        return section
+
+    @classmethod
+    def _build(cls, values: Mapping[str, Any], problems: list[str]) -> Any:
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
         found = []
         for k in values:
@@ -190,6 +218,17 @@ class Section:
         except SpecError as e:
             problems += e.problems
             return None
+
+
+_BUILT: dict[tuple[type, str], tuple[Any, tuple[str, ...]]] = {}
+
+
+@functools.cache
+def _rules(cls: type) -> tuple[tuple[str, tuple[Check, ...]], ...]:
+    """``(field name, its rules)`` of a section class, for the fields that have rules."""
+    return tuple(
+        (f.name, f.metadata["checks"]) for f in dataclasses.fields(cls) if f.metadata.get("checks")
+    )
 
 
 def _finite(v: Any) -> bool:
@@ -487,7 +526,7 @@ class RunSpec:
     harness: HarnessSettings = field(init=False)
 
     def __post_init__(self) -> None:
-        settings = copy.deepcopy(dict(self.settings))
+        settings = copy_settings(dict(self.settings))
         problems: list[str] = []
         seed = settings.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
@@ -524,7 +563,7 @@ class RunSpec:
 
     def to_json(self) -> dict[str, Any]:
         """A copy of :attr:`settings` (what ``config.json`` records and the run id hashes)."""
-        return copy.deepcopy(dict(self.settings))
+        return copy_settings(dict(self.settings))
 
     def with_settings(self, values: Mapping[str, Any]) -> RunSpec:
         """Another run: this one's settings with dotted ``values`` set (a new run id).

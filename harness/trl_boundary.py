@@ -20,7 +20,6 @@ import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
-from unittest import mock
 
 from harness.schema import ExecutorSettings, RunSpec, canonical_json
 from harness.spec import describe_fields, is_desc
@@ -175,6 +174,8 @@ def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = 
         import torch
 
         if elsewhere or not torch.cuda.is_available():  # noqa: SIM102 (torch imported only for cuda)
+            from unittest import mock  # imports asyncio (30 ms): only for a CUDA run
+
             patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
     with patch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
