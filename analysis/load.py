@@ -229,28 +229,29 @@ def _read_run(run_dir: str, want: Sequence[str] | None) -> tuple[list[pa.Table],
     skipped: list[tuple[str, str]] = []
     tables = []
     for i, path in enumerate(layout.metric_paths(run_dir)):
-        try:
-            tables.append(_normalise(_read_table(path, want), path, skipped))
-        except (pa.ArrowException, OSError, ValueError) as e:
-            skipped.append((path, f"{type(e).__name__}: {e}"))
+        table = _read_metrics_file(path, want, skipped)
+        if table is not None:
+            tables.append(table)
+        elif i == 0 and os.path.basename(path) == layout.COMPACT_FILE:
             # A damaged compacted file may still have its parts beside it (compaction removes them
             # only after the rename); reading them beats losing the run.
-            if i == 0 and os.path.basename(path) == layout.COMPACT_FILE:
-                tables.extend(_read_parts(os.path.dirname(path), want, skipped))
+            parts = (
+                _read_metrics_file(part, want, skipped) for part in layout.part_paths(os.path.dirname(path))
+            )
+            tables.extend(t for t in parts if t is not None)
     return tables, skipped
 
 
-def _read_parts(
-    metrics_dir: str, want: Sequence[str] | None, skipped: list[tuple[str, str]]
-) -> list[pa.Table]:
-    """The part files' tables in ``metrics_dir``; an unreadable one is added to ``skipped``."""
-    tables = []
-    for part in layout.part_paths(metrics_dir):
-        try:
-            tables.append(_normalise(_read_table(part, want), part, skipped))
-        except (pa.ArrowException, OSError, ValueError) as e:
-            skipped.append((part, f"{type(e).__name__}: {e}"))
-    return tables
+def _read_metrics_file(
+    path: str, want: Sequence[str] | None, skipped: list[tuple[str, str]]
+) -> pa.Table | None:
+    """One metrics file's table (:func:`_normalise`d), or None when it cannot be read (the reason
+    added to ``skipped``)."""
+    try:
+        return _normalise(_read_table(path, want), path, skipped)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        skipped.append((path, f"{type(e).__name__}: {e}"))
+        return None
 
 
 def _read_runs(
