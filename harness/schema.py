@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import functools
 import hashlib
 import json
 import math
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +118,98 @@ def canonical_json(obj: Any) -> str:
 def run_id_of(settings: Mapping[str, Any]) -> str:
     """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``settings``."""
     return hashlib.sha256(canonical_json(settings).encode()).hexdigest()[:RUN_ID_LENGTH]
+
+
+# --- the language of field types ------------------------------------------------------------
+
+
+def describe_hint(hint: Any) -> Any:
+    """A type hint as JSON data, the form :func:`type_ok` checks against and the verdict memo stores.
+
+    ``"any" | "none" | "bool" | "int" | "float" | "str" | "list" | "dict"``, or one of
+    ``{"union": [...]}``, ``{"literal": [...]}``, ``{"enum": name}``, ``{"class": name}``.
+    """
+    if hint is Any or hint is object:
+        return "any"
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return {"union": [describe_hint(h) for h in typing.get_args(hint)]}
+    if origin is typing.Literal:
+        return {"literal": list(typing.get_args(hint))}
+    if hint is type(None) or hint is None:
+        return "none"
+    if hint in (list, tuple, set) or origin in (list, tuple, Sequence, set):
+        return "list"
+    if hint is dict or origin in (dict, Mapping):
+        return "dict"
+    if hint in (bool, int, float, str):
+        return hint.__name__
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return {"enum": hint.__name__}
+    if isinstance(hint, type):
+        return {"class": hint.__name__}
+    return "any"
+
+
+def type_ok(value: Any, desc: Any) -> bool:
+    """Whether ``value`` fits a hint described by :func:`describe_hint` (containers one level deep).
+
+    ``float`` accepts ints; ``int`` rejects bools; an enum accepts strings (TRL checks the member);
+    other classes accept nothing a YAML file can hold.
+    """
+    if isinstance(desc, dict):
+        if "union" in desc:
+            return any(type_ok(value, d) for d in desc["union"])
+        if "literal" in desc:
+            return value in desc["literal"]
+        if "enum" in desc:
+            return isinstance(value, str | enum.Enum)
+        return False
+    return _SIMPLE_CHECKS[desc](value)
+
+
+#: The simple described types and what each accepts.
+_SIMPLE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "any": lambda v: True,
+    "none": lambda v: v is None,
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, list | tuple),
+    "dict": lambda v: isinstance(v, Mapping),
+}
+
+
+def is_desc(desc: Any) -> bool:
+    """Whether ``desc`` is a described hint (:func:`describe_hint`'s grammar); checks memo entries."""
+    if isinstance(desc, str):
+        return desc in _SIMPLE_CHECKS
+    if not isinstance(desc, dict) or len(desc) != 1:
+        return False
+    ((kind, arg),) = desc.items()
+    if kind == "union":
+        return isinstance(arg, list) and all(is_desc(d) for d in arg)
+    if kind == "literal":
+        return isinstance(arg, list)
+    return kind in ("enum", "class") and isinstance(arg, str)
+
+
+def hint_name(desc: Any) -> str:
+    """A described hint as people write it: ``float``, ``str | None``, ``SchedulerType | str``."""
+    if isinstance(desc, dict):
+        if "union" in desc:
+            return " | ".join(hint_name(d) for d in desc["union"])
+        if "literal" in desc:
+            return f"Literal[{', '.join(map(repr, desc['literal']))}]"
+        return desc.get("enum") or desc["class"]
+    return "None" if desc == "none" else desc
+
+
+def describe_fields(cls: type) -> dict[str, Any]:
+    """``{field name: described type}`` (:func:`describe_hint`) of a dataclass's init fields."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: describe_hint(hints.get(f.name, Any)) for f in dataclasses.fields(cls) if f.init}
 
 
 # --- sections that check their own fields -------------------------------------------------------
@@ -226,9 +321,7 @@ _BUILT: dict[tuple[type, str], tuple[Any, tuple[str, ...]]] = {}
 @functools.cache
 def _rules(cls: type) -> tuple[tuple[str, tuple[Check, ...]], ...]:
     """``(field name, its rules)`` of a section class, for the fields that have rules."""
-    return tuple(
-        (f.name, f.metadata["checks"]) for f in dataclasses.fields(cls) if f.metadata.get("checks")
-    )
+    return tuple((f.name, f.metadata["checks"]) for f in dataclasses.fields(cls) if f.metadata.get("checks"))
 
 
 def _finite(v: Any) -> bool:

@@ -187,19 +187,7 @@ def submit(
         if not todo:
             printer("nothing to submit")
             return result
-        limit = max_array_size() - 1
-        plans = []
-        for settings, group in group_by_resources(todo, executor):
-            chunks = [group[i : i + limit] for i in range(0, len(group), limit)]
-            plans.append((settings, chunks))
-            cpus = resources_of(settings)["cpus_per_task"]
-            mem = settings.mem_gb if settings.mem_gb is not None else "default"
-            printer(
-                f"submitting {len(group)} run(s) as {len(chunks)} array(s) of at most {limit}; "
-                f"per run: {settings.nodes} node(s) x {settings.tasks_per_node} task(s), "
-                f"{cpus} CPU(s)/task, {settings.gpus_per_node} GPU(s)/node, {mem} GB, "
-                f"{settings.timeout_min} min; {gpu_hours(len(group), settings):.1f} GPU-hours requested"
-            )
+        plans = _array_plans(todo, executor, printer)
         if dry_run:
             return result
         for rid in (r.run_id for r in todo):
@@ -208,17 +196,36 @@ def submit(
         with code_snapshot(grid_dir) as (snap, commit):
             result.snapshot = snap
             try:
-                for settings, chunks in plans:
-                    for chunk in chunks:
-                        _submit_array(settings, chunk, grid_dir, snap, commit, hold, result)
-                        printer(
-                            f"submitted array job {result.arrays[-1][0]} ({result.arrays[-1][1]} task(s))"
-                        )
+                for settings, chunk in plans:
+                    _submit_array(settings, chunk, grid_dir, snap, commit, hold, result)
+                    printer(f"submitted array job {result.arrays[-1][0]} ({result.arrays[-1][1]} task(s))")
             except RuntimeError:
                 if not result.arrays:  # no job will ever read this snapshot
                     shutil.rmtree(snap, ignore_errors=True)
                 raise
     return result
+
+
+def _array_plans(
+    todo: Sequence[RunSpec], executor: ExecutorSettings, printer
+) -> list[tuple[ExecutorSettings, Sequence[RunSpec]]]:
+    """``(resources, runs)`` of each array to submit: runs grouped by the resources they resolve to,
+    each group cut into arrays of at most the cluster's ``MaxArraySize - 1`` tasks; what each group
+    asks for is printed."""
+    limit = max_array_size() - 1
+    plans = []
+    for settings, group in group_by_resources(todo, executor):
+        chunks = [group[i : i + limit] for i in range(0, len(group), limit)]
+        plans += [(settings, chunk) for chunk in chunks]
+        cpus = resources_of(settings)["cpus_per_task"]
+        mem = settings.mem_gb if settings.mem_gb is not None else "default"
+        printer(
+            f"submitting {len(group)} run(s) as {len(chunks)} array(s) of at most {limit}; "
+            f"per run: {settings.nodes} node(s) x {settings.tasks_per_node} task(s), "
+            f"{cpus} CPU(s)/task, {settings.gpus_per_node} GPU(s)/node, {mem} GB, "
+            f"{settings.timeout_min} min; {gpu_hours(len(group), settings):.1f} GPU-hours requested"
+        )
+    return plans
 
 
 def group_by_resources(

@@ -21,8 +21,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from harness.schema import ExecutorSettings, RunSpec, canonical_json
-from harness.spec import describe_fields, is_desc
+from harness.schema import ExecutorSettings, RunSpec, canonical_json, describe_fields, is_desc
 
 #: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -80,7 +79,7 @@ TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
 
 @functools.cache
 def grpo_config_fields() -> dict[str, Any]:
-    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.spec.describe_hint`'s
+    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.schema.describe_hint`'s
     grammar), with :data:`TRAINER_TYPE_FIXES` applied; memoised on disk per TRL stack version."""
     types = dict(_grpo_config_facts()["types"])
     types.update({k: v for k, v in TRAINER_TYPE_FIXES.items() if k in types})

@@ -197,7 +197,8 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
 
 
 def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
-    from harness.spec import describe_hint, hint_name, section_fields, type_ok
+    from harness.schema import describe_hint, hint_name, type_ok
+    from harness.spec import section_fields
 
     fields = section_fields("trainer")
     assert (
