@@ -150,3 +150,15 @@ def test_no_module_changes_the_working_folder():
         str(path.relative_to(ROOT)) for path in _modules().values() if "os.chdir(" in path.read_text()
     ]
     assert not offenders, f"os.chdir in {offenders}: pass a working folder to the subprocess instead"
+
+
+def test_no_function_over_the_length_and_nesting_limits(capsys):
+    """``scripts/structure.py``: no function of harness or analysis over 60 lines of code or nested
+    more than 4 levels deep."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+    structure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(structure)
+    code = structure.main([str(ROOT / pkg) for pkg in PACKAGES])
+    assert code == 0, capsys.readouterr().out
