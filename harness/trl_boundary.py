@@ -1,7 +1,7 @@
 """Everything that knows TRL's insides, in one place.
 
 The rest of the harness asks this module, never TRL directly, about: the values TRL accepts for
-``loss_type`` and ``importance_sampling_level``; the ``GRPOConfig`` keyword arguments of a run and
+``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``; the ``GRPOConfig`` keyword arguments of a run and
 the device it runs on; TRL's verdict on those arguments (memoised on disk by
 :mod:`harness.verdicts`); and the private names of ``GRPOTrainer`` that
 :class:`harness.trainer.HarnessGRPOTrainer` overrides or reads (:data:`TRL_PRIVATE_NAMES`,
@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import re
 import sys
 import warnings
 from collections.abc import Mapping
@@ -23,8 +24,9 @@ from typing import Any
 
 from harness.schema import ExecutorSettings, RunSpec, canonical_json, describe_fields, is_desc
 
-#: TRL 1.16 ``GRPOConfig.loss_type`` values (its field help and ``_compute_loss`` branches).
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+#: TRL 1.16's ``GRPOConfig.loss_type`` values, used only when the installed TRL's field help does
+#: not list them (:func:`loss_types` reads them from it).
+KNOWN_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 #: ``GRPOTrainer`` methods :class:`harness.trainer.HarnessGRPOTrainer` overrides (and calls through
 #: ``super()``), and instance attributes the harness reads; all private to TRL, so an upgrade may
@@ -57,13 +59,15 @@ def _grpo_config_facts() -> dict[str, Any]:
             for f in dataclasses.fields(cls)
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
-        return {"types": describe_fields(cls), "defaults": defaults}
+        return {"types": describe_fields(cls), "defaults": defaults, "loss_types": _declared_loss_types(cls)}
 
     def valid(facts: Any) -> bool:
         return (
             isinstance(facts, dict)
             and isinstance(facts.get("types"), dict)
             and isinstance(facts.get("defaults"), dict)
+            and isinstance(facts.get("loss_types"), list)
+            and all(isinstance(n, str) for n in facts["loss_types"])
             and {"loss_type", "max_steps", "num_generations", "learning_rate"} <= set(facts["types"])
             and all(is_desc(d) for d in facts["types"].values())
         )
@@ -84,6 +88,22 @@ def grpo_config_fields() -> dict[str, Any]:
     types = dict(_grpo_config_facts()["types"])
     types.update({k: v for k, v in TRAINER_TYPE_FIXES.items() if k in types})
     return types
+
+
+def _declared_loss_types(cls: type) -> list[str]:
+    """The loss types ``GRPOConfig.loss_type``'s field help declares ("Supported values are 'grpo',
+    ..., and 'vespo'."), in its order; empty when the help has no such sentence."""
+    field = cls.__dataclass_fields__.get("loss_type")
+    text = field.metadata.get("help", "") if field is not None else ""
+    found = re.search(r"Supported values are ([^.]*)\.", text)
+    return re.findall(r"'(\w+)'", found.group(1)) if found else []
+
+
+@functools.cache
+def loss_types() -> tuple[str, ...]:
+    """The values the installed TRL takes for ``loss_type``, read from ``GRPOConfig``'s field help
+    (memoised with its field types); :data:`KNOWN_LOSS_TYPES` when the help lists none."""
+    return tuple(_grpo_config_facts()["loss_types"]) or KNOWN_LOSS_TYPES
 
 
 @functools.cache

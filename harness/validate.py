@@ -23,12 +23,12 @@ from harness.grid import Plan
 from harness.schema import SFT_SEED_BASE, TINY, ExecutorSettings, RunSpec, SpecError, canonical_json
 from harness.trl_boundary import (
     IMPORTANCE_SAMPLING_LEVELS,
-    LOSS_TYPES,
     VALIDATION_DIR,
     checked_grpo_config,
     cuda_available,
     grpo_config_defaults,
     grpo_config_kwargs,
+    loss_types,
     resolve_device,
 )
 
@@ -129,9 +129,9 @@ def _warn(msg: str) -> list[Finding]:
 
 def rule_loss_type(ctx: RunContext) -> list[Finding]:
     lt = ctx.value("loss_type")
-    if lt not in LOSS_TYPES:
+    if lt not in loss_types():
         return _err(
-            f"trainer.loss_type = {lt!r} is not a TRL loss type; use one of {', '.join(LOSS_TYPES)} "
+            f"trainer.loss_type = {lt!r} is not a TRL loss type; use one of {', '.join(loss_types())} "
             "(GSPO is loss_type: grpo with importance_sampling_level: sequence)."
         )
     return []

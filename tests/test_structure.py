@@ -162,3 +162,19 @@ def test_no_function_over_the_length_and_nesting_limits(capsys):
     spec.loader.exec_module(structure)
     code = structure.main([str(ROOT / pkg) for pkg in PACKAGES])
     assert code == 0, capsys.readouterr().out
+
+
+def test_loss_types_read_from_trl_are_the_ones_its_loss_branches_on():
+    """What the field help declares and what ``_compute_loss`` computes must agree: a TRL that adds
+    or drops a loss type fails here, not in a user's grid."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    from harness import trl_boundary
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    tests = re.findall(r'loss_type (?:==|in) (\[[^\]]*\]|"\w+")', source)
+    branched = set(re.findall(r'"(\w+)"', " ".join(tests)))
+    assert set(trl_boundary.loss_types()) == branched, (trl_boundary.loss_types(), sorted(branched))
