@@ -61,23 +61,22 @@ def _results_problem(grid_dir: Path) -> bool:
 
 
 def text_table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A terminal table drawn by rich: a header line, then one line per row, columns two spaces
-    apart, no borders (so each line still splits on whitespace), never wrapped however wide."""
-    import io
+    """A terminal table: a header line, then one line per row, columns left-aligned two spaces
+    apart, no borders (so each line still splits on whitespace), never wrapped however wide.
 
-    from rich.console import Console
-    from rich.table import Table
+    Drawn by tabulate (``plain``), which also renders the report's markdown tables: rich's table
+    takes 0.2 s per 1,000 rows, a third of ``plan``'s time for a 1,000-run grid.
+    """
+    from tabulate import tabulate
 
-    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0), header_style="")
-    for name in header:
-        table.add_column(name, no_wrap=True, overflow="ignore")
-    for row in rows:
-        table.add_row(*(str(x) for x in row))
-    out = io.StringIO()
-    Console(file=out, width=1_000_000, color_system=None, highlight=False, emoji=False, markup=False).print(
-        table
+    # the header goes in as a row: tabulate pads header cells by two more spaces than data cells
+    text = tabulate(
+        [list(header), *([str(x) for x in row] for row in rows)],
+        tablefmt="plain",
+        disable_numparse=True,
+        stralign="left",
     )
-    return [line.rstrip() for line in out.getvalue().splitlines()]
+    return [line.rstrip() for line in text.splitlines()]
 
 
 def format_plan(plan, grid_dir: Path | None = None) -> str:
