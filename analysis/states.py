@@ -246,7 +246,10 @@ def describe(state: str, *, step: int | None, max_steps: int | None, metric: str
     if state == STOPPED:
         if step is None:
             return "stopped before its first step"
-        return f"stopped at step {step}{of} (killed or interrupted; running the grid again resumes it)"
+        return (
+            f"stopped at step {step}{of} (killed or interrupted; grpo-harness status says from which "
+            "step running the grid again resumes it)"
+        )
     if state == PENDING:
         return "not started"
     return f"done, {step} steps"

@@ -50,14 +50,15 @@ def _load_plan(args: argparse.Namespace):
 
 
 def _results_problem(grid_dir: Path) -> bool:
-    """Print an error and return True when ``grid_dir`` (or a folder above it) is a file."""
-    for p in (grid_dir, *grid_dir.parents):
-        if p.exists() and not p.is_dir():
-            print(f"error: {p} is a file, not a folder; pass another --results folder.", file=sys.stderr)
-            return True
-        if p.exists():
-            return False
-    return False
+    """Print an error and return True when results cannot be written into ``grid_dir``
+    (:func:`harness.layout.unwritable`); nothing is written either way."""
+    why = layout.unwritable(grid_dir)
+    if why:
+        print(
+            f"error: cannot write results to {grid_dir}: {why}; pass another --results folder.",
+            file=sys.stderr,
+        )
+    return why is not None
 
 
 def text_table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -137,36 +138,52 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     print(format_plan(plan, grid_dir if grid_dir.exists() else None))
     layout.write_grid(grid_dir, plan_record(plan))
-    pending = pending_local(plan.runs, grid_dir)
-    skipped = len(plan.runs) - len(pending)
-    if skipped:
-        print(f"{skipped} run(s) already done, skipped.")
+    todo, skipped = pending_local(plan.runs, grid_dir, retry_failed=args.retry_failed)
+    for reason, ids in skipped.items():
+        print(f"skipped {len(ids)} run(s): {reason}")
     outcomes = execute_local(
-        pending,
-        grid_dir,
-        executor,
-        in_process=executor.name == "debug",
-        show_progress=sys.stderr.isatty(),
+        todo, grid_dir, executor, in_process=executor.name == "debug", show_progress=sys.stderr.isatty()
     )
-    failed = [o for o in outcomes if o.state != "done"]
-    for o in failed:
+    code = _print_outcomes(outcomes, grid_dir)
+    if args.no_report:
+        return code
+    return max(code, _report_after_run(grid_dir))
+
+
+def _print_outcomes(outcomes, grid_dir: Path) -> int:
+    """One line per run that did not simply finish (what happened, its log), then the count;
+    returns 1 when a run failed, diverged or stopped, else 0 (a run another process trains is
+    left to it and is no failure)."""
+    unfinished = (layout.FAILED, layout.DIVERGED, layout.STOPPED)
+    for o in outcomes:
+        if o.state == layout.DONE and not o.error:
+            continue
+        stream = sys.stderr if o.state in unfinished else sys.stdout
         print(
-            f"run {o.run_id} {o.state}: {o.error}" + (f"\n  log: {o.log}" if o.log else ""), file=sys.stderr
+            f"run {o.run_id} {o.state}: {o.error}"
+            + (f"\n  log: {o.log}" if o.log and o.state in unfinished else ""),
+            file=stream,
         )
+    finished = sum(o.state == layout.DONE for o in outcomes)
     if outcomes:
-        print(f"{len(outcomes) - len(failed)}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
+        print(f"{finished}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
     else:
         print(f"nothing to run; results in {grid_dir}/runs/")
-    if not args.no_report:
-        from analysis.report import ReportError, make_report
+    return 1 if any(o.state in unfinished for o in outcomes) else 0
 
-        try:
-            out = make_report(grid_dir)
-            print(f"report: {out}/index.md")
-        except ReportError as e:  # the runs are on disk whatever happens to their report
-            print(f"report: {e}", file=sys.stderr)
-            return 1
-    return 1 if failed else 0
+
+def _report_after_run(grid_dir: Path) -> int:
+    """The report of ``grid_dir``; 1 with the reason when it cannot be made or written (the runs'
+    files are never touched by it), else 0."""
+    from analysis.report import ReportError, make_report
+
+    try:
+        out = make_report(grid_dir)
+    except (ReportError, OSError) as e:
+        print(f"report: {e}; the runs' results are unchanged", file=sys.stderr)
+        return 1
+    print(f"report: {out}/index.md")
+    return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -291,6 +308,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _grid_args(p)
     p.add_argument("--executor", choices=["local", "debug"], default=None, help="override executor.name")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.add_argument("--retry-failed", action="store_true", help="also train failed and diverged runs again")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("submit", help="submit a grid to SLURM as job arrays (skips done and queued runs)")

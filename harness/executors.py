@@ -18,8 +18,9 @@ from typing import Any
 import submitit
 
 from harness import layout
+from harness.metrics import last_step_and_reward
 from harness.schema import ExecutorSettings, RunSpec
-from harness.status import last_error_line, latest_reward
+from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, latest_reward
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -84,22 +85,21 @@ class TrainingJob(submitit.helpers.Checkpointable):
         if on_slurm:  # scontrol requeue, scancel, node shutdown: SIGTERM, then SIGKILL after KillWait
             signal.signal(signal.SIGTERM, on_signal)
         rdir = Path(self.run_dir)
+        from harness.training import RunBusy, RunDiverged
+
         try:
             summary = train(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
+        except RunBusy as e:  # another process trains it: nothing of this run was touched
+            return {"busy": True, "detail": str(e)}
         except Exception as e:
-            if job_env is None or job_env.global_rank == 0:
-                from harness.training import RunBusy, RunDiverged
-
-                if not isinstance(e, RunDiverged | RunBusy):
-                    tb = traceback.format_exc()
-                    atomic_write_json(
-                        rdir / layout.FAILED_FILE,
-                        {
-                            "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
-                            "log": log,
-                            "traceback": tb[-4000:],
-                        },
-                    )
+            if (job_env is None or job_env.global_rank == 0) and not isinstance(e, RunDiverged):
+                marker = {
+                    "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                    "log": log,
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+                with contextlib.suppress(OSError):  # a full disk: the error itself must still surface
+                    atomic_write_json(rdir / layout.FAILED_FILE, marker)
             raise
         finally:
             signal.signal(signal.SIGUSR2, previous)
@@ -124,12 +124,34 @@ def _job_environment():
 
 @dataclass
 class Outcome:
-    """How one run ended: state is "done", "failed" or "diverged"; ``error`` is the last error line."""
+    """How one run's job ended: ``state`` in :data:`harness.layout.RUN_STATES` (done, diverged,
+    failed, stopped; running when another process trains it and this driver left it alone) and
+    ``error``, what happened in one line (:func:`harness.status.end_line`)."""
 
     run_id: str
     state: str
     log: str = ""
     error: str = ""
+
+
+def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", raised: str = "") -> Outcome:
+    """The outcome of a run whose job has ended, read from the run's own files. The job's result
+    says whether another process held the run; ``raised`` (the job's error as the driver got it)
+    names a failure that could not leave a marker (a full disk)."""
+    if isinstance(result, dict) and result.get("busy"):
+        return Outcome(run_id, layout.RUNNING, log, f"{result.get('detail', 'busy')} (skipped)")
+    state = layout.files_state(run_dir)
+    if state == layout.RUNNING:  # its lock was taken between our check and the job's start
+        return Outcome(run_id, state, log, f"{layout.trained_elsewhere(run_dir)} (skipped)")
+    if state == layout.STOPPED and raised and not last_attempt(run_dir).get("outcome"):
+        line = last_error_line(raised)
+        if line and "has not produced any output" not in raised:  # submitit's words for a killed task
+            no_space = any(s in line for s in NO_SPACE)
+            return Outcome(
+                run_id, layout.FAILED, log, f"no space left on device ({line})" if no_space else line
+            )
+    step = last_step_and_reward(run_dir)[0] if state == layout.STOPPED else None
+    return Outcome(run_id, state, log, end_line(run_dir, state, step))
 
 
 def default_parallel(executor: ExecutorSettings) -> int:
@@ -140,9 +162,28 @@ def default_parallel(executor: ExecutorSettings) -> int:
     return max(1, cores // max(1, executor.threads_per_run))
 
 
-def pending_local(runs: Sequence[RunSpec], grid_dir: Path) -> list[RunSpec]:
-    """The runs of ``runs`` a local ``run`` trains: every one without a DONE marker."""
-    return [r for r in runs if layout.files_state(layout.run_dir(grid_dir, r.run_id)) != layout.DONE]
+def pending_local(
+    runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False
+) -> tuple[list[RunSpec], dict[str, list[str]]]:
+    """The runs a local ``run`` trains, and the others by reason (as ``submit`` chooses):
+    pending and stopped runs are trained (a stopped one resumes); done runs and runs another
+    process trains now never; failed and diverged runs only with ``retry_failed``."""
+    todo: list[RunSpec] = []
+    skipped: dict[str, list[str]] = {"done": [], "being trained by another process": [], FAILED_REASON: []}
+    for run in runs:
+        state = layout.files_state(layout.run_dir(grid_dir, run.run_id))
+        if state == layout.DONE:
+            skipped["done"].append(run.run_id)
+        elif state == layout.RUNNING:
+            skipped["being trained by another process"].append(run.run_id)
+        elif state in (layout.FAILED, layout.DIVERGED) and not retry_failed:
+            skipped[FAILED_REASON].append(run.run_id)
+        else:
+            todo.append(run)
+    return todo, {k: v for k, v in skipped.items() if v}
+
+
+FAILED_REASON = "failed or diverged (use --retry-failed)"
 
 
 def execute_local(
@@ -230,12 +271,12 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
     """The debug executor: each run called directly, one after another."""
     for spec in runs:
         rdir = layout.run_dir(grid_dir, spec.run_id)
+        result, raised = None, ""
         try:
-            TrainingJob(spec, str(rdir), threads)()
-            finish(Outcome(spec.run_id, "done"))
-        except Exception as e:  # one failed run must not stop the grid
-            state = "diverged" if layout.files_state(rdir) == layout.DIVERGED else "failed"
-            finish(Outcome(spec.run_id, state, error=f"{type(e).__name__}: {e}"))
+            result = TrainingJob(spec, str(rdir), threads)()
+        except Exception as e:  # one failed run must not stop the grid; its files say why
+            raised = f"{type(e).__name__}: {e}"
+        finish(outcome_of(spec.run_id, rdir, result, raised=raised))
 
 
 def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None:
@@ -260,11 +301,10 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None
                 still.append((spec, job))
                 continue
             rdir = layout.run_dir(grid_dir, spec.run_id)
-            log = str(job.paths.stderr)
+            result, raised = None, ""
             try:
-                job.results()  # every task's; raises the first task error
-                finish(Outcome(spec.run_id, "done", log=log))
-            except Exception as e:  # submitit re-raises the job's exception with its traceback
-                state = "diverged" if layout.files_state(rdir) == layout.DIVERGED else "failed"
-                finish(Outcome(spec.run_id, state, log=log, error=last_error_line(str(e))))
+                result = job.results()[0]  # every task's; raises the first task error
+            except Exception as e:  # submitit re-raises the job's error; the run's files say what it was
+                raised = str(e)
+            finish(outcome_of(spec.run_id, rdir, result, str(job.paths.stderr), raised))
         active[:] = still

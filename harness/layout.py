@@ -181,6 +181,55 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
     return info
 
 
+def read_attempts(run_dir: str | os.PathLike) -> list[dict]:
+    """The run's attempts, oldest first, from ``attempts.jsonl``: each start record (``started_at``,
+    host, SLURM ids, ``resume_from_step``, damaged checkpoints passed over) merged with the end
+    record the attempt wrote (``ended_at``, ``outcome``: done, stopped, diverged, failed or
+    interrupted, and ``detail``); an attempt that was killed has no end record. Lines that do not
+    parse (cut by a kill) are passed over."""
+    try:
+        with open(os.path.join(run_dir, ATTEMPTS_FILE), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    attempts: list[dict] = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "started_at" in record or not attempts:
+            attempts.append(record)
+        else:
+            attempts[-1].update(record)
+    return attempts
+
+
+def unwritable(folder: str | os.PathLike) -> str | None:
+    """Why results cannot be written into ``folder`` (made if missing), or None when they can.
+
+    Walks up to the nearest folder that exists and creates (then removes) a temporary file there,
+    so nothing is left behind either way: a file where a folder should be, a read-only mount,
+    a folder without write permission, or a place like ``/proc`` that holds no files.
+    """
+    path = Path(os.path.abspath(folder))
+    for p in (path, *path.parents):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            return f"{p} is a file, not a folder"
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=p)
+        except OSError as e:
+            return f"{p} cannot be written ({e.strerror or e})"
+        os.close(fd)
+        os.unlink(tmp)
+        return None
+    return f"no folder above {path} exists"
+
+
 def write_grid(grid_dir: str | os.PathLike, record: dict) -> None:
     """Write ``grid.json`` (:func:`harness.grid.plan_record`) atomically, creating the folder."""
     with atomic_path(os.path.join(grid_dir, GRID_FILE)) as tmp, open(tmp, "w", encoding="utf-8") as f:
@@ -219,6 +268,14 @@ def owner_alive(run_dir: str | os.PathLike) -> bool:
     except (ProcessLookupError, OverflowError):
         return False
     return True
+
+
+def trained_elsewhere(run_dir: str | os.PathLike) -> str:
+    """Which process trains a run now, as words: "being trained by another process (host vm, pid
+    123)", from its owner file (the host and pid are left out when the file is gone)."""
+    owner = read_json_object(os.path.join(run_dir, OWNER_FILE)) or {}
+    who = f" (host {owner.get('host')}, pid {owner.get('pid')})" if owner else ""
+    return f"being trained by another process{who}"
 
 
 def files_state(run_dir: str | os.PathLike) -> str:

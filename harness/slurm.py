@@ -21,7 +21,14 @@ from filelock import FileLock
 from harness import layout
 from harness.metrics import atomic_write_json
 from harness.schema import ExecutorSettings, RunSpec, canonical_json
-from harness.status import grid_run_dirs, queue_states, read_job, scheduler_command
+from harness.status import (
+    accounting_states,
+    grid_run_dirs,
+    queue_states,
+    read_job,
+    run_status,
+    scheduler_command,
+)
 
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
@@ -134,22 +141,28 @@ class SubmitResult:
 
 
 def pending_runs(runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False) -> tuple[list, dict]:
-    """Runs to submit, and the others by reason (done, queued/running, failed without --retry-failed).
+    """Runs to submit, and the others by reason, from each run's state (:mod:`harness.status`).
 
-    Runs whose job left the queue without any marker (killed, or DONE deleted by hand) are submitted
-    again; runs with a FAILED or DIVERGED marker only with ``retry_failed``.
+    Pending and stopped runs are submitted: never started, or interrupted, cancelled, preempted,
+    timed out or on a failed node (they resume from their checkpoint). Failed and diverged runs
+    (a marker, or a job that ran out of memory or failed) only with ``retry_failed``; done, queued
+    and running runs never.
     """
     dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
     jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
     queue = queue_states(jobs.values())
+    ended = [
+        j for rid, j in jobs.items() if j and j not in queue and layout.files_state(dirs[rid]) != layout.DONE
+    ]
+    accounting = accounting_states(ended)
     todo, skipped = [], {"done": [], "queued or running": [], "failed (use --retry-failed)": []}
     for run in runs:
-        d = dirs[run.run_id]
-        if (d / layout.DONE_FILE).exists():
+        state = run_status(dirs[run.run_id], queue, accounting).state
+        if state == layout.DONE:
             skipped["done"].append(run.run_id)
-        elif jobs[run.run_id] and jobs[run.run_id] in queue:
+        elif state in (layout.QUEUED, layout.RUNNING, layout.REQUEUED):
             skipped["queued or running"].append(run.run_id)
-        elif ((d / layout.FAILED_FILE).exists() or (d / layout.DIVERGED_FILE).exists()) and not retry_failed:
+        elif state in (layout.FAILED, layout.DIVERGED) and not retry_failed:
             skipped["failed (use --retry-failed)"].append(run.run_id)
         else:
             todo.append(run)

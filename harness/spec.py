@@ -240,14 +240,36 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
     if not type_ok(value, fields[name]):
         if isinstance(value, str) and type_ok(1.0, fields[name]) and _is_number(value):
             return (
-                f"{where}: {key} = {value!r} is read by YAML as a string (YAML 1.1 needs a dot in "
-                f"exponent floats); write {float(value)!r} or {value.replace('e', '.0e', 1) if '.' not in value else value}."
+                f"{where}: {key} = {value!r} is read by YAML as a string (YAML 1.1 reads an exponent "
+                f"float only with a dot and a signed exponent); write {' or '.join(yaml_floats(value))}."
             )
         return (
             f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "
             f"{hint_name(fields[name])}. Fix the value (quote strings, write numbers bare)."
         )
     return None
+
+
+def yaml_floats(text: str) -> list[str]:
+    """Spellings of the number ``text`` that YAML reads as that float: the plain decimal, and the
+    exponent form with a dot and a signed exponent (``1e4`` -> ``10000.0``, ``1.0e+4``); each one
+    checked by parsing it."""
+    number = float(text)
+    candidates = [repr(number)]
+    mantissa, sep, exponent = text.strip().lower().partition("e")
+    if sep:
+        mantissa = mantissa if "." in mantissa else mantissa + ".0"
+        exponent = exponent if exponent[:1] in "+-" else "+" + exponent
+        candidates.append(f"{mantissa}e{exponent}")
+    good = []
+    for c in candidates:
+        try:
+            parsed = load_yaml_text(c)
+        except yaml.YAMLError:
+            continue
+        if isinstance(parsed, float) and parsed == number and c not in good:
+            good.append(c)
+    return good or [repr(number)]
 
 
 def _is_number(text: str) -> bool:

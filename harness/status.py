@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import layout
+from harness import checkpoints, layout
 from harness.layout import read_json_object
 
 __all__ = [
@@ -164,10 +164,12 @@ def run_status(
     }
     state = layout.files_state(run_dir)
     if state in (layout.DONE, layout.DIVERGED):
-        return RunStatus(state=state, log="" if state == layout.DONE else log, **base)
+        line = end_line(run_dir, state, step)
+        return RunStatus(state=state, log="" if state == layout.DONE else log, error=line, **base)
     if state == layout.FAILED and job_id not in queue:
         info = read_json_object(run_dir / layout.FAILED_FILE) or {}
-        return RunStatus(state=state, log=info.get("log", log), error=info.get("error", ""), **base)
+        line = end_line(run_dir, state, step)
+        return RunStatus(state=state, log=info.get("log", log), error=line, **base)
     if job_id and job_id in queue:
         q = queue[job_id]
         if q == "RUNNING":
@@ -177,28 +179,113 @@ def run_status(
     if job_id:
         return _left_the_queue(run_dir, job_id, (accounting or {}).get(job_id, ""), log, base)
     if state == layout.STOPPED:  # started by a local `run`, its process gone
-        where = f" at step {step}" if step is not None else ""
-        return RunStatus(state=state, error=f"interrupted{where}; running the grid again resumes it", **base)
+        return RunStatus(state=state, error=end_line(run_dir, state, step), **base)
     return RunStatus(state=state, **base)
 
 
+NO_SPACE = ("No space left on device", "Errno 28", "Disk quota exceeded", "Errno 122")
+
+
+def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
+    """What happened to a run that no process trains now, in one line, from its own files.
+
+    done: nothing, or how many steps have no metrics; diverged: the step and metric; failed: the
+    exception's own line (no space left is said first); stopped: how it ended (its last attempt's
+    end record, or none: killed) at which step, and whether and from where it resumes.
+    """
+    if state == layout.DONE:
+        missing = (read_json_object(run_dir / layout.DONE_FILE) or {}).get("missing_steps")
+        if isinstance(missing, list) and missing:
+            return f"{len(missing)} step(s) without metrics (an unreadable metrics file was set aside): {_steps(missing)}"
+        return ""
+    if state == layout.DIVERGED:
+        info = read_json_object(run_dir / layout.DIVERGED_FILE) or {}
+        return f"diverged at step {info.get('step', '?')}: {info.get('metric', 'a metric')} is {info.get('value', 'not finite')}"
+    if state == layout.FAILED:
+        error = str((read_json_object(run_dir / layout.FAILED_FILE) or {}).get("error", "")) or "failed"
+        if any(s in error for s in NO_SPACE):
+            return f"no space left on device ({error}); free space, then run the grid again"
+        return error
+    where = f" at step {step}" if step is not None else " before its first step"
+    return f"{_how_it_stopped(last_attempt(run_dir))}{where}; {resume_promise(run_dir, 'running the grid again')}"
+
+
+def _how_it_stopped(attempt: dict[str, Any]) -> str:
+    """A stopped run's last attempt in a few words: its end record's outcome, or killed when the
+    attempt wrote none (no process can write after a SIGKILL)."""
+    outcome = attempt.get("outcome")
+    if outcome == "stopped":
+        return "stopped on request (a preemption or time-limit signal)"
+    if outcome == "interrupted":
+        return "interrupted (Ctrl-C, or the driver was stopped)"
+    if outcome:
+        return f"ended as {outcome} ({attempt.get('detail', '')}), its marker since removed"
+    return "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
+
+
+def _steps(steps: list) -> str:
+    shown = ", ".join(str(s) for s in steps[:8])
+    return shown + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
+
+
+def last_attempt(run_dir: Path) -> dict[str, Any]:
+    """The run's last attempt (:func:`harness.layout.read_attempts`), {} before any."""
+    attempts = layout.read_attempts(run_dir)
+    return attempts[-1] if attempts else {}
+
+
+def resume_promise(run_dir: Path, how: str) -> str:
+    """What ``how`` (running or submitting the grid again) does for a run that stopped: resume from
+    its newest complete checkpoint, naming damaged newer ones, or start it over."""
+    point = checkpoints.resume_point(run_dir / layout.CHECKPOINTS_DIR)
+    if point.path is None:
+        head = f"no complete checkpoint, so {how} starts it over"
+    else:
+        head = f"{how} resumes it from step {point.step}"
+    damaged = "; ".join(f"{name} is damaged ({why})" for name, why in point.passed_over)
+    return f"{head}; {damaged}" if damaged else head
+
+
+#: How a SLURM job that left the queue without the run's own end marker ended, by its ``sacct``
+#: state: the run's state and what to do. Stopped runs are submitted again by the next ``submit``
+#: (they resume from their checkpoint); failed ones wait for ``--retry-failed``.
+SCHEDULER_ENDS = {
+    "CANCELLED": (layout.STOPPED, "cancelled"),
+    "PREEMPTED": (layout.STOPPED, "preempted"),
+    "TIMEOUT": (layout.STOPPED, "ran past its time limit (executor.timeout_min)"),
+    "NODE_FAIL": (layout.STOPPED, "its node failed"),
+    "OUT_OF_MEMORY": (
+        layout.FAILED,
+        "ran out of memory; raise executor.mem_gb (or lower the batch), then submit --retry-failed",
+    ),
+}
+
+
 def _left_the_queue(run_dir: Path, job_id: str, final: str, log: str, base: dict[str, Any]) -> RunStatus:
-    """A submitted run whose job is no longer queued and that has no end marker: ``failed`` when
-    sacct says the job ended badly, else ``stopped`` (cancelled, killed, or never started)."""
+    """A submitted run whose job is no longer queued and that has no end marker, by its ``sacct``
+    state (:data:`SCHEDULER_ENDS`): stopped (resumable, resubmitted by the next ``submit``) or
+    failed (waits for ``--retry-failed``); stopped too when sacct knows nothing (accounting off)."""
     error = ""
     with contextlib.suppress(OSError):
         # a log cut mid-write can end inside a multi-byte character
         error = last_error_line(Path(log).read_text(errors="replace")) if log else ""
     if log and not Path(log).exists():
         log = ""  # the job never started, so SLURM wrote no log
-    if final.startswith("CANCELLED"):
-        return RunStatus(
-            state=layout.STOPPED, log=log, error=error or f"slurm: {final}; submit again to resume", **base
-        )
+    key = final.split()[0] if final else ""
+    if key in SCHEDULER_ENDS:
+        state, what = SCHEDULER_ENDS[key]
+        then = resume_promise(run_dir, "the next submit") if state == layout.STOPPED else ""
+        line = f"slurm: job {key} ({what})" + (f"; {then}" if then else "")
+        return RunStatus(state=state, log=log, error=line, **base)
     if final and final != "COMPLETED":
-        return RunStatus(state=layout.FAILED, log=log, error=error or f"slurm: {final}", **base)
-    if not error and not (run_dir / layout.CONFIG_FILE).exists():
-        error = f"job {job_id} left the queue before the run started (cancelled?); submit again to run it"
+        line = (
+            f"slurm: job {final}" + (f": {error}" if error else "") + "; fix it, then submit --retry-failed"
+        )
+        return RunStatus(state=layout.FAILED, log=log, error=line, **base)
+    if not (run_dir / layout.CONFIG_FILE).exists() and not error:
+        error = f"job {job_id} left the queue before the run started (cancelled?); the next submit runs it"
+    else:
+        error = f"{error or 'its job left the queue'}; {resume_promise(run_dir, 'the next submit')}"
     return RunStatus(state=layout.STOPPED, log=log, error=error, **base)
 
 

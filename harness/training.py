@@ -8,11 +8,11 @@ in the parquet exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import random
-import re
 import resource
 import socket
 import sys
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import layout
+from harness import checkpoints, layout
 from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
 from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
@@ -40,18 +40,6 @@ def model_cache_dir(grid_dir: Path) -> Path:
     """Where built models are cached: ``$GRPO_HARNESS_CACHE`` or ``<results root>/.cache/models``."""
     env = os.environ.get(MODEL_CACHE_ENV)
     return Path(env) if env else Path(grid_dir).resolve().parent / ".cache" / "models"
-
-
-def latest_checkpoint(checkpoints: Path) -> tuple[Path, int] | None:
-    """The newest complete ``checkpoint-<step>`` folder (one with trainer_state.json) and its step."""
-    best = None
-    for d in checkpoints.glob("checkpoint-*"):
-        m = re.fullmatch(r"checkpoint-(\d+)", d.name)
-        if m and (d / "trainer_state.json").exists():
-            step = int(m.group(1))
-            if best is None or step > best[1]:
-                best = (d, step)
-    return best
 
 
 def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
@@ -236,6 +224,17 @@ class _StepRecorder:
                     + "\n"
                 )
 
+    def on_save(self, args, state, control, **kw):
+        """transformers has written ``checkpoint-<step>``: mark it complete (files flushed, marker
+        last), then keep the newest ``keep_checkpoints`` complete ones, unless the trainer block
+        set ``save_total_limit`` and transformers prunes."""
+        if not state.is_world_process_zero:
+            return
+        step = state.global_step
+        checkpoints.mark_complete(Path(args.output_dir) / f"checkpoint-{step}", step)
+        if args.save_total_limit is None:
+            checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)
+
     def on_log(self, args, state, control, logs=None, **kw):
         logs = dict(logs or {})
         if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
@@ -340,14 +339,23 @@ def train(
             lock.acquire(timeout=0)
         except filelock.Timeout as e:
             raise RunBusy(
-                f"run {spec.run_id} is being trained by another process right now ({run_dir}); "
-                "wait for it (grpo-harness status) or stop that process, then run again."
+                f"run {spec.run_id} is {layout.trained_elsewhere(run_dir)}; it was left to that process"
             ) from e
     owner = run_dir / layout.OWNER_FILE
     try:
         if lock.is_locked:  # tells `status` which live process trains this run
             atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
-        return _train_unlocked(spec, run_dir, device, threads, stop_requested)
+        try:
+            summary = _train_unlocked(spec, run_dir, device, threads, stop_requested)
+        except BaseException as e:
+            if lock.is_locked:
+                _record_end(run_dir, *_failure(e))
+            raise
+        if lock.is_locked:
+            _record_end(
+                run_dir, "stopped" if summary.get("preempted") else "done", f"at step {summary['steps']}"
+            )
+        return summary
     finally:
         if lock.is_locked:
             owner.unlink(missing_ok=True)
@@ -391,16 +399,17 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     model_path = prepare_model(spec, run_dir)
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
     config = build_grpo_config(grpo_config_kwargs(spec, device, str(ckpt_dir)), device)
-    resume = latest_checkpoint(ckpt_dir)
+    resume = checkpoints.resume_point(ckpt_dir)
+    resumed_from = resume.step if resume.path else None
     writer = MetricsWriter(run_dir, spec.run_id, settings.flush_every) if state.is_main_process else None
-    offsets = _resume_metrics(writer, run_dir, resume[1] if resume else 0)
+    offsets = _resume_records(writer, run_dir, resume.step)
     if state.is_main_process:
-        _record_attempt(spec, run_dir, prov, resume[1] if resume else None, writer)
+        _record_attempt(spec, run_dir, prov, resume, writer)
 
-    if resume and resume[1] >= config.max_steps:
+    if resume.path and resume.step >= config.max_steps:
         # killed after its last checkpoint but before DONE: every step is trained and its metrics were
         # flushed before that checkpoint was written; training again would add a step past max_steps
-        summary = {"run_id": spec.run_id, "steps": resume[1], "seconds": 0.0, "resumed_from": resume[1]}
+        summary = {"run_id": spec.run_id, "steps": resume.step, "seconds": 0.0, "resumed_from": resume.step}
         return _finish(writer, run_dir, {**summary, "device": device})
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
@@ -430,7 +439,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     try:
         if lease is not None:
             lease.register()  # a folder that cannot be written leaves the count empty, nothing else
-        trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
+        trainer.train(resume_from_checkpoint=str(resume.path) if resume.path else None)
     finally:
         if lease is not None:
             lease.release()
@@ -440,18 +449,20 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         "run_id": spec.run_id,
         "steps": trainer.state.global_step,
         "seconds": time.perf_counter() - t0,
-        "resumed_from": resume[1] if resume else None,
+        "resumed_from": resumed_from,
         "device": device,
     }
     return _outcome(spec, run_dir, writer, callback, summary)
 
 
-def _resume_metrics(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
-    """Drop the metric rows after the checkpoint a run resumes from (rank 0), and return where the
-    running totals stand there (elapsed seconds, tokens generated); empty for a fresh run."""
+def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
+    """Drop the metric rows and samples logged after the checkpoint a run resumes from (rank 0;
+    they are logged again as the steps are trained again), and return where the running totals
+    stand there (elapsed seconds, tokens generated); empty for a fresh run."""
     if writer is None:
         return {}
     writer.truncate_after(resume_step)
+    _truncate_samples(run_dir / layout.SAMPLES_FILE, resume_step)
     table = read_metrics(run_dir)
     if table is None or not table.num_rows:
         return {}
@@ -459,19 +470,40 @@ def _resume_metrics(writer: MetricsWriter | None, run_dir: Path, resume_step: in
     return {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
 
 
+def _truncate_samples(path: Path, resume_step: int) -> None:
+    """Keep the lines of ``samples.jsonl`` logged at or before ``resume_step`` (atomically); a line
+    that does not parse (cut by a kill) is dropped too."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int) and step <= resume_step and line.endswith("\n"):
+            kept.append(line)
+    with layout.atomic_path(path) as tmp:
+        Path(tmp).write_text("".join(kept), encoding="utf-8")
+
+
 def _record_attempt(
-    spec: RunSpec, run_dir: Path, prov: dict, resume_step: int | None, writer: MetricsWriter | None
+    spec: RunSpec, run_dir: Path, prov: dict, resume: checkpoints.ResumePoint, writer: MetricsWriter | None
 ) -> None:
     """One line in the run's attempts log per start: when, where, which SLURM job, from which step,
-    and which unreadable metrics files were set aside (also said on stderr)."""
+    which damaged checkpoints were passed over and which unreadable metrics files were set aside
+    (both also said on stderr)."""
     attempt = {
         "started_at": prov["started_at"],
         "host": prov["host"],
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
-        "resume_from_step": resume_step,
+        "resume_from_step": resume.step if resume.path else None,
     }
+    if resume.passed_over:
+        attempt["damaged_checkpoints"] = dict(resume.passed_over)
+        print(f"warning: run {spec.run_id}: {resume.describe()}", file=sys.stderr)
     if writer is not None and writer.quarantined:
         attempt["unreadable_metrics"] = [str(p) for p in writer.quarantined]
         print(
@@ -481,6 +513,25 @@ def _record_attempt(
         )
     with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
         f.write(json.dumps(attempt) + "\n")
+
+
+def _failure(e: BaseException) -> tuple[str, str]:
+    """``(outcome, detail)`` of an attempt that raised, for its end record."""
+    if isinstance(e, RunDiverged):
+        return "diverged", str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", "KeyboardInterrupt"
+    line = f"{type(e).__name__}: {e}".strip().splitlines()
+    return "failed", (line[0] if line else type(e).__name__)[:500]
+
+
+def _record_end(run_dir: Path, outcome: str, detail: str) -> None:
+    """The end record of an attempt in the attempts log (rank 0): ``outcome`` (done, stopped,
+    diverged, failed, interrupted) and one line of detail. Never raises: a full disk must not hide
+    the error that ended the attempt."""
+    record = {"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outcome": outcome, "detail": detail}
+    with contextlib.suppress(OSError), open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _outcome(spec: RunSpec, run_dir: Path, writer: MetricsWriter | None, callback, summary: dict) -> dict:

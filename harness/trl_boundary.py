@@ -158,8 +158,9 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` on ``device`` ("cpu" or "cuda").
 
     Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
-    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), checkpoints
-    from ``harness.checkpoint_steps``/``keep_checkpoints``, ``disable_tqdm=True``.
+    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
+    every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
+    prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.checkpoints`).
     """
     h = run.harness
     kwargs: dict[str, Any] = {
@@ -167,7 +168,6 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
         "report_to": "none",
         "disable_tqdm": True,
         "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
-        "save_total_limit": h.keep_checkpoints,
         "dataloader_num_workers": 0,
     }
     if h.checkpoint_steps > 0:

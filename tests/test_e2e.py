@@ -59,7 +59,7 @@ def test_two_run_grid_through_cli(tmp_path, model_cache):
 
     # re-running skips finished runs
     proc = cli("run", *args, "--no-report")
-    assert "2 run(s) already done, skipped" in proc.stdout
+    assert "skipped 2 run(s): done" in proc.stdout
     assert "nothing to run" in proc.stdout
 
 
@@ -104,7 +104,10 @@ def test_two_processes_per_run(tmp_path, model_cache):
     df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
     assert list(df["step"]) == [1, 2, 3, 4]
     assert (df["w_seq/n"] + df["w_seq/n_masked"] == 2 * 16).all()  # both ranks' completions
-    assert len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 1
+    (attempt,) = layout.read_attempts(run_dir)  # rank 0 alone writes: one start, one end record
+    assert (
+        attempt["outcome"] == "done" and len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 2
+    )
     logs = sorted(p.name for p in (run_dir / layout.LOGS_DIR).glob("*_log.out"))
     assert len(logs) == 2  # one per task
 

@@ -171,8 +171,8 @@ def test_include_unfinished_adds_them_marked(broken):
     assert "2 run(s) that did not finish are included" in index
     assert "`dapo-damaged` (dapo): damaged run file, left out" in index
     assert (
-        "`dapo-stopped` (dapo): stopped at step 75 of 120 (killed or interrupted; running the grid again "
-        "resumes it); included, marked" in index
+        "`dapo-stopped` (dapo): stopped at step 75 of 120 (killed or interrupted; grpo-harness status "
+        "says from which step running the grid again resumes it); included, marked" in index
     )
     assert "count finished runs only" not in index  # the intro says what --include-unfinished counts
     assert "4-5 run(s) per curve" in index and "finished run(s) per curve" not in index

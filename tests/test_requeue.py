@@ -133,7 +133,8 @@ def test_kill_without_warning_resumes_from_periodic_checkpoint(tmp_path, model_c
     proc.wait()
     assert not (run_dir / layout.DONE_FILE).exists()
     (row,) = status.grid_status(grid_dir)
-    assert row.state == "stopped" and "interrupted at step" in row.error and "resumes" in row.error
+    assert row.state == "stopped" and row.error.startswith("killed (its process ended without a word")
+    assert " at step " in row.error and "running the grid again resumes it from step " in row.error
     before = read_metrics(run_dir).column("step").to_pylist()
     assert 9 <= max(before) < max_steps, "the kill must land mid-run for this test to mean anything"
     cli("run", *args)
@@ -208,3 +209,44 @@ def test_killed_after_the_last_checkpoint_finishes_without_training_past_max_ste
     assert read_metrics(run_dir).column("step").to_pylist() == [1, 2, 3, 4]
     assert json.loads((run_dir / layout.DONE_FILE).read_text())["steps"] == 4
     assert not (run_dir / layout.CHECKPOINTS_DIR / "checkpoint-5").exists()
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(
+    tmp_path, tiny_model, chain_sum_task, capfd
+):
+    """A kill inside a checkpoint save leaves an empty trainer_state.json and no marker: the re-run
+    resumes from the checkpoint before, says so, and ends with every step (metrics and samples)
+    once, as an uninterrupted run."""
+    from harness import checkpoints
+    from harness.training import train
+
+    harness = {"checkpoint_steps": 2, "flush_every": 1, "samples_steps": 1, "samples_n": 1}
+    spec = _spec_with(tiny_model, chain_sum_task, harness, max_steps=6, num_iterations=2)
+    whole = train(spec, tmp_path / "whole")
+    assert whole["steps"] == 6
+    run_dir = tmp_path / "broken"
+    calls = []
+    summary = train(spec, run_dir, stop_requested=lambda: calls.append(1) or len(calls) >= 5)
+    assert summary.get("preempted") and summary["steps"] == 5
+    ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
+    assert [s for s, _ in checkpoints.checkpoints(ckpt_dir)] == [5, 4]
+    newest = ckpt_dir / "checkpoint-5"
+    (newest / checkpoints.COMPLETE_FILE).unlink()
+    (newest / "trainer_state.json").write_text("")
+    capfd.readouterr()
+    done = train(spec, run_dir)
+    assert done["resumed_from"] == 4 and done["steps"] == 6
+    err = capfd.readouterr().err
+    assert "resumes from step 4 (checkpoint-4); checkpoint-5 is damaged: trainer_state.json is empty" in err
+    attempts = layout.read_attempts(run_dir)
+    assert [a["outcome"] for a in attempts] == ["stopped", "done"]
+    assert attempts[-1]["resume_from_step"] == 4 and "checkpoint-5" in attempts[-1]["damaged_checkpoints"]
+    a = pq.read_table(tmp_path / "whole" / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    b = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(b["step"]) == list(range(1, 7))
+    for col in ("loss", "reward", "w_seq/mean", "log_w_seq/mean", "entropy", "grad_norm"):
+        assert a[col].equals(b[col]), col
+    steps = [json.loads(line)["step"] for line in (run_dir / layout.SAMPLES_FILE).read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    # keep_checkpoints = 2 complete ones; the damaged checkpoint-5 is older than checkpoint-6: gone
+    assert [s for s, _ in checkpoints.checkpoints(ckpt_dir)] == [6, 4]

@@ -50,8 +50,7 @@ def wait_until_finished(grid_dir: Path, timeout: float = 900) -> list:
 
 
 def attempts(run_dir: Path) -> list[dict]:
-    path = run_dir / layout.ATTEMPTS_FILE
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return layout.read_attempts(run_dir)
 
 
 @pytest.fixture(scope="module")

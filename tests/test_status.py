@@ -64,7 +64,11 @@ def test_the_queue_is_a_hint_for_submitted_runs(tmp_path):
     assert status.run_status(d, queue={"12_3": "RUNNING"}).state == layout.RUNNING
     assert status.run_status(d, queue={"12_3": "REQUEUE_HOLD"}).state == layout.REQUEUED
     gone = status.run_status(d, queue={}, accounting={"12_3": "CANCELLED"})
-    assert gone.state == layout.STOPPED and "submit again" in gone.error
+    assert gone.state == layout.STOPPED
+    assert (
+        gone.error
+        == "slurm: job CANCELLED (cancelled); no complete checkpoint, so the next submit starts it over"
+    )
     assert status.run_status(d, queue={}, accounting={"12_3": "OUT_OF_MEMORY"}).state == layout.FAILED
     (d / layout.DONE_FILE).write_text("{}")
     assert status.run_status(d, queue={"12_3": "RUNNING"}).state == layout.DONE  # the files win

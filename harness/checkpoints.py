@@ -1,0 +1,174 @@
+"""Trainer checkpoints that are complete or not used: a completion marker, resume with fall-back, pruning.
+
+transformers writes ``checkpoint-<step>/`` file by file (weights, optimizer, scheduler, RNG state,
+``trainer_state.json`` last and not atomically), so a process killed while saving leaves a folder
+that looks like a checkpoint and is not one. After transformers reports a save (the ``on_save``
+callback), :func:`mark_complete` flushes every file to disk and writes :data:`COMPLETE_FILE` last,
+listing each file with its size. A checkpoint counts only when :func:`problem` finds nothing wrong:
+its marker's files are all there with their sizes, or, for a folder without a marker (written
+before markers existed, or killed after ``trainer_state.json`` but before the marker), its
+``trainer_state.json`` parses and its weights and optimizer state are there and not empty.
+
+:func:`resume_point` takes the newest checkpoint that counts and names the newer ones it passed
+over, and why. :func:`prune` keeps the newest ``keep`` complete checkpoints (the harness does the
+pruning, not transformers' ``save_total_limit``, which deletes older checkpoints before the newest
+is known to be complete).
+
+Imports nothing heavy: ``status`` reads it to say whether, and from which step, a run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import layout
+
+#: Written last into a checkpoint folder: ``{"step": N, "files": {name: bytes}}``.
+COMPLETE_FILE = ".complete.json"
+TRAINER_STATE = "trainer_state.json"
+#: Files of which one holds the model's weights (full model, sharded index, or PEFT adapter).
+WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+)
+OPTIMIZER = "optimizer.pt"
+_NAME = re.compile(r"checkpoint-(\d+)")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run resumes: ``path`` and ``step`` of the newest complete checkpoint (None, 0 when
+    there is none) and the newer checkpoints passed over as ``(folder name, why)``."""
+
+    path: Path | None
+    step: int
+    passed_over: tuple[tuple[str, str], ...] = field(default=())
+
+    def describe(self) -> str:
+        """One line: where the run resumes, and which newer checkpoints were damaged."""
+        where = f"resumes from step {self.step} ({self.path.name})" if self.path else "no complete checkpoint"
+        damaged = "; ".join(f"{name} is damaged: {why}" for name, why in self.passed_over)
+        return f"{where}; {damaged}" if damaged else where
+
+
+def checkpoints(ckpt_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-<step>`` folder, newest first."""
+    found = []
+    try:
+        entries = list(os.scandir(ckpt_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        m = _NAME.fullmatch(entry.name)
+        if m and entry.is_dir():
+            found.append((int(m.group(1)), Path(entry.path)))
+    return sorted(found, reverse=True)
+
+
+def problem(ckpt: str | os.PathLike) -> str | None:
+    """Why ``ckpt`` cannot be resumed from, in a few words; None when it is complete."""
+    ckpt = Path(ckpt)
+    marker = layout.read_json_object(ckpt / COMPLETE_FILE)
+    if marker is not None and isinstance(marker.get("files"), dict):
+        for name, size in marker["files"].items():
+            try:
+                now = (ckpt / name).stat().st_size
+            except OSError:
+                return f"{name} is missing"
+            if now != size:
+                return f"{name} has {now} bytes, {size} when it was saved"
+        return None
+    return _inspect(ckpt)
+
+
+def _inspect(ckpt: Path) -> str | None:
+    """:func:`problem` for a folder without a marker: the trainer state, weights and optimizer."""
+    state = ckpt / TRAINER_STATE
+    try:
+        text = state.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return f"{TRAINER_STATE} is missing or unreadable (the save was interrupted)"
+    if not text.strip():
+        return f"{TRAINER_STATE} is empty (the save was interrupted)"
+    try:
+        if not isinstance(json.loads(text), dict):
+            raise ValueError
+    except ValueError:
+        return f"{TRAINER_STATE} is not valid JSON (truncated)"
+    if not any(_non_empty(ckpt / w) for w in WEIGHTS):
+        return "no model weights"
+    if (ckpt / OPTIMIZER).exists() and not _non_empty(ckpt / OPTIMIZER):
+        return f"{OPTIMIZER} is empty"
+    return None
+
+
+def _non_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def resume_point(ckpt_dir: str | os.PathLike) -> ResumePoint:
+    """The newest complete checkpoint under ``ckpt_dir`` (``runs/<id>/checkpoints``), passing over
+    damaged newer ones (:func:`problem`)."""
+    passed = []
+    for step, path in checkpoints(ckpt_dir):
+        why = problem(path)
+        if why is None:
+            return ResumePoint(path, step, tuple(passed))
+        passed.append((path.name, why))
+    return ResumePoint(None, 0, tuple(passed))
+
+
+def mark_complete(ckpt: str | os.PathLike, step: int) -> None:
+    """Flush every file of a saved checkpoint to disk, then write :data:`COMPLETE_FILE` listing
+    them with their sizes (atomically, then flushed with its folder).
+
+    Raises:
+        OSError: a file cannot be read or the marker cannot be written (a full disk); the
+        checkpoint then has no marker and is judged by inspection.
+    """
+    ckpt = Path(ckpt)
+    files = {}
+    for entry in sorted(os.scandir(ckpt), key=lambda e: e.name):
+        if entry.is_file() and entry.name != COMPLETE_FILE and not entry.name.startswith("."):
+            _fsync(entry.path)
+            files[entry.name] = entry.stat().st_size
+    with layout.atomic_path(ckpt / COMPLETE_FILE) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"step": step, "files": files}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(ckpt)
+
+
+def _fsync(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def prune(ckpt_dir: str | os.PathLike, keep: int) -> list[Path]:
+    """Delete checkpoints beyond the newest ``keep`` complete ones, and damaged ones older than the
+    newest complete one; never the newest complete checkpoint. Returns the folders deleted."""
+    complete_seen = 0
+    deleted = []
+    for _, path in checkpoints(ckpt_dir):
+        complete = problem(path) is None
+        if complete and complete_seen < max(keep, 1):
+            complete_seen += 1
+            continue
+        if complete_seen == 0:  # damaged but newer than every complete one: a save may be under way
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        deleted.append(path)
+    return deleted
