@@ -141,6 +141,15 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
     return config
 
 
+def _processes(grid: GridSpec, cell: Cell) -> int:
+    """Processes of a cell's run: the grid's ``nodes * tasks_per_node``, with the cell's own
+    ``executor.*`` values where it sets them."""
+    nodes = cell.get("executor.nodes", grid.executor.nodes)
+    per_node = cell.get("executor.tasks_per_node", grid.executor.tasks_per_node)
+    ok = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (nodes, per_node))
+    return nodes * per_node if ok else grid.executor.num_processes
+
+
 def _varying_keys(resolved: Sequence[tuple[str, Cell, Cell, dict]]) -> tuple[str, ...]:
     """The dotted keys of the cells whose resolved value differs between cells (where a run
     executes is not one of its settings, so ``executor.*`` keys are left out)."""
@@ -160,8 +169,10 @@ def expand(grid: GridSpec) -> Plan:
     whose settings break a section's rules is reported in ``Plan.rejected``. ``varying_keys`` are
     the dotted keys whose value differs between runs.
     """
-    nproc = grid.executor.num_processes
-    resolved = [(sub, cell, written, resolve(grid.base, cell, nproc)) for sub, cell, written in cells(grid)]
+    resolved = [
+        (sub, cell, written, resolve(grid.base, cell, _processes(grid, cell)))
+        for sub, cell, written in cells(grid)
+    ]
     varying = _varying_keys(resolved)
     runs: list[RunSpec] = []
     dups: list[tuple[RunSpec, RunSpec]] = []

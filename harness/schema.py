@@ -426,9 +426,15 @@ class TinyModelSpec(Section):
     label_noise: float = checked(
         0.5, (lambda v: 0 <= v <= 1, "is a fraction of SFT answers: use a value in [0, 1]")
     )
-    seed: int = 0
+    seed: int = checked(0, at_least(0))
 
     def _relations(self) -> list[str]:
+        room = EVAL_SEED - SFT_SEED_BASE  # the SFT data's generator seeds: SFT_SEED_BASE + seed + i
+        if self.seed + self.sft_examples > room:
+            return [
+                f"tiny.seed = {self.seed} with tiny.sft_examples = {self.sft_examples}: the warm start's data "
+                f"would reach the eval split's seeds; keep seed + sft_examples <= {room}."
+            ]
         if self.hidden_size % self.num_heads:
             return [
                 f"tiny.hidden_size = {self.hidden_size} must be a multiple of tiny.num_heads = {self.num_heads}."
@@ -507,7 +513,9 @@ class ExecutorSettings(Section):
     tasks_per_node: int = checked(1, at_least(1))
     gpus_per_node: int = checked(0, at_least(0))
     cpus_per_task: int | None = checked(None, at_least(1, optional=True))
-    mem_gb: float | None = checked(None, (lambda v: v is None or v > 0, "must be > 0"))
+    mem_gb: float | None = checked(
+        None, (lambda v: v is None or (v > 0 and _finite(v)), "must be a finite number > 0")
+    )
     array_parallelism: int = checked(256, at_least(1))
     additional_parameters: dict[str, Any] = field(default_factory=dict)
     setup: list[str] = checked(

@@ -238,16 +238,28 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
     if key == "trainer.ref_model_sync_steps" and value == EPOCH:
         return None
     if not type_ok(value, fields[name]):
-        if isinstance(value, str) and type_ok(1.0, fields[name]) and _is_number(value):
-            return (
-                f"{where}: {key} = {value!r} is read by YAML as a string (YAML 1.1 reads an exponent "
-                f"float only with a dot and a signed exponent); write {' or '.join(yaml_floats(value))}."
-            )
-        return (
-            f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "
-            f"{hint_name(fields[name])}. Fix the value (quote strings, write numbers bare)."
-        )
+        return f"{where}: {key} = {value!r} {_type_fix(value, fields[name])}"
     return None
+
+
+def _type_fix(value: Any, desc: Any) -> str:
+    """What is wrong with ``value`` for a field of described type ``desc``, and how to write it."""
+    if isinstance(value, str) and type_ok(1.0, desc) and _is_number(value):
+        number = float(value)
+        if not math.isfinite(number):
+            return "is a string; YAML writes infinity .inf and not-a-number .nan (a setting must be finite)."
+        if "e" in value.lower():
+            return (
+                "is read by YAML as a string (YAML 1.1 reads an exponent float only with a dot and a "
+                f"signed exponent); write {' or '.join(yaml_floats(value))}."
+            )
+        return f"is a string (quoted?); write the number bare: {value.strip()}."
+    if isinstance(value, float) and type_ok(1, desc) and not type_ok(value, desc) and value.is_integer():
+        return f"is a float; this field takes an integer: write {int(value)}."
+    return (
+        f"has type {type(value).__name__}; expected {hint_name(desc)}. Fix the value (quote strings, "
+        "write numbers bare)."
+    )
 
 
 def yaml_floats(text: str) -> list[str]:
@@ -280,6 +292,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _shown(text: str, width: int = 80) -> str:
+    """``repr(text)``, cut to about ``width`` characters for a message."""
+    return repr(text) if len(text) <= width else repr(text[:width]) + f" (+{len(text) - width} characters)"
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``"trainer.max_steps=50"`` -> ``("trainer.max_steps", 50)``; the value is parsed as YAML.
 
@@ -287,18 +304,21 @@ def parse_override(text: str) -> tuple[str, Any]:
         SpecError: no ``=`` or an empty key.
     """
     if "=" not in text:
-        raise SpecError([f"-o {text!r}: an override is key=value, e.g. -o trainer.max_steps=50."])
+        raise SpecError([f"-o {_shown(text)}: an override is key=value, e.g. -o trainer.max_steps=50."])
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key:
-        raise SpecError([f"-o {text!r}: the key before '=' is empty."])
+        raise SpecError([f"-o {_shown(text)}: the key before '=' is empty."])
     try:
         value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise SpecError([f"-o {text!r}: the value is not valid YAML ({yaml_problem(e)})."]) from e
+        raise SpecError([f"-o {_shown(text)}: the value is not valid YAML ({yaml_problem(e)})."]) from e
+    shape = structure_problem(value, f"-o {key}")
+    if shape:
+        raise SpecError([shape])
     bad_keys = _non_string_keys(value, key)
     if bad_keys:
-        raise SpecError([f"-o {text!r}: {bad_keys[0]}"])
+        raise SpecError([f"-o {_shown(text)}: {bad_keys[0]}"])
     return normalize_key(key), value
 
 
@@ -308,6 +328,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base": its keys may be overridden here
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
@@ -325,6 +347,37 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+#: Limits on a grid's YAML: nesting depth, and values counted with every alias expanded.
+MAX_DEPTH = 64
+MAX_VALUES = 200_000
+
+
+def structure_problem(node: Any, where: str = "the file") -> str | None:
+    """Why YAML data cannot be a grid's settings: an alias inside its own anchor (a value that
+    contains itself), nesting deeper than :data:`MAX_DEPTH`, or more than :data:`MAX_VALUES`
+    values once aliases are expanded (an "alias bomb"); None when it is fine."""
+    stack: list[tuple[Any, int, frozenset[int]]] = [(node, 0, frozenset())]
+    seen = 0
+    while stack:
+        value, depth, path = stack.pop()
+        if not isinstance(value, Mapping | list):
+            continue
+        if id(value) in path:
+            return f"{where} holds a value that contains itself (a YAML alias inside its own anchor); write it out."
+        if depth > MAX_DEPTH:
+            return f"{where} nests deeper than {MAX_DEPTH} levels; settings are a few levels deep."
+        children = list(value.values()) if isinstance(value, Mapping) else value
+        seen += len(children)
+        if seen > MAX_VALUES:
+            return (
+                f"{where} holds more than {MAX_VALUES:,} values once its YAML aliases are expanded; "
+                "write the settings out instead of nesting aliases."
+            )
+        inner = path | {id(value)}
+        stack.extend((child, depth + 1, inner) for child in children)
+    return None
+
+
 def yaml_problem(e: yaml.YAMLError) -> str:
     """A YAML error in one line: where (line, column) and what, without PyYAML's stream name."""
     mark = getattr(e, "problem_mark", None)
@@ -336,8 +389,16 @@ def yaml_problem(e: yaml.YAMLError) -> str:
 
 
 def load_yaml_text(text: str) -> Any:
-    """``yaml.safe_load`` that rejects duplicate mapping keys (:class:`yaml.YAMLError` with line)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    """``yaml.safe_load`` that rejects duplicate mapping keys (:class:`yaml.YAMLError` with line).
+
+    Raises:
+        yaml.YAMLError: bad YAML, a key given twice, or nesting so deep that PyYAML's parser
+        (recursive) runs out of stack.
+    """
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError as e:
+        raise yaml.YAMLError(f"nested deeper than Python can parse (more than {MAX_DEPTH} levels)") from e
 
 
 #: Keys that describe one file and are not inherited through ``include:``.
@@ -364,6 +425,9 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
         raise SpecError([f"not valid YAML at {yaml_problem(e)}"], path) from e
     if not isinstance(data, Mapping):
         raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
+    shape = structure_problem(data)
+    if shape:
+        raise SpecError([shape], path)
     includes = data.get("include") or []
     includes = [includes] if isinstance(includes, str) else includes
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
@@ -416,9 +480,13 @@ def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...
     for raw_key, values in section.items():
         key = normalize_key(str(raw_key))
         if not isinstance(values, list) or not values:
+            fix = (
+                "give it at least one value, or remove the axis"
+                if isinstance(values, list) or values in (None, "")
+                else f"write {raw_key}: [{values!r}] for a single value, or move it out of the axes"
+            )
             problems.append(
-                f"{where}.{raw_key}: an axis takes a non-empty list of values, got {values!r}. "
-                f"Write {raw_key}: [{values!r}] for a single value, or move it out of the axes."
+                f"{where}.{raw_key}: an axis takes a non-empty list of values, got {values!r}; {fix}."
             )
             continue
         for v in values:

@@ -169,8 +169,6 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
             lambda v: v >= 1,
             "must be >= 1 optimizer step (the harness runs a fixed number of steps)",
         ),
-        ("learning_rate", lambda v: math.isfinite(v), "must be finite"),
-        ("temperature", lambda v: math.isfinite(v), "must be finite"),
         ("top_p", lambda v: v is None or 0 < v <= 1, "must lie in (0, 1]"),
         ("top_k", lambda v: v is None or v >= 0, "must be >= 0 (0 turns top-k filtering off)"),
         ("repetition_penalty", lambda v: v > 0, "must be > 0 (1.0 = no penalty)"),
@@ -180,6 +178,8 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
     ]
     for name, ok, why in checks:
         v = ctx.value(name)
+        if isinstance(v, float) and not math.isfinite(v):
+            continue  # said once below
         try:
             good = ok(v)
         except TypeError:
@@ -187,8 +187,14 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
         if not good:
             out += _err(f"trainer.{name} = {v!r} {why}.")
     for name, v in ctx.trainer.items():  # NaN passes every comparison above, and TRL's own checks
-        if isinstance(v, float) and math.isnan(v):
-            out += _err(f"trainer.{name} = nan is not a number; give a value.")
+        bad = _not_finite(v)
+        if bad is not None and bad is v:
+            out += _err(f"trainer.{name} = {v!r} must be finite; give a number.")
+        elif bad is not None:
+            out += _err(f"trainer.{name} = {v!r} holds {bad!r}; every number in it must be finite.")
+    weights = ctx.value("reward_weights")
+    if isinstance(weights, list | tuple) and not all(_is_number(w) for w in weights):
+        out += _err(f"trainer.reward_weights = {weights!r}: give one number per reward, e.g. [1.0, 0.5].")
     if ctx.value("scale_rewards") not in ("group", "batch", "none", True, False):
         out += _err(
             f"trainer.scale_rewards = {ctx.value('scale_rewards')!r}; use 'group', 'batch' or 'none' "
@@ -199,6 +205,22 @@ def rule_ranges(ctx: RunContext) -> list[Finding]:
         if v is not None and v <= 0:
             out += _err(f"trainer.{name} = {v!r} must be > 0 (VESPO's gamma rate; TRL floors it at 1e-4).")
     return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _not_finite(value: Any) -> float | None:
+    """The first NaN or infinity in a setting (itself, or inside its lists and mappings), else None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, list | tuple) else ()
+    for v in items:
+        bad = _not_finite(v)
+        if bad is not None:
+            return bad
+    return None
 
 
 def rule_ref_sync(ctx: RunContext) -> list[Finding]:
@@ -372,7 +394,10 @@ def rule_packages(ctx: RunContext) -> list[Finding]:
     if ctx.value("use_liger_kernel"):
         needed.append(("trainer.use_liger_kernel = true", "liger_kernel", "liger-kernel"))
     report_to = ctx.value("report_to") or []
-    for name in [report_to] if isinstance(report_to, str) else report_to:
+    names = [report_to] if isinstance(report_to, str) else report_to
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        return _err(f"trainer.report_to = {report_to!r}: name integrations as strings, e.g. [wandb].")
+    for name in names:
         if name in _REPORTERS:
             needed.append((f"trainer.report_to names {name!r}", _REPORTERS[name], _REPORTERS[name]))
     out: list[Finding] = []

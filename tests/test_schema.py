@@ -193,7 +193,7 @@ def test_a_cell_its_sections_refuse_is_reported_under_its_values(tmp_path):
 def test_a_runs_own_executor_settings_are_checked(tmp_path):
     data = {**BASE, "zip": [{"executor.mem_gb": [4, -1], "seed": [0, 1]}]}
     report = validate_plan(expand(load_grid(_write(tmp_path, data))))
-    assert [e.message for e in report.errors] == ["executor.mem_gb = -1 must be > 0."]
+    assert [e.message for e in report.errors] == ["executor.mem_gb = -1 must be a finite number > 0."]
 
 
 def test_numbers_are_coerced_when_the_grid_loads(tmp_path):

@@ -292,3 +292,70 @@ def test_top_level_axis_override_of_a_key_every_subgrid_sets_is_refused(tmp_path
     data = {**BASE, "subgrids": {"a": {"set": {"loss_type": "dapo"}}, "b": {"set": {"loss_type": "grpo"}}}}
     (msg,) = problems(write(tmp_path, data), "grid.loss_type=[vespo]")
     assert "-o grid.loss_type" in msg and "set by every sub-grid" in msg
+
+
+def test_yaml_that_contains_itself_or_nests_too_deep_is_refused(tmp_path):
+    head = "name: g\ntask: {name: chain_sum}\n"
+    path = tmp_path / "rec.yaml"
+    path.write_text(head + "notes: &a [*a]\n")
+    (msg,) = problems(path)
+    assert "contains itself" in msg
+    path.write_text(head + "notes: " + "[" * 3000 + "]" * 3000 + "\n")
+    (msg,) = problems(path)
+    assert "nested deeper" in msg
+    bomb = "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+    path.write_text(head + "notes:\n  a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + bomb)
+    (msg,) = problems(path)
+    assert "aliases are expanded" in msg
+    (msg,) = problems(write(tmp_path, BASE), "notes=&a [*a]")
+    assert msg.startswith("-o notes holds a value that contains itself")
+
+
+def test_yaml_merge_keys_take_a_mapping_and_let_keys_override_it(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        yaml.safe_dump({k: v for k, v in BASE.items() if k != "trainer"})
+        + "trainer: {<<: {max_steps: 3, epsilon: 0.3}, epsilon: 0.25}\n"
+    )
+    (run,) = expand(load_grid(path)).runs
+    assert run.trainer["epsilon"] == 0.25 and run.trainer["max_steps"] == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "hint"),
+    [
+        ("trainer.learning_rate=1e4", "write 10000.0 or 1.0e+4."),
+        ("trainer.learning_rate=2.5E-3", None),  # YAML reads it as a float: no problem
+        ("epsilon='0.2'", "is a string (quoted?); write the number bare: 0.2."),
+        ("epsilon=inf", "YAML writes infinity .inf and not-a-number .nan (a setting must be finite)."),
+        ("task.eval_size=1.0e+3", "is a float; this field takes an integer: write 1000."),
+    ],
+)
+def test_number_hints_name_a_spelling_that_parses(tmp_path, override, hint):
+    path = write(tmp_path, BASE)
+    if hint is None:
+        load_grid(path, [override])
+        return
+    (msg,) = problems(path, override)
+    assert msg.endswith(hint), msg
+    for suggestion in msg.rsplit("write ", 1)[1].rstrip(".").split(" or "):
+        if suggestion[0].isdigit():  # each suggested spelling is accepted as written
+            key = override.split("=")[0]
+            load_grid(path, [f"{key}={suggestion}"])
+
+
+def test_an_empty_axis_says_to_give_a_value(tmp_path):
+    (msg,) = problems(write(tmp_path, BASE), "grid.seed=[]")
+    assert msg.endswith("got []; give it at least one value, or remove the axis.")
+
+
+def test_epoch_sync_counts_the_processes_of_each_run(tmp_path):
+    trainer = {**BASE["trainer"], "beta": 0.1, "sync_ref_model": True, "ref_model_sync_steps": "epoch"}
+    data = {**BASE, "trainer": trainer, "task": {**BASE["task"], "train_size": 64}}
+    data["subgrids"] = {
+        "one": {"set": {"seed": 0}},
+        "four": {"set": {"seed": 1, "executor.tasks_per_node": 4}},
+    }
+    runs = {r.seed: r for r in expand(load_grid(write(tmp_path, data))).runs}
+    # 64 prompts x 4 generations / (8 per device x processes)
+    assert runs[0].trainer["ref_model_sync_steps"] == 32 and runs[1].trainer["ref_model_sync_steps"] == 8

@@ -66,7 +66,7 @@ CATALOGUE = [
         ({"tiny": {"num_heads": 3}}, "multiple of tiny.num_heads = 3"),
         ({"tiny": {"label_noise": 2.0}}, "tiny.label_noise = 2.0"),
         ({"harness": {"device": "cpu", "eval_max_new_tokens": -3}}, "eval_max_new_tokens = -3"),
-        ({"executor": {"mem_gb": -5.0}}, "executor.mem_gb = -5.0 must be > 0"),
+        ({"executor": {"mem_gb": -5.0}}, "executor.mem_gb = -5.0 must be a finite number > 0"),
     ],
 )
 def test_harness_rules(tmp_path, top, expected):
