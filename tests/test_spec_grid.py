@@ -338,8 +338,9 @@ def test_number_hints_name_a_spelling_that_parses(tmp_path, override, hint):
         return
     (msg,) = problems(path, override)
     assert msg.endswith(hint), msg
-    for suggestion in msg.rsplit("write ", 1)[1].rstrip(".").split(" or "):
-        if suggestion[0].isdigit():  # each suggested spelling is accepted as written
+    suggested = msg.rsplit("write ", 1)[1].rstrip(".").split(" or ") if "write " in msg else []
+    for suggestion in suggested:
+        if suggestion[:1].isdigit():  # each suggested spelling is accepted as written
             key = override.split("=")[0]
             load_grid(path, [f"{key}={suggestion}"])
 
