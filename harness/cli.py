@@ -142,7 +142,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for reason, ids in skipped.items():
         print(f"skipped {len(ids)} run(s): {reason}")
     outcomes = execute_local(
-        todo, grid_dir, executor, in_process=executor.name == "debug", show_progress=sys.stderr.isatty()
+        todo,
+        grid_dir,
+        executor,
+        in_process=executor.name == "debug",
+        show_progress=sys.stderr.isatty(),
+        progress_every_s=args.progress_every,
     )
     code = _print_outcomes(outcomes, grid_dir)
     if args.no_report:
@@ -229,8 +234,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_status(rows) -> str:
-    """The status table: one line per run, then counts per state."""
+def format_status(rows, grid_dir: Path | None = None) -> str:
+    """The status table: one line per run; a line per run that ended badly (what happened), per
+    done run with missing steps, and per run in flight (step of max_steps, reward, speed, ETA:
+    read from ``grid_dir``); then counts per state."""
     from collections import Counter
 
     keys: list[str] = []
@@ -249,6 +256,15 @@ def format_status(rows) -> str:
     for r in rows:
         if r.state in (layout.FAILED, layout.DIVERGED, layout.STOPPED) and (r.error or r.log):
             lines.append(f"{r.run_id} {r.state}: {r.error}" + (f"\n  log: {r.log}" if r.log else ""))
+        elif r.state == layout.DONE and r.error:  # missing steps
+            lines.append(f"{r.run_id} done: {r.error}")
+    if grid_dir is not None:
+        from harness import progress
+
+        for r in rows:
+            p = progress.read(layout.run_dir(grid_dir, r.run_id)) if r.state == layout.RUNNING else None
+            if p is not None:
+                lines.append(f"{r.state}: {progress.line(p)}")
     counts = Counter(r.state for r in rows)
     lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs")
     return "\n".join(lines)
@@ -269,8 +285,44 @@ def cmd_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    print(format_status(status.grid_status(grid_dir, all_runs=args.all)))
-    return 0
+    if not args.watch:
+        print(format_status(status.grid_status(grid_dir, all_runs=args.all), grid_dir))
+        return 0
+    return _watch_status(grid_dir, args.all, args.watch)
+
+
+def _watch_status(grid_dir: Path, all_runs: bool, every_s: float) -> int:
+    """``status --watch``: the status table every ``every_s`` seconds (redrawn in place in a
+    terminal) until no run is queued, running or requeued, or Ctrl-C."""
+    import time
+
+    from harness import status
+
+    in_flight = (layout.QUEUED, layout.RUNNING, layout.REQUEUED)
+    live = None
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        live = Live(Text(""), console=Console(), auto_refresh=False)
+        live.start()
+    try:
+        while True:
+            rows = status.grid_status(grid_dir, all_runs=all_runs)
+            text = f"{time.strftime('%H:%M:%S')}  {grid_dir}\n{format_status(rows, grid_dir)}"
+            if live is not None:
+                live.update(Text(text), refresh=True)
+            else:
+                print(text + "\n", flush=True)
+            if not any(r.state in in_flight for r in rows):
+                return 0
+            time.sleep(every_s)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if live is not None:
+            live.stop()
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -309,6 +361,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "debug"], default=None, help="override executor.name")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.add_argument("--retry-failed", action="store_true", help="also train failed and diverged runs again")
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="without a terminal, a line per run in flight this often (default 30)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("submit", help="submit a grid to SLURM as job arrays (skips done and queued runs)")
@@ -321,6 +380,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="state of every run of a results folder (files first, SLURM as a hint)")
     p.add_argument("grid_dir", type=Path, help="results/<grid>")
     p.add_argument("--all", action="store_true", help="every run folder, not only the grid as last planned")
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=5.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 5) until no run is queued or running",
+    )
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("cancel", help="cancel the queued and running SLURM jobs of a results folder")

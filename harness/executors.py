@@ -20,7 +20,7 @@ import submitit
 from harness import layout
 from harness.metrics import last_step_and_reward
 from harness.schema import ExecutorSettings, RunSpec
-from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, latest_reward
+from harness.status import NO_SPACE, end_line, last_attempt, last_error_line
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -192,43 +192,39 @@ def execute_local(
     executor: ExecutorSettings,
     in_process: bool = False,
     show_progress: bool = True,
+    progress_every_s: float = 30.0,
 ) -> list[Outcome]:
     """Run ``runs`` on this machine, at most :func:`default_parallel` at a time.
 
     ``in_process=True`` (executor "debug") calls the job directly, one after another, so a
-    debugger can stop inside the trainer. Each local job logs to ``runs/<id>/logs/``.
-    Returns one :class:`Outcome` per run, in order; never raises for a failed run.
+    debugger can stop inside the trainer. Each local job logs to ``runs/<id>/logs/``. While runs
+    train, :class:`harness.progress.GridDisplay` shows each one in flight: a table redrawn in place
+    when ``show_progress`` (a terminal), else a line per run every ``progress_every_s`` seconds on
+    stderr. Returns one :class:`Outcome` per run, in order; never raises for a failed run.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from harness.progress import GridDisplay, label_of
 
     outcomes: dict[str, Outcome] = {}
     threads = executor.threads_per_run
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        disable=not show_progress,
+    parallel = 1 if in_process else default_parallel(executor)
+    display = GridDisplay(
+        grid_dir,
+        {r.run_id: label_of(r.varying) for r in runs},
+        {r.run_id: r.trainer.get("max_steps") for r in runs},
+        parallel,
+        live=show_progress,
+        every_s=progress_every_s,
     )
-    with progress:
-        bar = progress.add_task("runs", total=len(runs), status="")
 
-        def finish(outcome: Outcome) -> None:
-            outcomes[outcome.run_id] = outcome
-            progress.advance(bar)
-            r = latest_reward(layout.run_dir(grid_dir, outcome.run_id))
-            latest = f" reward {r:.3f}" if r is not None else ""
-            progress.update(bar, status=f"last: {outcome.run_id} {outcome.state}{latest}")
-            if not show_progress:
-                print(f"[{len(outcomes)}/{len(runs)}] {outcome.run_id} {outcome.state}{latest}", flush=True)
+    def finish(outcome: Outcome) -> None:
+        outcomes[outcome.run_id] = outcome
+        display.ended_run(outcome.run_id, outcome.state)
 
+    with display:
         if in_process:
             with _thread_environment(threads):
                 _run_in_process(runs, grid_dir, threads, finish)
             return [outcomes[r.run_id] for r in runs]
-
-        parallel = default_parallel(executor)
         queue = list(runs)
         active: list[tuple[RunSpec, submitit.Job]] = []
         import signal
@@ -239,7 +235,7 @@ def execute_local(
         previous = signal.signal(signal.SIGTERM, interrupted)
         try:
             with _thread_environment(threads):  # inherited by the local jobs, and only by them
-                _drive(queue, active, parallel, grid_dir, executor, threads, finish)
+                _drive(queue, active, parallel, grid_dir, executor, threads, finish, display)
         except KeyboardInterrupt:
             # submitit's local jobs outlive their parent; stop them so no orphan keeps writing
             for _, job in active:
@@ -279,8 +275,9 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
         finish(outcome_of(spec.run_id, rdir, result, raised=raised))
 
 
-def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None:
-    """Keep at most ``parallel`` local jobs running until ``queue`` and ``active`` are empty."""
+def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display) -> None:
+    """Keep at most ``parallel`` local jobs running until ``queue`` and ``active`` are empty,
+    showing the runs in flight on ``display`` as they go."""
     while queue or active:
         while queue and len(active) < parallel:
             spec = queue.pop(0)
@@ -295,6 +292,7 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish) -> None
             )
             active.append((spec, ex.submit(TrainingJob(spec, str(rdir), threads))))
         time.sleep(0.5)
+        display.update([spec.run_id for spec, _ in active])
         still = []
         for spec, job in active:
             if not job.done():

@@ -48,6 +48,7 @@ DIVERGED_FILE = "DIVERGED"
 FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
 OWNER_FILE = ".owner.json"  # {"host", "pid"} of the process training the run now (removed at exit)
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
+PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max_steps, reward, s/step, when
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 CHECKPOINTS_DIR = "checkpoints"
 GRID_CACHE_DIR = ".cache"  # per grid folder: frames the report loaded, keyed by the runs' files
@@ -179,6 +180,14 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
     if not isinstance(info, dict):
         raise ValueError(f"{path}: not a JSON object")
     return info
+
+
+def read_progress(run_dir: str | os.PathLike) -> dict | None:
+    """The run's ``progress.json`` (written by rank 0 after every logged step): ``step``,
+    ``max_steps``, ``reward`` (latest, or None), ``s_per_step`` (mean wall seconds of the recent
+    steps, eval time excluded), ``updated_at`` (Unix seconds); None when there is none."""
+    info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
+    return info if info is not None and isinstance(info.get("step"), int) else None
 
 
 def read_attempts(run_dir: str | os.PathLike) -> list[dict]:

@@ -39,7 +39,6 @@ __all__ = [
     "grid_run_dirs",
     "grid_status",
     "last_error_line",
-    "latest_reward",
     "queue_states",
     "read_job",
     "run_status",
@@ -120,13 +119,6 @@ def last_error_line(text: str) -> str:
         if ln and not ln.startswith(("File ", "^", "~")) and ("Error" in ln or "Exception" in ln):
             return ln
     return lines[-1] if lines else ""
-
-
-def latest_reward(run_dir: Path) -> float | None:
-    """The run's last logged reward, or None."""
-    from harness.metrics import last_step_and_reward
-
-    return last_step_and_reward(run_dir)[1]
 
 
 def run_status(

@@ -26,6 +26,8 @@ from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_m
 from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
+#: Steps whose mean wall time ``progress.json`` reports as the run's speed.
+RECENT_STEPS = 10
 
 
 class RunBusy(RuntimeError):
@@ -165,6 +167,8 @@ class _StepRecorder:
         self.diverged_metric: str | None = None
         self.diverged_value: str | None = None
         self._pending: dict[str, float] = {}
+        self._recent: list[float] = []  # wall seconds of the last steps, for progress.json
+        self._reward: float | None = None
         self._interval_s = 0.0
         self._interval_steps = 0
         from harness.wseq import wseq_stats  # imports torch: only once a run trains
@@ -277,10 +281,30 @@ class _StepRecorder:
             }
         )
         self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
+        self._write_progress(row)
         if self.writer is not None:
             self.writer.append(row)
             if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
                 self.writer.flush()
+
+    def _write_progress(self, row: dict[str, Any]) -> None:
+        """``progress.json`` for live displays (:func:`harness.layout.read_progress`): the step,
+        the latest reward and the mean wall time of the last :data:`RECENT_STEPS` steps."""
+        if self.writer is None:
+            return
+        self._recent.append(row[layout.STEP_WALL_S])
+        del self._recent[:-RECENT_STEPS]
+        if isinstance(row.get("reward"), int | float) and math.isfinite(row["reward"]):
+            self._reward = float(row["reward"])
+        info = {
+            "step": int(row[layout.STEP]),
+            "max_steps": self.max_steps,
+            "reward": self._reward,
+            "s_per_step": sum(self._recent) / len(self._recent),
+            "updated_at": time.time(),
+        }
+        with contextlib.suppress(OSError):  # a display's nicety: never fail a run over it
+            atomic_write_json(self.samples_path.parent / layout.PROGRESS_FILE, info)
 
     def _concurrent_runs(self) -> float | None:
         """Runs sharing the machine now (time-throttled recount); None when unknown."""
@@ -371,7 +395,7 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
 
     from harness.trl_boundary import resolve_device
 
-    for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
+    for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
         (run_dir / stale).unlink(missing_ok=True)
     settings = spec.harness
     device = device or resolve_device(settings.device, ExecutorSettings())

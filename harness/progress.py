@@ -1,0 +1,235 @@
+"""A grid in flight, as it shows: each run's step, reward, speed and ETA, and the grid's ETA.
+
+Everything is read from the runs' own files (``progress.json``, which rank 0 rewrites after every
+logged step, :func:`harness.layout.read_progress`), so the same view serves the driver of a local
+``run`` and ``status --watch`` of a SLURM grid. In a terminal, :class:`GridDisplay` redraws a rich
+table in place; without one (a log file, CI) it prints one line per run in flight every
+``every_s`` seconds, and a line whenever a run ends.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness import layout
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """One run's latest step: ``step`` of ``max_steps``, ``reward`` (latest logged, or None),
+    ``s_per_step`` (mean wall seconds of its recent steps), ``updated_at`` (Unix seconds)."""
+
+    run_id: str
+    label: str
+    step: int
+    max_steps: int | None
+    reward: float | None
+    s_per_step: float | None
+    updated_at: float
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at its recent speed; None when the speed or the step count is unknown."""
+        if self.max_steps is None or not self.s_per_step:
+            return None
+        return max(self.max_steps - self.step, 0) * self.s_per_step
+
+
+def read(run_dir: Path, label: str = "") -> RunProgress | None:
+    """The run's :class:`RunProgress` from its ``progress.json``; None before its first step."""
+    info = layout.read_progress(run_dir)
+    if info is None:
+        return None
+
+    def number(key: str) -> float | None:
+        v = info.get(key)
+        return (
+            float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+        )
+
+    max_steps = info.get("max_steps")
+    return RunProgress(
+        run_id=run_dir.name,
+        label=label,
+        step=info["step"],
+        max_steps=max_steps if isinstance(max_steps, int) else None,
+        reward=number("reward"),
+        s_per_step=number("s_per_step"),
+        updated_at=number("updated_at") or 0.0,
+    )
+
+
+def grid_eta(in_flight: Sequence[RunProgress], steps_not_started: int, parallel: int) -> float | None:
+    """Seconds until the grid ends: the longest ETA of the runs in flight, or, when runs wait, the
+    steps left of every run (those in flight and ``steps_not_started``) at the mean speed of the
+    runs in flight over ``parallel`` slots, whichever is longer. None while no speed is known."""
+    speeds = [p.s_per_step for p in in_flight if p.s_per_step]
+    etas = [p.eta_s for p in in_flight if p.eta_s is not None]
+    if not speeds:
+        return None
+    longest = max(etas, default=0.0)
+    if steps_not_started <= 0:
+        return longest
+    left = sum(etas) + steps_not_started * (sum(speeds) / len(speeds))
+    return max(longest, left / max(parallel, 1))
+
+
+def duration(seconds: float | None) -> str:
+    """``3725`` -> ``"1:02:05"``; ``"?"`` for None."""
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def line(p: RunProgress) -> str:
+    """One run in flight as a log line: ``d320cbaf4b loss_type=grpo seed=0: step 120/450, reward
+    0.312, 0.25 s/step, ETA 0:01:22``."""
+    of = f"/{p.max_steps}" if p.max_steps else ""
+    reward = f", reward {p.reward:.3f}" if p.reward is not None else ""
+    speed = f", {p.s_per_step:.2f} s/step" if p.s_per_step else ""
+    label = f" {p.label}" if p.label else ""
+    return f"{p.run_id}{label}: step {p.step}{of}{reward}{speed}, ETA {duration(p.eta_s)}"
+
+
+def label_of(varying: Mapping[str, Any]) -> str:
+    """A run's varying values as ``loss_type=grpo seed=0`` (last part of each key)."""
+    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in varying.items())
+
+
+def table(in_flight: Sequence[RunProgress], summary: str):
+    """The rich table of the runs in flight, then ``summary`` (counts, grid ETA) on a line of its own."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(box=None, pad_edge=False)
+    for name, justify in (
+        ("run", "left"),
+        ("", "left"),
+        ("step", "right"),
+        ("reward", "right"),
+        ("s/step", "right"),
+    ):
+        t.add_column(name, justify=justify, no_wrap=True)
+    t.add_column("ETA", justify="right", no_wrap=True)
+    for p in in_flight:
+        t.add_row(
+            p.run_id,
+            p.label,
+            f"{p.step}/{p.max_steps}" if p.max_steps else str(p.step),
+            "" if p.reward is None else f"{p.reward:.3f}",
+            "" if not p.s_per_step else f"{p.s_per_step:.2f}",
+            duration(p.eta_s),
+        )
+    return Group(t, Text(summary))
+
+
+class GridDisplay:
+    """What the driver of a local ``run`` shows while runs train.
+
+    Args:
+        grid_dir: ``results/<grid>``.
+        labels: ``{run_id: label}`` of every run this driver trains, in order.
+        max_steps: ``{run_id: max_steps}`` (None where unknown), for the grid's ETA.
+        parallel: runs at once.
+        live: redraw a table in place (a terminal); else print lines to ``stream``.
+        every_s: seconds between two rounds of lines when not ``live``.
+    """
+
+    def __init__(
+        self,
+        grid_dir: Path,
+        labels: Mapping[str, str],
+        max_steps: Mapping[str, int | None],
+        parallel: int,
+        live: bool,
+        every_s: float = 30.0,
+        stream: TextIO | None = None,
+    ):
+        self.grid_dir = Path(grid_dir)
+        self.labels = dict(labels)
+        self.max_steps = dict(max_steps)
+        self.parallel = parallel
+        self.live = live
+        self.every_s = every_s
+        self.stream = stream or sys.stderr
+        self.ended: list[str] = []
+        self._last_lines = time.monotonic()
+        self._live = None
+
+    def __enter__(self) -> GridDisplay:
+        if self.live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(
+                self._renderable([]), console=Console(file=self.stream), refresh_per_second=2, transient=False
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.update(self._renderable([]))  # the last frame: every run ended
+            self._live.stop()
+            self._live = None
+
+    def in_flight(self, run_ids: Iterable[str]) -> list[RunProgress]:
+        """The progress of ``run_ids`` that have logged a step."""
+        out = []
+        for rid in run_ids:
+            p = read(layout.run_dir(self.grid_dir, rid), self.labels.get(rid, ""))
+            if p is not None:
+                out.append(p)
+        return out
+
+    def _summary(self, in_flight: Sequence[RunProgress], active: int) -> str:
+        waiting = [r for r in self.labels if r not in self.ended][active:]
+        steps_left = sum(self.max_steps.get(r) or 0 for r in waiting)
+        eta = grid_eta(in_flight, steps_left, self.parallel)
+        n = len(self.labels)
+        return (
+            f"runs: {len(self.ended)}/{n} ended, {active} in flight, {len(waiting)} waiting; "
+            f"grid ETA {duration(eta)}"
+        )
+
+    def _renderable(self, active: Sequence[str]):
+        in_flight = self.in_flight(active)
+        return table(in_flight, self._summary(in_flight, len(active)))
+
+    def update(self, active: Sequence[str]) -> None:
+        """Show the runs in flight (``active``: their run ids): redraw the table, or print their
+        lines when ``every_s`` has passed since the last round."""
+        if self._live is not None:
+            self._live.update(self._renderable(active))
+            return
+        now = time.monotonic()
+        if now - self._last_lines < self.every_s:
+            return
+        self._last_lines = now
+        in_flight = self.in_flight(active)
+        stamp = time.strftime("%H:%M:%S")
+        for p in in_flight:
+            print(f"[{stamp}] {line(p)}", file=self.stream, flush=True)
+        if in_flight:
+            print(f"[{stamp}] {self._summary(in_flight, len(active))}", file=self.stream, flush=True)
+
+    def ended_run(self, run_id: str, state: str, detail: str = "") -> None:
+        """A run's job ended: count it, and say so in one line."""
+        self.ended.append(run_id)
+        p = read(layout.run_dir(self.grid_dir, run_id))
+        reward = f", reward {p.reward:.3f}" if p is not None and p.reward is not None else ""
+        text = f"[{len(self.ended)}/{len(self.labels)}] {run_id} {state}{reward}" + (
+            f": {detail}" if detail else ""
+        )
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
