@@ -91,6 +91,17 @@ DIVERGED = "diverged"  # DIVERGED marker: loss, reward or grad_norm became NaN/i
 FAILED = "failed"  # FAILED marker (the run raised), or its job ended in a scheduler failure
 STOPPED = "stopped"  # started, not finished, nothing runs it: interrupted, killed or cancelled; resumable
 RUN_STATES = (PENDING, QUEUED, RUNNING, REQUEUED, DONE, DIVERGED, FAILED, STOPPED)
+#: The files a run writes through :func:`atomic_path` into its own folder.
+_RUN_FILES = (
+    CONFIG_FILE,
+    PROVENANCE_FILE,
+    SAMPLES_FILE,
+    DONE_FILE,
+    DIVERGED_FILE,
+    FAILED_FILE,
+    OWNER_FILE,
+    PROGRESS_FILE,
+)
 
 
 def run_dir(grid_dir: str | Path, run_id: str) -> Path:
@@ -136,6 +147,25 @@ def atomic_path(path: str | Path, prefix: str | None = None) -> Iterator[str]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[str]:
+    """Delete the temporaries :func:`atomic_path` left in ``folder`` when a kill came between
+    writing and renaming (``.<name>.<random>``, where ``<name>`` is a file of the layout or a
+    metrics part); only the process that owns the run calls it. Returns the names deleted."""
+    known = (*_RUN_FILES, COMPACT_FILE, PART_PREFIX)
+    deleted = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return deleted
+    for entry in entries:
+        name = entry.name
+        if name.startswith(".") and any(name[1:].startswith(k) for k in known) and entry.is_file():
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                deleted.append(name)
+    return deleted
 
 
 def metric_paths(run_dir: str | os.PathLike) -> list[str]:

@@ -397,6 +397,9 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
 
     for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
         (run_dir / stale).unlink(missing_ok=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # what a kill between write and rename left behind
+        layout.remove_temporaries(run_dir)
+        layout.remove_temporaries(run_dir / layout.METRICS_DIR)
     settings = spec.harness
     device = device or resolve_device(settings.device, ExecutorSettings())
     torch.set_num_threads(threads or settings.threads or 1)
