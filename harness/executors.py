@@ -20,7 +20,7 @@ import submitit
 from harness import layout
 from harness.metrics import last_step_and_reward
 from harness.schema import ExecutorSettings, RunSpec
-from harness.status import NO_SPACE, end_line, last_attempt, last_error_line
+from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, resume_promise
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -92,7 +92,14 @@ class TrainingJob(submitit.helpers.Checkpointable):
         except RunBusy as e:  # another process trains it: nothing of this run was touched
             return {"busy": True, "detail": str(e)}
         except Exception as e:
-            if (job_env is None or job_env.global_rank == 0) and not isinstance(e, RunDiverged):
+            from harness.training import no_space
+
+            # a full disk stops the run (it resumes once space is freed): no FAILED marker
+            if (
+                (job_env is None or job_env.global_rank == 0)
+                and not isinstance(e, RunDiverged)
+                and not no_space(e)
+            ):
                 marker = {
                     "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
                     "log": log,
@@ -108,6 +115,11 @@ class TrainingJob(submitit.helpers.Checkpointable):
         if summary.get("preempted"):
             if requested["signal"] == signal.SIGUSR2 and callable(previous) and job_env is not None:
                 previous(signal.SIGUSR2, None)  # submitit: checkpoint(), scontrol requeue, exit
+            if requested["signal"] == signal.SIGTERM and on_slurm:
+                # checkpointed: now end as SIGTERM would have ended us, so SLURM records the job as
+                # preempted, cancelled or requeued (an exit with an error reads as FAILED)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
             raise RuntimeError(
                 f"run stopped at step {summary['steps']} on request; resume by running it again"
             )
@@ -144,12 +156,12 @@ def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", ra
     if state == layout.RUNNING:  # its lock was taken between our check and the job's start
         return Outcome(run_id, state, log, f"{layout.trained_elsewhere(run_dir)} (skipped)")
     if state == layout.STOPPED and raised and not last_attempt(run_dir).get("outcome"):
-        line = last_error_line(raised)
+        line = last_error_line(raised)  # the attempt could not say it itself (a full disk, an early error)
+        if any(s in line for s in NO_SPACE) or layout.disk_full(run_dir):
+            then = resume_promise(run_dir, "running the grid again")
+            return Outcome(run_id, state, log, f"no space left on device ({line}); free space, then {then}")
         if line and "has not produced any output" not in raised:  # submitit's words for a killed task
-            no_space = any(s in line for s in NO_SPACE)
-            return Outcome(
-                run_id, layout.FAILED, log, f"no space left on device ({line})" if no_space else line
-            )
+            return Outcome(run_id, layout.FAILED, log, line)
     step = last_step_and_reward(run_dir)[0] if state == layout.STOPPED else None
     return Outcome(run_id, state, log, end_line(run_dir, state, step))
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,6 +245,18 @@ def read_attempts(run_dir: str | os.PathLike) -> list[dict]:
         else:
             attempts[-1].update(record)
     return attempts
+
+
+#: Free bytes below which the disk holding a run counts as full when an error ends it.
+FULL_BELOW_BYTES = 1 << 20
+
+
+def disk_full(path: str | os.PathLike) -> bool:
+    """Whether the disk holding ``path`` has under :data:`FULL_BELOW_BYTES` free."""
+    try:
+        return shutil.disk_usage(path).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
 
 
 def unwritable(folder: str | os.PathLike) -> str | None:

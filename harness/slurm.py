@@ -109,7 +109,9 @@ def resources_of(executor: ExecutorSettings) -> dict[str, Any]:
         "nodes": executor.nodes,
         "tasks_per_node": executor.tasks_per_node,
         "slurm_array_parallelism": executor.array_parallelism,
-        "slurm_signal_delay_s": 60,
+        # USR2 this long before the time limit (a checkpoint at the next step, then a requeue);
+        # a quarter of a short limit, so a 1-minute job is not signalled as it starts
+        "slurm_signal_delay_s": min(60, max(5, executor.timeout_min * 15)),
     }
     if executor.gpus_per_node:
         params["gpus_per_node"] = executor.gpus_per_node

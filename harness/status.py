@@ -199,7 +199,11 @@ def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
             return f"no space left on device ({error}); free space, then run the grid again"
         return error
     where = f" at step {step}" if step is not None else " before its first step"
-    return f"{_how_it_stopped(last_attempt(run_dir))}{where}; {resume_promise(run_dir, 'running the grid again')}"
+    attempt = last_attempt(run_dir)
+    then = resume_promise(run_dir, "running the grid again")
+    if attempt.get("outcome") == "no-space":
+        then = f"free space, then {then}"
+    return f"{_how_it_stopped(attempt)}{where}; {then}"
 
 
 def _how_it_stopped(attempt: dict[str, Any]) -> str:
@@ -210,6 +214,8 @@ def _how_it_stopped(attempt: dict[str, Any]) -> str:
         return "stopped on request (a preemption or time-limit signal)"
     if outcome == "interrupted":
         return "interrupted (Ctrl-C, or the driver was stopped)"
+    if outcome == "no-space":
+        return f"no space left on device ({attempt.get('detail', '')})"
     if outcome:
         return f"ended as {outcome} ({attempt.get('detail', '')}), its marker since removed"
     return "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
@@ -264,6 +270,17 @@ def _left_the_queue(run_dir: Path, job_id: str, final: str, log: str, base: dict
     if log and not Path(log).exists():
         log = ""  # the job never started, so SLURM wrote no log
     key = final.split()[0] if final else ""
+    attempt = last_attempt(run_dir)
+    if attempt.get("outcome") in ("stopped", "interrupted", "no-space") and key not in SCHEDULER_ENDS:
+        # the run said it stopped (checkpointed on a signal): the scheduler's word for how the job
+        # ended (FAILED for an exit code) does not make it a failure
+        then = resume_promise(run_dir, "the next submit")
+        return RunStatus(
+            state=layout.STOPPED,
+            log=log,
+            error=f"slurm: job {key or 'ended'} after the run stopped; {then}",
+            **base,
+        )
     if key in SCHEDULER_ENDS:
         state, what = SCHEDULER_ENDS[key]
         then = resume_promise(run_dir, "the next submit") if state == layout.STOPPED else ""

@@ -9,6 +9,7 @@ in the parquet exactly once.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -373,7 +374,7 @@ def train(
             summary = _train_unlocked(spec, run_dir, device, threads, stop_requested)
         except BaseException as e:
             if lock.is_locked:
-                _record_end(run_dir, *_failure(e))
+                _record_end(run_dir, *_failure(e, run_dir))
             raise
         if lock.is_locked:
             _record_end(
@@ -542,12 +543,24 @@ def _record_attempt(
         f.write(json.dumps(attempt) + "\n")
 
 
-def _failure(e: BaseException) -> tuple[str, str]:
+def no_space(e: BaseException, run_dir: Path) -> bool:
+    """Whether ``e`` ended the attempt because the disk (or quota) is full: an ``OSError`` saying
+    so, or any error while the disk holding ``run_dir`` is full (:func:`harness.layout.disk_full`;
+    torch's checkpoint writer reports a full disk as ``RuntimeError: ... unexpected pos``). A stop,
+    not a failure of the run: it resumes once space is freed."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return layout.disk_full(run_dir)
+
+
+def _failure(e: BaseException, run_dir: Path) -> tuple[str, str]:
     """``(outcome, detail)`` of an attempt that raised, for its end record."""
     if isinstance(e, RunDiverged):
         return "diverged", str(e)
     if isinstance(e, KeyboardInterrupt):
         return "interrupted", "KeyboardInterrupt"
+    if no_space(e, run_dir):
+        return "no-space", f"{type(e).__name__}: {e}".splitlines()[0][:500]
     line = f"{type(e).__name__}: {e}".strip().splitlines()
     return "failed", (line[0] if line else type(e).__name__)[:500]
 

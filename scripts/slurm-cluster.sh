@@ -18,6 +18,9 @@ set -euo pipefail
 
 CLUSTER=${SLURM_CLUSTER_NAME:-local}
 PARTITION=${SLURM_PARTITION_NAME:-debug}
+# A second partition on the same node whose jobs preempt the default one's (PreemptMode=CANCEL):
+# the tests use it to preempt a run the way a cluster's priority partitions do.
+URGENT_PARTITION=${SLURM_URGENT_PARTITION_NAME:-urgent}
 NODE=$(hostname -s)
 CONF_DIR=/etc/slurm
 SLURM_CONF=$CONF_DIR/slurm.conf
@@ -121,7 +124,8 @@ SelectTypeParameters=CR_CPU_Memory
 DefMemPerCPU=$DEF_MEM_PER_CPU
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,sched_min_interval=100000,bf_interval=2,bf_continue,default_queue_depth=1000
-PreemptType=preempt/none
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 JobCompType=jobcomp/none
 
 MaxJobCount=20000
@@ -141,7 +145,8 @@ AccountingStorageHost=127.0.0.1
 AccountingStoragePort=6819
 
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$REAL_MEM State=UNKNOWN
-PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=0
+PartitionName=$URGENT_PARTITION Nodes=$NODE Default=NO MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
 }
 

@@ -142,12 +142,11 @@ def test_resubmit_is_idempotent_and_resubmits_a_deleted_done(grid):
     assert all(len(attempts(grid["grid_dir"] / layout.RUNS_DIR / r.run_id)) == 1 for r in others)
 
 
-def _single_run(tmp_path, name: str, steps: int, extra=()):
-    results = tmp_path / "results"
-    args = [
+def _single_run_args(tmp_path, name: str, steps: int, extra=()) -> list[str]:
+    return [
         "ablations/smoke.yaml",
         "--results",
-        str(results),
+        str(tmp_path / "results"),
         *FAST,
         f"-oname={name}",
         "-ogrid.seed=[0]",
@@ -157,7 +156,11 @@ def _single_run(tmp_path, name: str, steps: int, extra=()):
         "-oharness.flush_every=1",
         *extra,
     ]
-    cli("submit", *args)
+
+
+def _single_run(tmp_path, name: str, steps: int, extra=()):
+    results = tmp_path / "results"
+    cli("submit", *_single_run_args(tmp_path, name, steps, extra))
     grid_dir = results / name
     (run_dir,) = list((grid_dir / layout.RUNS_DIR).iterdir())
     return grid_dir, run_dir
@@ -256,3 +259,89 @@ def test_failed_sbatch_leaves_no_submission_debris(tmp_path):
     assert not list(grid_dir.glob("runs/*/job.json"))
     assert not [p for p in (grid_dir / "slurm_logs").rglob("*") if p.is_file()]
     assert not list((grid_dir / ".snapshots").iterdir())
+
+
+def _wait_left_queue(job_id: str, timeout: float = 300) -> str:
+    """Wait until ``job_id`` is out of SLURM's queue; its final state from sacct."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if job_id not in status.queue_states([job_id]):
+            final = status.accounting_states([job_id]).get(job_id, "")
+            if final and final not in ("RUNNING", "PENDING", "REQUEUED"):
+                return final
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} still queued after {timeout} s")
+
+
+@pytest.mark.parametrize("how", ["preempt", "scancel"])
+def test_preempted_or_cancelled_run_is_resubmitted_by_the_next_submit_and_resumes(
+    tmp_path, model_cache, tiny_model, how
+):
+    """PreemptMode=CANCEL (the cluster's "urgent" partition preempts the default one) and a plain
+    scancel end the job for good; the run is stopped, resumable, and the next submit (no
+    --retry-failed) sends it again, to resume from its checkpoint."""
+    steps = 200
+    extra = ["-oharness.checkpoint_steps=10", "-oexecutor.cpus_per_task=2"]  # the whole node
+    grid_dir, run_dir = _single_run(tmp_path, f"end-{how}", steps, extra)
+    _wait_step(run_dir, 12)
+    job_id = json.loads((run_dir / layout.JOB_FILE).read_text())["job_id"]
+    urgent = None
+    if how == "preempt":
+        out = subprocess.run(
+            ["sbatch", "--parsable", "-p", "urgent", "-c", "2", "--wrap", "sleep 2", "-o", "/dev/null"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        urgent = out.stdout.strip()
+    else:
+        subprocess.run(["scancel", job_id], check=True)
+    final = _wait_left_queue(job_id)
+    assert final == ("PREEMPTED" if how == "preempt" else "CANCELLED")
+    (row,) = status.grid_status(grid_dir)
+    assert row.state == layout.STOPPED
+    word = "preempted" if how == "preempt" else "cancelled"
+    assert row.error.startswith(f"slurm: job {final} ({word}); the next submit resumes it from step "), (
+        row.error
+    )
+    proc = cli("submit", *_single_run_args(tmp_path, f"end-{how}", steps, extra))
+    assert "submitting 1 run(s)" in proc.stdout, proc.stdout
+    (row,) = wait_until_finished(grid_dir, timeout=900)
+    assert row.state == "done"
+    done = json.loads((run_dir / layout.DONE_FILE).read_text())
+    assert done["steps"] == steps and done["resumed_from"] >= 10
+    df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(df["step"]) == list(range(1, steps + 1))
+    if urgent:
+        assert _wait_left_queue(urgent) == "COMPLETED"
+
+
+def test_a_job_past_its_time_limit_is_stopped_and_resubmitted(tmp_path, model_cache, tiny_model):
+    """A job that never reaches a step boundary before its time limit (here, a setup line that
+    outlasts timeout_min) ends TIMEOUT: the run is stopped, and the next submit sends it again."""
+    extra = ["-oexecutor.timeout_min=1", "-oexecutor.setup=[sleep 600]"]
+    grid_dir, run_dir = _single_run(tmp_path, "timeout", 4, extra)
+    job_id = json.loads((run_dir / layout.JOB_FILE).read_text())["job_id"]
+    assert _wait_left_queue(job_id, timeout=400) == "TIMEOUT"
+    (row,) = status.grid_status(grid_dir)
+    assert row.state == layout.STOPPED
+    assert row.error == (
+        "slurm: job TIMEOUT (ran past its time limit (executor.timeout_min)); no complete checkpoint, "
+        "so the next submit starts it over"
+    )
+    proc = cli("submit", *_single_run_args(tmp_path, "timeout", 4, ["-oexecutor.timeout_min=30"]))
+    assert "submitting 1 run(s)" in proc.stdout
+    (row,) = wait_until_finished(grid_dir, timeout=900)
+    assert row.state == "done"
+
+
+def test_an_out_of_memory_job_waits_for_retry_failed(tmp_path):
+    """sacct's OUT_OF_MEMORY is a failure: shown with its fix, and not resubmitted on its own."""
+    d = tmp_path / "runs" / "r"
+    d.mkdir(parents=True)
+    (d / layout.CONFIG_FILE).write_text('{"varying": {}}')
+    (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "99_0"}))
+    row = status.run_status(d, queue={}, accounting={"99_0": "OUT_OF_MEMORY"})
+    assert (
+        row.state == layout.FAILED and "raise executor.mem_gb" in row.error and "--retry-failed" in row.error
+    )

@@ -88,3 +88,47 @@ def test_terminal_tables_never_wrap_and_split_on_whitespace():
     assert lines[0].split() == ["run_id", "value", "state"]
     assert lines[1].split() == ["a", long, "done"] and lines[2].split() == ["bb", "1", "stopped"]
     assert lines[1].index(long) == lines[2].index("1") == lines[0].index("value")  # aligned columns
+
+
+def test_a_job_that_failed_after_the_run_stopped_is_stopped(tmp_path):
+    """With a grace time, a preempted job that checkpointed and exited reads FAILED in sacct: the
+    run's own end record (stopped) wins, and the next submit resumes it."""
+    d = _run_folder(tmp_path, "r", layout.CONFIG_FILE)
+    (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "12_3"}))
+    (d / layout.ATTEMPTS_FILE).write_text(
+        json.dumps({"started_at": "t0"})
+        + "\n"
+        + json.dumps({"outcome": "stopped", "detail": "at step 7"})
+        + "\n"
+    )
+    row = status.run_status(d, queue={}, accounting={"12_3": "FAILED"})
+    assert row.state == layout.STOPPED
+    assert (
+        row.error
+        == "slurm: job FAILED after the run stopped; no complete checkpoint, so the next submit starts it over"
+    )
+
+
+@pytest.mark.parametrize(
+    ("final", "state", "words"),
+    [
+        (
+            "PREEMPTED",
+            layout.STOPPED,
+            "(preempted); no complete checkpoint, so the next submit starts it over",
+        ),
+        ("TIMEOUT", layout.STOPPED, "(ran past its time limit (executor.timeout_min))"),
+        ("NODE_FAIL", layout.STOPPED, "(its node failed)"),
+        (
+            "OUT_OF_MEMORY",
+            layout.FAILED,
+            "raise executor.mem_gb (or lower the batch), then submit --retry-failed",
+        ),
+        ("FAILED", layout.FAILED, "fix it, then submit --retry-failed"),
+    ],
+)
+def test_scheduler_ends_map_to_one_state_each(tmp_path, final, state, words):
+    d = _run_folder(tmp_path, "r", layout.CONFIG_FILE)
+    (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "12_3"}))
+    row = status.run_status(d, queue={}, accounting={"12_3": final})
+    assert row.state == state and words in row.error and row.error.startswith(f"slurm: job {final}")
