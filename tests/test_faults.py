@@ -87,3 +87,194 @@ def test_kills_at_every_moment_end_in_the_uninterrupted_run(tmp_path, tiny_model
     assert samples == expected  # each step's samples once, as the uninterrupted run wrote them
     outcomes = [a.get("outcome") for a in layout.read_attempts(run_dir)]
     assert outcomes == [None] * len(kills) + ["done"]  # a killed attempt writes no end record
+
+
+FAST_RUN = [
+    "ablations/smoke.yaml",
+    "-otiny.sft_steps=30",
+    "-otiny.sft_examples=512",
+    "-otask.train_size=256",
+    "-ogrid.seed=[0]",
+    "-oharness.eval_steps=0",
+]
+
+
+def _driver(results: Path, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", str(results), *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def _wait(predicate, timeout: float = 300, what: str = "") -> None:
+    import time
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"not reached in {timeout} s: {what}")
+
+
+@pytest.mark.slow
+def test_two_drivers_of_one_grid_leave_each_other_alone(tmp_path, model_cache):
+    """A second `run` of a grid whose run another driver trains skips it with that word, and
+    neither driver exits non-zero for it. Without a terminal each driver prints a line per run in
+    flight every --progress-every seconds."""
+    results = tmp_path / "results"
+    args = ["-ogrid.loss_type=[grpo]", "-otrainer.max_steps=60", "--no-report", "--progress-every", "1"]
+    first = _driver(results, *args)
+    runs = results / "smoke" / layout.RUNS_DIR
+    _wait(lambda: runs.exists() and any(layout.read_progress(d) for d in runs.iterdir()), what="first step")
+    (run_dir,) = runs.iterdir()
+    assert layout.files_state(run_dir) == layout.RUNNING
+    second = _driver(results, *args)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert "skipped 1 run(s): being trained by another process" in out and "nothing to run" in out
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    assert "1/1 run(s) finished" in out
+    lines = [line for line in err.splitlines() if f"] {run_dir.name}: step " in line]  # one run: no label
+    assert lines and all("/60, " in line and "s/step, ETA " in line for line in lines), err[-2000:]
+    assert f"[1/1] {run_dir.name} done" in err
+
+
+def test_a_run_another_process_holds_is_no_failure(tmp_path):
+    from harness.cli import _print_outcomes
+    from harness.executors import outcome_of
+
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    busy = outcome_of("r", run_dir, {"busy": True, "detail": "run r is being trained by another process"})
+    assert busy.state == layout.RUNNING and busy.error.endswith("(skipped)")
+    assert _print_outcomes([busy], tmp_path) == 0
+
+
+def test_unwritable_results_is_one_error_and_writes_nothing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", "/proc/grpo-harness-results"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: cannot write results to /proc/grpo-harness-results/smoke: /proc")
+    assert not Path("/proc/grpo-harness-results").exists()
+
+
+def test_local_run_skips_failed_and_diverged_runs_unless_retry_failed(tmp_path):
+    from harness.executors import FAILED_REASON, pending_local
+    from harness.grid import expand
+    from harness.spec import load_grid
+
+    plan = expand(load_grid(REPO / "ablations" / "smoke.yaml", ["grid.seed=[0]"]))
+    grid_dir = tmp_path / "smoke"
+    states = [layout.DIVERGED_FILE, layout.FAILED_FILE, layout.DONE_FILE]
+    for run, marker in zip(plan.runs, states, strict=True):
+        d = layout.run_dir(grid_dir, run.run_id)
+        d.mkdir(parents=True)
+        (d / layout.CONFIG_FILE).write_text("{}")
+        (d / marker).write_text("{}")
+    todo, skipped = pending_local(plan.runs, grid_dir)
+    assert todo == [] and skipped == {
+        "done": [plan.runs[2].run_id],
+        FAILED_REASON: [r.run_id for r in plan.runs[:2]],
+    }
+    todo, skipped = pending_local(plan.runs, grid_dir, retry_failed=True)
+    assert todo == list(plan.runs[:2]) and skipped == {"done": [plan.runs[2].run_id]}
+
+
+def test_missing_steps_are_said_by_status_and_the_driver(tmp_path, capsys):
+    from harness.cli import _print_outcomes, format_status
+    from harness.executors import outcome_of
+
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / layout.DONE_FILE).write_text(json.dumps({"steps": 30, "missing_steps": [6, 7, 8]}))
+    row = status.run_status(run_dir, queue={})
+    assert row.state == layout.DONE
+    said = "3 step(s) without metrics (an unreadable metrics file was set aside): 6, 7, 8"
+    assert row.error == said
+    assert f"r done: {said}" in format_status([row])
+    assert _print_outcomes([outcome_of("r", run_dir)], tmp_path) == 0
+    assert f"run r done: {said}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_terminal_shows_every_run_in_flight_within_30_s_of_the_first_step(tmp_path, model_cache):
+    import pty
+    import re
+    import select
+    import time
+
+    results = tmp_path / "results"
+    master, slave = pty.openpty()
+    proc = _driver(
+        results, "-ogrid.loss_type=[grpo,dapo]", "-otrainer.max_steps=400", "--no-report", stderr=slave
+    )
+    os.close(slave)
+    runs = results / "smoke" / layout.RUNS_DIR
+    seen, text, first_step = set(), "", None
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and len(seen) < 2:
+            if first_step is None and runs.exists() and any(layout.read_progress(d) for d in runs.iterdir()):
+                first_step = time.time()
+            if select.select([master], [], [], 0.5)[0]:
+                text += os.read(master, 65536).decode(errors="replace")
+            plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+            # a table row: run id, label, step/max, reward, s/step, ETA
+            rows = re.findall(
+                r"([0-9a-f]{10})\s+loss_type=\w+\s+(\d+)/400\s+([\d.]+)\s+([\d.]+)\s+\d+:\d\d:\d\d", plain
+            )
+            seen |= {rid for rid, *_ in rows}
+            if first_step is not None:
+                assert time.time() - first_step < 30 or len(seen) == 2, "a run in flight is not shown"
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    assert len(seen) == 2 and first_step is not None
+    assert "grid ETA" in text
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_and_the_report_then_both_resume(tmp_path, model_cache):
+    """Results on a 14 MB tmpfs fill up at the second checkpoint: the run stops (no FAILED
+    marker), the report step says it cannot write and `run` exits 1 without touching the runs;
+    with space freed, a plain `run` resumes the run from its last checkpoint and writes the report."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=14m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mount.returncode != 0:  # not root, or no CAP_SYS_ADMIN: a small disk cannot be made here
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.decode().strip()}")
+    try:
+        args = ["-ogrid.loss_type=[grpo]", "-otrainer.max_steps=12", "-oharness.checkpoint_steps=2"]
+        args += ["-oharness.keep_checkpoints=3"]
+        first = _driver(disk, *args)
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 1, err
+        (run_dir,) = (disk / "smoke" / layout.RUNS_DIR).iterdir()
+        assert not (run_dir / layout.FAILED_FILE).exists() and not (run_dir / layout.DONE_FILE).exists()
+        assert f"run {run_dir.name} stopped: no space left on device (" in err
+        assert "free space, then running the grid again resumes it from step 2" in err
+        assert "report: cannot write the report into" in err and "the runs' results are unchanged" in err
+        assert "Traceback" not in err
+        subprocess.run(["mount", "-o", "remount,size=300m", str(disk)], check=True)
+        second = _driver(disk, *args)
+        out, err = second.communicate(timeout=600)
+        assert second.returncode == 0, err
+        done = json.loads((run_dir / layout.DONE_FILE).read_text())
+        assert done["steps"] == 12 and done["resumed_from"] == 2
+        assert list(_metrics(run_dir)[layout.STEP]) == list(range(1, 13))
+        assert (disk / "smoke" / layout.REPORT_DIR / "index.md").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
