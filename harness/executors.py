@@ -48,10 +48,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict:
         import signal
-        import traceback
 
-        from harness.metrics import atomic_write_json
-        from harness.training import train
+        from harness.training import RunBusy, train
 
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
         job_env = _job_environment()
@@ -63,55 +61,19 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
                 prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
                 submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        requested: dict[str, Any] = {"stop": False, "signal": None}
-        previous = signal.getsignal(signal.SIGUSR2)
-        previous_term = signal.getsignal(signal.SIGTERM)
-
-        def on_signal(signum, frame):  # runs between two bytecodes of training: only set a flag
-            requested["stop"] = True
-            requested["signal"] = signum
-            then = (
-                "then requeueing"
-                if signum == signal.SIGUSR2
-                else "then exiting (SLURM requeues or ends the job)"
-            )
-            print(
-                f"{signal.Signals(signum).name} received: checkpointing at the next optimizer step, {then}",
-                flush=True,
-            )
-
-        signal.signal(signal.SIGUSR2, on_signal)
         on_slurm = job_env is not None and job_env.cluster == "slurm"
-        if on_slurm:  # scontrol requeue, scancel, node shutdown: SIGTERM, then SIGKILL after KillWait
-            signal.signal(signal.SIGTERM, on_signal)
+        requested, restore = _stop_on_signals(on_slurm)
         rdir = Path(self.run_dir)
-        from harness.training import RunBusy, RunDiverged
-
         try:
             summary = train(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
         except RunBusy as e:  # another process trains it: nothing of this run was touched
             return {"busy": True, "detail": str(e)}
         except Exception as e:
-            from harness.training import no_space
-
-            # a full disk stops the run (it resumes once space is freed): no FAILED marker
-            if (
-                (job_env is None or job_env.global_rank == 0)
-                and not isinstance(e, RunDiverged)
-                and not no_space(e)
-            ):
-                marker = {
-                    "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
-                    "log": log,
-                    "traceback": traceback.format_exc()[-4000:],
-                }
-                with contextlib.suppress(OSError):  # a full disk: the error itself must still surface
-                    atomic_write_json(rdir / layout.FAILED_FILE, marker)
+            if job_env is None or job_env.global_rank == 0:
+                _mark_failed(rdir, e, log)
             raise
         finally:
-            signal.signal(signal.SIGUSR2, previous)
-            if on_slurm:
-                signal.signal(signal.SIGTERM, previous_term)
+            previous = restore()
         if summary.get("preempted"):
             if requested["signal"] == signal.SIGUSR2 and callable(previous) and job_env is not None:
                 previous(signal.SIGUSR2, None)  # submitit: checkpoint(), scontrol requeue, exit
@@ -124,6 +86,64 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 f"run stopped at step {summary['steps']} on request; resume by running it again"
             )
         return summary
+
+
+def _stop_on_signals(on_slurm: bool):
+    """Install handlers that only ask the run to stop at its next optimizer step: USR2 (submitit's
+    preemption and time-limit signal) and, in a SLURM job, SIGTERM (``scontrol requeue``,
+    ``scancel``, preemption, a node going down; SIGKILL follows after ``KillWait``).
+
+    Returns ``(requested, restore)``: ``requested["stop"]`` and ``requested["signal"]`` as the
+    handlers set them, and a function that puts the previous handlers back and returns the previous
+    USR2 handler (submitit's, which requeues the job).
+    """
+    import signal
+
+    requested: dict[str, Any] = {"stop": False, "signal": None}
+    previous = signal.getsignal(signal.SIGUSR2)
+    previous_term = signal.getsignal(signal.SIGTERM)
+
+    def on_signal(signum, frame):  # runs between two bytecodes of training: only set a flag
+        requested["stop"] = True
+        requested["signal"] = signum
+        then = (
+            "then requeueing" if signum == signal.SIGUSR2 else "then exiting (SLURM requeues or ends the job)"
+        )
+        print(
+            f"{signal.Signals(signum).name} received: checkpointing at the next optimizer step, {then}",
+            flush=True,
+        )
+
+    signal.signal(signal.SIGUSR2, on_signal)
+    if on_slurm:
+        signal.signal(signal.SIGTERM, on_signal)
+
+    def restore():
+        signal.signal(signal.SIGUSR2, previous)
+        if on_slurm:
+            signal.signal(signal.SIGTERM, previous_term)
+        return previous
+
+    return requested, restore
+
+
+def _mark_failed(run_dir: Path, e: Exception, log: str) -> None:
+    """The FAILED marker of a run that raised (error line, log, traceback tail), except when it
+    diverged (its own marker) or stopped on a full disk (it resumes once space is freed)."""
+    import traceback
+
+    from harness.metrics import atomic_write_json
+    from harness.training import RunDiverged, no_space
+
+    if isinstance(e, RunDiverged) or no_space(e, run_dir):
+        return
+    marker = {
+        "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+        "log": log,
+        "traceback": traceback.format_exc()[-4000:],
+    }
+    with contextlib.suppress(OSError):  # a full disk: the error itself must still surface
+        atomic_write_json(run_dir / layout.FAILED_FILE, marker)
 
 
 def _job_environment():

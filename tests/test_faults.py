@@ -278,3 +278,20 @@ def test_a_full_disk_stops_the_run_and_the_report_then_both_resume(tmp_path, mod
         assert (disk / "smoke" / layout.REPORT_DIR / "index.md").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_status_watch_ends_once_nothing_is_in_flight(tmp_path):
+    grid = tmp_path / "g"
+    run_dir = grid / layout.RUNS_DIR / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / layout.CONFIG_FILE).write_text('{"varying": {"trainer.loss_type": "grpo"}}')
+    (run_dir / layout.DONE_FILE).write_text('{"steps": 4}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "status", str(grid), "--watch", "0.2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("1 done") == 1 and "loss_type" in proc.stdout
