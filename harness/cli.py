@@ -121,7 +121,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from harness.executors import execute_local, pending_local
+    from harness.executors import BUSY_REASON, execute_local, pending_local
     from harness.grid import plan_record
 
     plan = _load_plan(args)
@@ -141,6 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     todo, skipped = pending_local(plan.runs, grid_dir, retry_failed=args.retry_failed)
     for reason, ids in skipped.items():
         print(f"skipped {len(ids)} run(s): {reason}")
+    for rid in skipped.get(BUSY_REASON, []):
+        print(f"  run {rid} is {layout.trained_elsewhere(layout.run_dir(grid_dir, rid))}")
     outcomes = execute_local(
         todo,
         grid_dir,

@@ -20,7 +20,7 @@ import submitit
 from harness import layout
 from harness.metrics import last_step_and_reward
 from harness.schema import ExecutorSettings, RunSpec
-from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, resume_promise
+from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, record_killed, resume_promise
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -183,7 +183,10 @@ def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", ra
         if line and "has not produced any output" not in raised:  # submitit's words for a killed task
             return Outcome(run_id, layout.FAILED, log, line)
     step = last_step_and_reward(run_dir)[0] if state == layout.STOPPED else None
-    return Outcome(run_id, state, log, end_line(run_dir, state, step))
+    line = end_line(run_dir, state, step)
+    if state == layout.STOPPED:
+        record_killed(run_dir, line)  # the attempts log says it too (the attempt could not)
+    return Outcome(run_id, state, log, line)
 
 
 def default_parallel(executor: ExecutorSettings) -> int:
@@ -201,13 +204,13 @@ def pending_local(
     pending and stopped runs are trained (a stopped one resumes); done runs and runs another
     process trains now never; failed and diverged runs only with ``retry_failed``."""
     todo: list[RunSpec] = []
-    skipped: dict[str, list[str]] = {"done": [], "being trained by another process": [], FAILED_REASON: []}
+    skipped: dict[str, list[str]] = {"done": [], BUSY_REASON: [], FAILED_REASON: []}
     for run in runs:
         state = layout.files_state(layout.run_dir(grid_dir, run.run_id))
         if state == layout.DONE:
             skipped["done"].append(run.run_id)
         elif state == layout.RUNNING:
-            skipped["being trained by another process"].append(run.run_id)
+            skipped[BUSY_REASON].append(run.run_id)
         elif state in (layout.FAILED, layout.DIVERGED) and not retry_failed:
             skipped[FAILED_REASON].append(run.run_id)
         else:
@@ -216,6 +219,7 @@ def pending_local(
 
 
 FAILED_REASON = "failed or diverged (use --retry-failed)"
+BUSY_REASON = "being trained by another process"
 
 
 def execute_local(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import socket
@@ -107,6 +108,25 @@ def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]
         reward = float(values[-1]) if values else None
     step = table.column(layout.STEP)[-1].as_py()
     return (step if isinstance(step, int) else None), reward
+
+
+def final_reward(run_dir: str | Path) -> tuple[float, int] | None:
+    """The run's final reward as the report scores it, and over how many logged points: the mean
+    of its last ``ceil(n / 10)`` logged rewards (the report smooths each run by a trailing mean
+    over a tenth of its points, so its last point is this); None without rewards."""
+    try:
+        table = read_metrics(run_dir)
+    except (pa.ArrowException, ValueError, KeyError):
+        return None
+    if table is None or "reward" not in table.column_names:
+        return None
+    values = [
+        v for v in table.column("reward").to_pylist() if isinstance(v, int | float) and math.isfinite(v)
+    ]
+    if not values:
+        return None
+    w = math.ceil(len(values) / 10)
+    return sum(values[-w:]) / w, w
 
 
 def _dedupe_steps(table: pa.Table) -> pa.Table:

@@ -222,10 +222,13 @@ class GridDisplay:
             print(f"[{stamp}] {self._summary(in_flight, len(active))}", file=self.stream, flush=True)
 
     def ended_run(self, run_id: str, state: str, detail: str = "") -> None:
-        """A run's job ended: count it, and say so in one line."""
+        """A run's job ended: count it, and say so in one line (a done run with its final reward
+        as the report scores it, :func:`harness.metrics.final_reward`)."""
+        from harness.metrics import final_reward
+
         self.ended.append(run_id)
-        p = read(layout.run_dir(self.grid_dir, run_id))
-        reward = f", reward {p.reward:.3f}" if p is not None and p.reward is not None else ""
+        final = final_reward(layout.run_dir(self.grid_dir, run_id)) if state == layout.DONE else None
+        reward = f", final reward {final[0]:.3f} (mean of its last {final[1]} logged)" if final else ""
         text = f"[{len(self.ended)}/{len(self.labels)}] {run_id} {state}{reward}" + (
             f": {detail}" if detail else ""
         )

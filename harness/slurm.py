@@ -26,6 +26,7 @@ from harness.status import (
     grid_run_dirs,
     queue_states,
     read_job,
+    record_killed,
     run_status,
     scheduler_command,
 )
@@ -142,13 +143,16 @@ class SubmitResult:
     snapshot: Path | None = None
 
 
-def pending_runs(runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False) -> tuple[list, dict]:
+def pending_runs(
+    runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False, record: bool = False
+) -> tuple[list, dict]:
     """Runs to submit, and the others by reason, from each run's state (:mod:`harness.status`).
 
     Pending and stopped runs are submitted: never started, or interrupted, cancelled, preempted,
     timed out or on a failed node (they resume from their checkpoint). Failed and diverged runs
     (a marker, or a job that ran out of memory or failed) only with ``retry_failed``; done, queued
-    and running runs never.
+    and running runs never. With ``record``, a run whose job the scheduler ended without the
+    attempt saying so gets that ending in its attempts log (:func:`harness.status.record_killed`).
     """
     dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
     jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
@@ -159,7 +163,10 @@ def pending_runs(runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = F
     accounting = accounting_states(ended)
     todo, skipped = [], {"done": [], "queued or running": [], "failed (use --retry-failed)": []}
     for run in runs:
-        state = run_status(dirs[run.run_id], queue, accounting).state
+        row = run_status(dirs[run.run_id], queue, accounting)
+        state = row.state
+        if record and row.job_id and state in (layout.STOPPED, layout.FAILED):
+            record_killed(dirs[run.run_id], row.error, outcome="ended by the scheduler")
         if state == layout.DONE:
             skipped["done"].append(run.run_id)
         elif state in (layout.QUEUED, layout.RUNNING, layout.REQUEUED):
@@ -195,7 +202,7 @@ def submit(
         grid_dir.mkdir(parents=True, exist_ok=True)
     # a dry run writes nothing, not even the lock file
     with FileLock(str(grid_dir / SUBMIT_LOCK)) if not dry_run else contextlib.nullcontext():
-        todo, skipped = pending_runs(runs, grid_dir, retry_failed)
+        todo, skipped = pending_runs(runs, grid_dir, retry_failed, record=not dry_run)
         for reason, ids in skipped.items():
             printer(f"skipped {len(ids)} run(s): {reason}")
         result = SubmitResult(arrays=[], submitted=[], skipped=skipped)

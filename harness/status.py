@@ -23,8 +23,10 @@ pending    never started
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +144,10 @@ def run_status(
     from harness.metrics import last_step_and_reward
 
     step, reward = last_step_and_reward(run_dir)
+    progress = layout.read_progress(run_dir)  # rewritten every step; the metrics every few
+    if progress is not None and (step is None or progress["step"] > step):
+        step = progress["step"]
+        reward = progress.get("reward") if isinstance(progress.get("reward"), int | float) else reward
     log = job.get("stderr", "")
     log = log if isinstance(log, str) else ""
     config = (read_json_object(run_dir / layout.CONFIG_FILE) or {}).get("varying")
@@ -216,9 +222,34 @@ def _how_it_stopped(attempt: dict[str, Any]) -> str:
         return "interrupted (Ctrl-C, or the driver was stopped)"
     if outcome == "no-space":
         return f"no space left on device ({attempt.get('detail', '')})"
+    if outcome == KILLED:
+        return KILLED_WORDS
+    if outcome == "ended by the scheduler":
+        return str(attempt.get("detail", outcome)).split(";")[0]
     if outcome:
         return f"ended as {outcome} ({attempt.get('detail', '')}), its marker since removed"
-    return "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
+    return KILLED_WORDS
+
+
+#: The end record a driver writes for an attempt that ended without one (a SIGKILL leaves its
+#: process no moment to write): :func:`record_killed`.
+KILLED = "killed"
+KILLED_WORDS = (
+    "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
+)
+
+
+def record_killed(run_dir: Path, detail: str, outcome: str = KILLED) -> None:
+    """Write the end record of the run's last attempt when it has none (a SIGKILL, or the
+    scheduler ending the job, leaves the attempt no moment to write it): ``outcome`` and the one
+    line that says what happened, by the driver or ``submit`` that saw the job end. Nothing when
+    the attempt wrote its own, or there is no attempt."""
+    attempts = layout.read_attempts(run_dir)
+    if not attempts or attempts[-1].get("outcome"):
+        return
+    record = {"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outcome": outcome, "detail": detail}
+    with contextlib.suppress(OSError), open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _steps(steps: list) -> str:

@@ -136,6 +136,7 @@ def test_two_drivers_of_one_grid_leave_each_other_alone(tmp_path, model_cache):
     out, err = second.communicate(timeout=300)
     assert second.returncode == 0, err
     assert "skipped 1 run(s): being trained by another process" in out and "nothing to run" in out
+    assert f"  run {run_dir.name} is being trained by another process (host " in out
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert "1/1 run(s) finished" in out
@@ -295,3 +296,38 @@ def test_status_watch_ends_once_nothing_is_in_flight(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("1 done") == 1 and "loss_type" in proc.stdout
+
+
+def test_a_killed_attempt_gets_its_end_record_from_whoever_saw_it_end(tmp_path):
+    """A SIGKILL leaves the attempt no moment to write: the driver that saw its job end writes the
+    end record (once), and so does the next submit for a job the scheduler ended."""
+    from harness import slurm
+    from harness.executors import outcome_of
+
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / layout.CONFIG_FILE).write_text("{}")
+    (run_dir / layout.ATTEMPTS_FILE).write_text(json.dumps({"started_at": "t0"}) + "\n")
+    first = outcome_of("r", run_dir)
+    assert first.state == layout.STOPPED and first.error.startswith(status.KILLED_WORDS)
+    outcome_of("r", run_dir)
+    (attempt,) = layout.read_attempts(run_dir)
+    assert attempt["outcome"] == "killed" and attempt["detail"] == first.error
+    assert len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 2
+    assert status.run_status(run_dir, queue={}).error == first.error
+
+    from harness.grid import expand
+    from harness.spec import load_grid
+
+    (run,) = expand(
+        load_grid(REPO / "ablations" / "smoke.yaml", ["grid.seed=[0]", "grid.loss_type=[grpo]"])
+    ).runs
+    d = layout.run_dir(tmp_path / "g", run.run_id)
+    d.mkdir(parents=True)
+    (d / layout.CONFIG_FILE).write_text("{}")
+    (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "999999_0"}))  # long gone from the queue
+    (d / layout.ATTEMPTS_FILE).write_text(json.dumps({"started_at": "t0"}) + "\n")
+    todo, _ = slurm.pending_runs([run], tmp_path / "g", record=False)
+    assert todo == [run] and "outcome" not in layout.read_attempts(d)[-1]  # a dry run writes nothing
+    slurm.pending_runs([run], tmp_path / "g", record=True)
+    assert layout.read_attempts(d)[-1]["outcome"] == "ended by the scheduler"
