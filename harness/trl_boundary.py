@@ -181,27 +181,45 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     return kwargs
 
 
-def build_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False):
+def build_grpo_config(
+    kwargs: Mapping[str, Any], device: str, elsewhere: bool = False, num_processes: int = 1
+):
     """``GRPOConfig(**kwargs)`` as it would be on ``device``; TRL's exceptions propagate.
 
     For a CUDA run that executes elsewhere (``elsewhere=True``: a SLURM job validated on the login
     node), or on a machine without CUDA, TRL's "no bf16 on this GPU" check is told the GPU has bf16.
+    ``num_processes`` > 1 validates as the run's processes will see it: TRL's checks of the global
+    batch (``generation_batch_size``, the eval batch) use the world size, which a single validating
+    process would give as 1. Only for validation: a running process has its real world size.
     """
     cls = grpo_config_type()
-    patch: contextlib.AbstractContextManager = contextlib.nullcontext()
+    patches: list[contextlib.AbstractContextManager] = []
     if device == "cuda":
         import torch
 
         if elsewhere or not torch.cuda.is_available():  # noqa: SIM102 (torch imported only for cuda)
-            from unittest import mock  # imports asyncio (30 ms): only for a CUDA run
+            from unittest import mock  # imports asyncio (30 ms): only for a CUDA run or processes > 1
 
-            patch = mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
-    with patch, warnings.catch_warnings():
+            patches.append(
+                mock.patch("transformers.training_args.is_torch_bf16_gpu_available", return_value=True)
+            )
+    if num_processes > 1:
+        from unittest import mock
+
+        from transformers import TrainingArguments
+
+        world = mock.PropertyMock(return_value=num_processes)
+        patches.append(mock.patch.object(TrainingArguments, "world_size", new_callable=lambda: world))
+    with contextlib.ExitStack() as stack, warnings.catch_warnings():
+        for p in patches:
+            stack.enter_context(p)
         warnings.simplefilter("ignore")
         return cls(**kwargs)
 
 
-def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool = False) -> dict[str, Any]:
+def grpo_config_verdict(
+    kwargs: Mapping[str, Any], device: str, elsewhere: bool = False, num_processes: int = 1
+) -> dict[str, Any]:
     """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
 
     Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
@@ -213,7 +231,7 @@ def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool 
 
     def ask() -> dict[str, Any]:
         try:
-            config = build_grpo_config(kwargs, device, elsewhere)
+            config = build_grpo_config(kwargs, device, elsewhere, num_processes)
         except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return {"values": None, "error": msg}
@@ -231,6 +249,7 @@ def grpo_config_verdict(kwargs: Mapping[str, Any], device: str, elsewhere: bool 
     key = {
         **verdicts.versions(*verdicts.TRL_STACK),
         "device": device,
+        **({"num_processes": num_processes} if num_processes > 1 else {}),
         "kwargs": settings,
     }
     return verdicts.memo("grpo-config", key, ask, _is_verdict)
@@ -255,10 +274,14 @@ VALIDATION_DIR = "grpo-harness-validation"
 _CONFIG_CACHE: dict[str, dict[str, Any]] = {}
 
 
-def checked_grpo_config(kwargs: Mapping[str, Any], device: str, elsewhere: bool) -> dict[str, Any]:
+def checked_grpo_config(
+    kwargs: Mapping[str, Any], device: str, elsewhere: bool, num_processes: int = 1
+) -> dict[str, Any]:
     """:func:`grpo_config_verdict` for ``kwargs`` with the seed set to 0: cells that differ only in the
     seed share one verdict (a 1,000-seed grid asks TRL once, or reads one memo entry)."""
-    key = canonical_json({**kwargs, "seed": None, "device": device, "elsewhere": elsewhere})
+    key = canonical_json(
+        {**kwargs, "seed": None, "device": device, "elsewhere": elsewhere, "np": num_processes}
+    )
     if key not in _CONFIG_CACHE:
-        _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere)
+        _CONFIG_CACHE[key] = grpo_config_verdict({**kwargs, "seed": 0}, device, elsewhere, num_processes)
     return _CONFIG_CACHE[key]

@@ -470,11 +470,24 @@ def validate_run(
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.harness.device, executor)
     findings: list[Finding] = []
+    nproc = executor.num_processes
     verdict = checked_grpo_config(
-        grpo_config_kwargs(run, device, VALIDATION_DIR), device, elsewhere=executor.name == "slurm"
+        grpo_config_kwargs(run, device, VALIDATION_DIR),
+        device,
+        elsewhere=executor.name == "slurm",
+        num_processes=nproc,
     )
     if verdict["error"]:
-        findings += _err(f"TRL's GRPOConfig rejects these settings (on {device}): {verdict['error']}")
+        on = f"{device}, {nproc} processes (executor.nodes {executor.nodes} x tasks_per_node {executor.tasks_per_node})"
+        if nproc > 1 and "global" in verdict["error"]:
+            fix = (
+                f" The global batch counts every process: per_device_train_batch_size x {nproc}. Make "
+                "generation_batch_size a multiple of it, or change executor.nodes / tasks_per_node."
+            )
+        else:
+            fix = ""
+        where = on if nproc > 1 else device
+        findings += _err(f"TRL's GRPOConfig rejects these settings (on {where}): {verdict['error']}{fix}")
     ctx = RunContext(run, dict(run.trainer), verdict["values"], varying_keys, clip_siblings, executor)
     for rule in RULES:
         try:

@@ -228,3 +228,19 @@ def test_scale_rewards_takes_the_booleans_trl_maps(tmp_path):
     assert report_for(tmp_path, {"scale_rewards": False}).ok
     ok = {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": 0.1}}
     assert report_for(tmp_path, ok).ok
+
+
+def test_trls_batch_checks_run_with_the_runs_process_count(tmp_path):
+    """generation_batch_size 12 with 4 per device: fine for 1 or 3 processes, refused for 2 (TRL
+    raises only once 2 processes start; validation says so before anything is submitted)."""
+    trainer = {"per_device_train_batch_size": 4, "num_generations": 4, "generation_batch_size": 12}
+    for tasks, ok in ((1, True), (2, False), (3, True)):
+        report = report_for(tmp_path, trainer, executor={"tasks_per_node": tasks})
+        assert report.ok is ok, report.format()
+    (err,) = report_for(tmp_path, trainer, executor={"tasks_per_node": 2}).errors
+    assert "(on cpu, 2 processes (executor.nodes 1 x tasks_per_node 2))" in err.message
+    assert "generation_batch_size (12) must be divisible by the global batch size (8)" in err.message
+    assert "per_device_train_batch_size x 2" in err.message
+    sub = {"two": {"set": {"executor.tasks_per_node": 2, "seed": 1}}, "one": {"set": {"seed": 0}}}
+    report = report_for(tmp_path, trainer, subgrids=sub)  # a run's own executor settings count
+    assert [e.where for e in report.errors] == ["seed=1"]
