@@ -20,7 +20,7 @@ import submitit
 from harness import layout
 from harness.metrics import last_step_and_reward
 from harness.schema import ExecutorSettings, RunSpec
-from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, record_killed, resume_promise
+from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, record_end, resume_promise
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -185,7 +185,7 @@ def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", ra
     step = last_step_and_reward(run_dir)[0] if state == layout.STOPPED else None
     line = end_line(run_dir, state, step)
     if state == layout.STOPPED:
-        record_killed(run_dir, line)  # the attempts log says it too (the attempt could not)
+        record_end(run_dir, line)  # the attempts log says it too (the attempt could not)
     return Outcome(run_id, state, log, line)
 
 

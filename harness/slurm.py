@@ -26,7 +26,7 @@ from harness.status import (
     grid_run_dirs,
     queue_states,
     read_job,
-    record_killed,
+    record_end,
     run_status,
     scheduler_command,
 )
@@ -152,7 +152,7 @@ def pending_runs(
     timed out or on a failed node (they resume from their checkpoint). Failed and diverged runs
     (a marker, or a job that ran out of memory or failed) only with ``retry_failed``; done, queued
     and running runs never. With ``record``, a run whose job the scheduler ended without the
-    attempt saying so gets that ending in its attempts log (:func:`harness.status.record_killed`).
+    attempt saying so gets that ending in its attempts log (:func:`harness.status.record_end`).
     """
     dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
     jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
@@ -166,7 +166,7 @@ def pending_runs(
         row = run_status(dirs[run.run_id], queue, accounting)
         state = row.state
         if record and row.job_id and state in (layout.STOPPED, layout.FAILED):
-            record_killed(dirs[run.run_id], row.error, outcome="ended by the scheduler")
+            record_end(dirs[run.run_id], row.error, outcome="ended by the scheduler")
         if state == layout.DONE:
             skipped["done"].append(run.run_id)
         elif state in (layout.QUEUED, layout.RUNNING, layout.REQUEUED):

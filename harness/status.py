@@ -232,14 +232,14 @@ def _how_it_stopped(attempt: dict[str, Any]) -> str:
 
 
 #: The end record a driver writes for an attempt that ended without one (a SIGKILL leaves its
-#: process no moment to write): :func:`record_killed`.
+#: process no moment to write): :func:`record_end`.
 KILLED = "killed"
 KILLED_WORDS = (
     "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
 )
 
 
-def record_killed(run_dir: Path, detail: str, outcome: str = KILLED) -> None:
+def record_end(run_dir: Path, detail: str, outcome: str = KILLED) -> None:
     """Write the end record of the run's last attempt when it has none (a SIGKILL, or the
     scheduler ending the job, leaves the attempt no moment to write it): ``outcome`` and the one
     line that says what happened, by the driver or ``submit`` that saw the job end. Nothing when
