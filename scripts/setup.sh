@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Create .venv and install grpo-harness with its test tools (CPU build of torch).
+# Create .venv and install grpo-harness with its test tools at the exact versions of
+# requirements-cpu.txt (CPU build of torch; regenerate the lock with `bash scripts/lock.sh`).
 # Usage: bash scripts/setup.sh        (re-running it is cheap: pip skips what is installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-# torch first, pinned to the CPU build, so nothing pulls a multi-GB CUDA build.
-.venv/bin/python -m pip install --quiet -c constraints-cpu.txt torch
-.venv/bin/python -m pip install --quiet -c constraints-cpu.txt -e '.[test]'
-echo "set up: $(.venv/bin/python -c 'import torch, trl; print(f"torch {torch.__version__}, trl {trl.__version__}")')"
+# Every package at its locked version (torch's CPU build among them, so nothing pulls a CUDA build),
+# then the project itself without letting pip resolve anything anew.
+.venv/bin/python -m pip install --quiet -r requirements-cpu.txt
+.venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+.venv/bin/python -m pip check >/dev/null || { .venv/bin/python -m pip check >&2; exit 1; }
+echo "set up: $(.venv/bin/python -c 'import torch, trl, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}")')"
