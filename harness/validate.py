@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -469,14 +470,9 @@ def validate_run(
 ) -> list[Finding]:
     """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
     device = resolve_device(run.harness.device, executor)
-    findings: list[Finding] = []
     nproc = executor.num_processes
-    verdict = checked_grpo_config(
-        grpo_config_kwargs(run, device, VALIDATION_DIR),
-        device,
-        elsewhere=executor.name == "slurm",
-        num_processes=nproc,
-    )
+    kwargs, findings = _trl_kwargs(run, device, executor.name == "slurm")
+    verdict = checked_grpo_config(kwargs, device, elsewhere=executor.name == "slurm", num_processes=nproc)
     if verdict["error"]:
         on = f"{device}, {nproc} processes (executor.nodes {executor.nodes} x tasks_per_node {executor.tasks_per_node})"
         if nproc > 1 and "global" in verdict["error"]:
@@ -496,6 +492,35 @@ def validate_run(
             findings += _err(f"{rule.__name__} could not check this run: {type(e).__name__}: {e}")
     where = _where(run.varying, varying_keys)
     return [Finding(f.level, f.message, run.run_id, where) for f in findings]
+
+
+def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, Any], list[Finding]]:
+    """What :func:`validate_run` gives TRL's ``GRPOConfig``, and the findings on ``trainer.deepspeed``.
+
+    ``GRPOConfig`` with a DeepSpeed config imports deepspeed and reads the config. Where deepspeed is
+    not installed (a login node; a CPU laptop) the rest of the settings are still checked by TRL
+    without it: for a SLURM run deepspeed is the job environment's business and only the config's
+    existence is checked here; a local run gets an error naming the missing package.
+    """
+    import importlib.util
+
+    kwargs = grpo_config_kwargs(run, device, VALIDATION_DIR)
+    ds = kwargs.get("deepspeed")
+    if ds is None or importlib.util.find_spec("deepspeed") is not None:
+        return kwargs, []
+    del kwargs["deepspeed"]
+    findings: list[Finding] = []
+    if not elsewhere:
+        findings += _err(
+            f"trainer.deepspeed = {ds!r} but deepspeed is not installed here; install it "
+            "(pip install deepspeed) or drop the setting."
+        )
+    if isinstance(ds, str) and not os.path.isfile(os.path.expanduser(ds)):
+        findings += _err(
+            f"trainer.deepspeed = {ds!r}: no such file (relative to {os.getcwd()}); give the path of a "
+            "DeepSpeed JSON config on a filesystem the jobs see, or the config itself as a mapping."
+        )
+    return kwargs, findings
 
 
 def validate_plan(plan: Plan) -> Validation:

@@ -244,3 +244,49 @@ def test_trls_batch_checks_run_with_the_runs_process_count(tmp_path):
     sub = {"two": {"set": {"executor.tasks_per_node": 2, "seed": 1}}, "one": {"set": {"seed": 0}}}
     report = report_for(tmp_path, trainer, subgrids=sub)  # a run's own executor settings count
     assert [e.where for e in report.errors] == ["seed=1"]
+
+
+@pytest.mark.parametrize(
+    ("command", "executor", "processes"),
+    [
+        ("run", "executor.tasks_per_node=2", "executor.nodes 1 x tasks_per_node 2"),
+        ("submit", "executor.nodes=2", "executor.nodes 2 x tasks_per_node 1"),
+    ],
+)
+def test_a_batch_that_does_not_divide_over_the_processes_writes_nothing(
+    tmp_path, command, executor, processes
+):
+    """The world-size check through the CLI, for tasks_per_node (run) and for nodes (submit to
+    SLURM): refused before a results folder exists or anything reaches sbatch."""
+    results = tmp_path / "results"
+    args = ["-o", "trainer.per_device_train_batch_size=4", "-o", "trainer.num_generations=4"]
+    args += ["-o", "trainer.generation_batch_size=12", "-o", executor, "-o", "trainer.max_steps=2"]
+    if command == "submit":
+        args += ["-o", "executor.name=slurm"]
+    proc = cli(command, "ablations/smoke.yaml", "--results", str(results), *args, check=False)
+    assert proc.returncode != 0
+    assert f"2 processes ({processes})" in proc.stderr, proc.stderr
+    assert "generation_batch_size (12) must be divisible by the global batch size (8)" in proc.stderr
+    assert not results.exists()
+
+
+def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
+    """Without deepspeed installed: a local run is told to install it; a SLURM run is validated by
+    TRL without it (the job environment has it) but its config file must exist."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed: TRL itself checks the config")
+    config = tmp_path / "ds.json"
+    config.write_text('{"zero_optimization": {"stage": 2}}')
+    local = report_for(tmp_path, {"deepspeed": str(config)})
+    assert [e.message for e in local.errors] == [
+        f"trainer.deepspeed = {str(config)!r} but deepspeed is not installed here; install it "
+        "(pip install deepspeed) or drop the setting."
+    ]
+    assert report_for(tmp_path, {"deepspeed": str(config)}, executor={"name": "slurm"}).ok
+    missing = report_for(tmp_path, {"deepspeed": str(tmp_path / "no.json")}, executor={"name": "slurm"})
+    (err,) = missing.errors
+    assert "no.json': no such file" in err.message
+    batch = {"deepspeed": str(config), "num_generations": 3}  # TRL's other checks still run
+    assert "divisible by num_generations" in report_for(tmp_path, batch, executor={"name": "slurm"}).format()
