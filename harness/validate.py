@@ -415,6 +415,23 @@ def rule_device(ctx: RunContext) -> list[Finding]:
     return []
 
 
+def rule_gpus_per_process(ctx: RunContext) -> list[Finding]:
+    """One process per GPU: a run starts ``tasks_per_node`` processes per node and each trains on the
+    GPU of its local rank, so GPUs beyond ``tasks_per_node`` sit idle; with one process, transformers
+    spreads it over every visible GPU with ``DataParallel`` instead (TRL's batch checks see 1 process)."""
+    ex = ctx.executor
+    if ex.name != "slurm" or ex.gpus_per_node in (0, ex.tasks_per_node):
+        return []
+    if ex.tasks_per_node == 1:
+        happens = "one process per node sees them all (transformers then uses DataParallel, not DDP)"
+    else:
+        happens = f"{ex.tasks_per_node} processes per node use one each and the rest stay idle"
+    return _warn(
+        f"executor.gpus_per_node = {ex.gpus_per_node} with executor.tasks_per_node = {ex.tasks_per_node}: "
+        f"{happens}. Set tasks_per_node = gpus_per_node for one process per GPU."
+    )
+
+
 def rule_tiny_template(ctx: RunContext) -> list[Finding]:
     if ctx.run.model == TINY and ctx.run.task.template == "chat":
         return _err(
@@ -451,6 +468,7 @@ RULES: tuple[Rule, ...] = (
     rule_clip_effect,
     rule_trl_warnings,
     rule_device,
+    rule_gpus_per_process,
     rule_task_and_model,
     rule_seed,
     rule_trainer_features,

@@ -290,3 +290,15 @@ def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
     assert "no.json': no such file" in err.message
     batch = {"deepspeed": str(config), "num_generations": 3}  # TRL's other checks still run
     assert "divisible by num_generations" in report_for(tmp_path, batch, executor={"name": "slurm"}).format()
+
+
+def test_gpus_beyond_one_per_process_are_a_warning(tmp_path):
+    slurm = {"name": "slurm", "gpus_per_node": 4}
+    report = report_for(tmp_path, executor={**slurm, "tasks_per_node": 1})
+    assert report.ok
+    (w,) = [w.message for w in report.warnings if "gpus_per_node" in w.message]
+    assert "DataParallel" in w and "Set tasks_per_node = gpus_per_node" in w
+    two = report_for(tmp_path, executor={**slurm, "tasks_per_node": 2}).warnings
+    assert any("2 processes per node use one each" in w.message for w in two)
+    matched = report_for(tmp_path, executor={**slurm, "tasks_per_node": 4}).warnings
+    assert not [w for w in matched if "gpus_per_node" in w.message]
