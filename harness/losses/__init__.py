@@ -1,0 +1,339 @@
+"""Loss plugins: GRPO loss variants by name, beside TRL's built-in ``loss_type`` values.
+
+A plugin is one function decorated with :func:`register_loss`. It receives TRL's quantities for
+one micro-batch (:class:`harness.losses.compute.LossInputs`) and returns a per-token (B, T) or
+per-sequence (B, 1) loss (:class:`harness.losses.compute.LossOutput`); it names one of TRL's
+reductions (:data:`REDUCTIONS`) or supplies its own, and declares its hyperparameters
+(:class:`Hyperparameter`), which a grid sets like ``GRPOConfig`` fields.
+
+Where plugins come from (nothing else is imported):
+
+* the modules a grid lists under its top-level ``plugins:`` key (:func:`import_modules`);
+* Python entry points of the group :data:`ENTRY_POINT_GROUP`, loaded only for a ``loss_type`` that
+  names one (:func:`from_entry_point`).
+
+What TRL receives: a plugin run's ``GRPOConfig`` gets ``loss_type`` = the plugin's named reduction
+(``"grpo"`` for a plugin with its own reduction) and none of the plugin's hyperparameters
+(:func:`grpo_config_settings`); the harness's trainer then runs the plugin through
+:func:`harness.losses.compute.plugin_loss`. TRL's ``GRPOConfig`` and ``GRPOTrainer.__init__`` only
+warn about a few ``loss_type`` values (luspo, vespo) and never reject one; giving them the
+reduction's name keeps those warnings about the reduction actually used.
+
+This module imports neither torch nor TRL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import math
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: TRL's reductions a plugin may name (``GRPOTrainer._compute_loss``'s aggregation branches):
+#: grpo (per-sequence token mean, then the mean over sequences), bnpo (token mean over the local
+#: batch), dr_grpo (token sum / (B * max_completion_length)), dapo (token sum / tokens in the
+#: generation batch), luspo (per-sequence token sum, then the mean over sequences).
+REDUCTIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+ENTRY_POINT_GROUP = "grpo_harness.losses"
+#: The top-level grid key listing plugin modules; copied into each run's settings (not its id).
+PLUGINS_KEY = "plugins"
+_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+class PluginError(ValueError):
+    """A plugin that cannot be used as written; the message names the plugin and the fix."""
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    """One setting a plugin declares; a grid sets it in ``trainer:`` or as a bare-name axis.
+
+    Attributes:
+        name: the key (a ``GRPOConfig`` field name is refused: :func:`clash_problems`).
+        type: ``bool``, ``int``, ``float`` or ``str`` (a float accepts whole numbers).
+        default: the value when the grid leaves it out (not written into a run's settings).
+        help: one line shown by ``plan`` and in messages (units, source).
+        minimum, maximum: inclusive bounds, or None; ``exclusive_minimum`` / ``exclusive_maximum``
+            make them strict.
+        choices: the allowed values, or empty for any.
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.type not in _TYPES:
+            raise PluginError(f"hyperparameter {self.name!r}: type must be bool, int, float or str.")
+        problem = self.problem(self.default)
+        if problem:
+            raise PluginError(f"hyperparameter {self.name!r}: its default {problem}")
+
+    @property
+    def desc(self) -> str:
+        """The type in :func:`harness.schema.describe_hint`'s grammar (what the grid's checks use)."""
+        return _TYPES[self.type]
+
+    def range_text(self) -> str:
+        """The allowed values in words: ``> 0``, ``in [0, 1]``, ``one of 'a', 'b'``; "" when any."""
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        low = None if self.minimum is None else (">" if self.exclusive_minimum else ">=", self.minimum)
+        high = None if self.maximum is None else ("<" if self.exclusive_maximum else "<=", self.maximum)
+        return " and ".join(f"{op} {v:g}" for op, v in (low, high) if op) if (low or high) else ""
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not allowed ("= -1 must be > 0 (help)"), or None."""
+        ok_type = isinstance(value, self.type) and not (self.type is not bool and isinstance(value, bool))
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            ok_type = True
+        if not ok_type:
+            return f"= {value!r} has type {type(value).__name__}; expected {self.desc}."
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"= {value!r} must be finite."
+        if self.choices and value not in self.choices:
+            return f"= {value!r} must be {self.range_text()}."
+        if self.type in (int, float) and not self._in_range(value):
+            return f"= {value!r} must be {self.range_text()} ({self.help or 'declared range'})."
+        return None
+
+    def _in_range(self, v: float) -> bool:
+        if self.minimum is not None and (v <= self.minimum if self.exclusive_minimum else v < self.minimum):
+            return False
+        return not (
+            self.maximum is not None and (v >= self.maximum if self.exclusive_maximum else v > self.maximum)
+        )
+
+
+@dataclass(frozen=True)
+class LossPlugin:
+    """A registered loss: its function, reduction and hyperparameters.
+
+    Attributes:
+        name: the ``loss_type`` a grid writes.
+        function: ``(LossInputs) -> LossOutput | Tensor`` (see :mod:`harness.losses.compute`).
+        reduction: a name of :data:`REDUCTIONS`, or a callable
+            ``(per_token_loss (B, T), mask (B, T), ReductionContext) -> scalar loss``.
+        hyperparameters: the settings it reads from ``LossInputs.hparams``.
+        module: the module that registered it.
+        paper: where the formula comes from (shown by ``plan``).
+        uses_importance_sampling_ratio: the function applies vLLM's importance-sampling ratio itself
+            (as TRL's vespo does); otherwise the harness multiplies the loss by it, as TRL does.
+    """
+
+    name: str
+    function: Callable[..., Any]
+    reduction: str | Callable[..., Any] = "grpo"
+    hyperparameters: tuple[Hyperparameter, ...] = ()
+    module: str = ""
+    paper: str = ""
+    uses_importance_sampling_ratio: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def trl_loss_type(self) -> str:
+        """What ``GRPOConfig.loss_type`` receives for a run of this plugin."""
+        return self.reduction if isinstance(self.reduction, str) else "grpo"
+
+    @property
+    def reduction_name(self) -> str:
+        return self.reduction if isinstance(self.reduction, str) else getattr(self.reduction, "__name__", "custom")
+
+    def defaults(self) -> dict[str, Any]:
+        return {h.name: h.default for h in self.hyperparameters}
+
+
+#: name -> plugin, filled by :func:`register_loss` as plugin modules are imported.
+REGISTRY: dict[str, LossPlugin] = {}
+
+
+def register_loss(
+    name: str,
+    *,
+    reduction: str | Callable[..., Any] = "grpo",
+    hyperparameters: Sequence[Hyperparameter] = (),
+    paper: str = "",
+    uses_importance_sampling_ratio: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering a loss function under ``name``; the function is returned unchanged
+    (with a ``loss_plugin`` attribute holding its :class:`LossPlugin`).
+
+    Raises:
+        PluginError: ``name`` is a TRL built-in or already taken by another function, the
+            reduction is unknown, or two hyperparameters share a name.
+    """
+    from harness.trl_boundary import KNOWN_LOSS_TYPES
+
+    if not isinstance(name, str) or not name.isidentifier():
+        raise PluginError(f"register_loss({name!r}): a loss name is an identifier, e.g. 'reinforce'.")
+    if name in KNOWN_LOSS_TYPES:
+        raise PluginError(f"register_loss({name!r}): {name} is TRL's own loss_type; give the plugin another name.")
+    if isinstance(reduction, str) and reduction not in REDUCTIONS:
+        raise PluginError(
+            f"register_loss({name!r}, reduction={reduction!r}): use one of {', '.join(REDUCTIONS)} or a callable."
+        )
+    names = [h.name for h in hyperparameters]
+    if len(set(names)) != len(names):
+        raise PluginError(f"register_loss({name!r}): a hyperparameter name is declared twice: {names}.")
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        plugin = LossPlugin(
+            name, function, reduction, tuple(hyperparameters), function.__module__, paper,
+            uses_importance_sampling_ratio,
+        )  # fmt: skip
+        old = REGISTRY.get(name)
+        if old is not None and (old.module, old.function.__qualname__) != (plugin.module, function.__qualname__):
+            raise PluginError(
+                f"loss {name!r} is registered twice: by {old.module}.{old.function.__qualname__} and by "
+                f"{plugin.module}.{function.__qualname__}; rename one."
+            )
+        REGISTRY[name] = plugin
+        function.loss_plugin = plugin
+        return function
+
+    return decorate
+
+
+def _where(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def import_modules(modules: Iterable[str]) -> list[str]:
+    """Import each named plugin module (registering its losses); the problems, each with its fix."""
+    problems = []
+    for module in modules:
+        if not isinstance(module, str) or not module.strip():
+            problems.append(f"plugins: {module!r} is not a module name; write e.g. plugins: [mypackage.losses].")
+            continue
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and (module == e.name or module.startswith(e.name + ".")):
+                problems.append(
+                    f"plugins: module {module!r} not found; install its package (pip install -e PATH) or "
+                    "put the folder holding it on PYTHONPATH."
+                )
+            else:
+                problems.append(f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}.")
+        except Exception as e:  # the plugin's own code raised: report it, never hide the others
+            problems.append(
+                f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
+            )
+    return problems
+
+
+def from_entry_point(name: str) -> list[str]:
+    """Load the entry point ``name`` of :data:`ENTRY_POINT_GROUP`, if one is installed (importing its
+    module only); the problems. Nothing happens when no entry point has that name."""
+    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        return []
+    ep = found[0]
+    try:
+        obj = ep.load()
+    except Exception as e:
+        return [
+            f"loss_type {name!r}: entry point {ep.value} ({ENTRY_POINT_GROUP}) raised {type(e).__name__}: "
+            f"{e}{_where(e)}; fix the module or reinstall its package."
+        ]
+    plugin = getattr(obj, "loss_plugin", obj)
+    if not isinstance(plugin, LossPlugin):
+        return [f"entry point {name} = {ep.value}: not a function decorated with @register_loss; decorate it."]
+    if plugin.name != name:
+        return [
+            f"entry point {name} = {ep.value} registers the loss {plugin.name!r}; name the entry point "
+            f"{plugin.name!r} in the package's pyproject.toml."
+        ]
+    return []
+
+
+def find(name: str, modules: Sequence[str] = ()) -> tuple[LossPlugin | None, list[str]]:
+    """The plugin called ``name``: from the named modules, else from an entry point; and the
+    problems met on the way (a module that would not import)."""
+    problems = import_modules(modules)  # imported once: Python keeps the module
+    if name not in REGISTRY:
+        problems += from_entry_point(name)
+    return REGISTRY.get(name), problems
+
+
+def entry_point_names() -> list[str]:
+    """Names of the installed entry points of :data:`ENTRY_POINT_GROUP` (nothing is imported)."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def hyperparameter(name: str) -> tuple[LossPlugin, Hyperparameter] | None:
+    """The registered plugin declaring hyperparameter ``name``, and the declaration."""
+    for plugin in REGISTRY.values():
+        for h in plugin.hyperparameters:
+            if h.name == name:
+                return plugin, h
+    return None
+
+
+def hyperparameter_fields() -> dict[str, str]:
+    """``{name: described type}`` of every registered plugin's hyperparameters."""
+    return {h.name: h.desc for p in REGISTRY.values() for h in p.hyperparameters}
+
+
+def clash_problems(plugin: LossPlugin, grpo_fields: Iterable[str]) -> list[str]:
+    """A hyperparameter named like a ``GRPOConfig`` field, or like another plugin's with another type."""
+    fields = set(grpo_fields)
+    out = [
+        f"plugin {plugin.name!r} ({plugin.module}) declares hyperparameter {h.name!r}, which is a GRPOConfig "
+        f"field; rename it (e.g. {plugin.name}_{h.name}) or read args.{h.name} from LossInputs.config instead."
+        for h in plugin.hyperparameters
+        if h.name in fields
+    ]
+    for h in plugin.hyperparameters:
+        found = hyperparameter(h.name)
+        if found is not None and found[0].name != plugin.name and found[1].type is not h.type:
+            out.append(
+                f"plugins {found[0].name!r} and {plugin.name!r} both declare {h.name!r} with different types; "
+                "rename one."
+            )
+    return out
+
+
+def grpo_config_settings(trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """``trainer`` as ``GRPOConfig`` takes it: a plugin's ``loss_type`` replaced by its reduction's
+    (:attr:`LossPlugin.trl_loss_type`), every registered plugin's hyperparameters left out."""
+    hyper = hyperparameter_fields()
+    out = {k: v for k, v in trainer.items() if k not in hyper}
+    plugin = REGISTRY.get(out.get("loss_type"))
+    if plugin is not None:
+        out["loss_type"] = plugin.trl_loss_type
+    return out
+
+
+def plugin_settings(plugin: LossPlugin, trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """The plugin's hyperparameter values for a run: its defaults, updated by the run's settings."""
+    return {**plugin.defaults(), **{k: trainer[k] for k in plugin.defaults() if k in trainer}}
+
+
+def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, Any]]:
+    """The plugin and hyperparameters of a run's settings (``RunSpec.settings``); ``(None, {})``
+    for a built-in loss.
+
+    Raises:
+        PluginError: the run names a plugin that cannot be found or imported.
+    """
+    trainer = settings.get("trainer") or {}
+    name = trainer.get("loss_type")
+    from harness.trl_boundary import loss_types
+
+    if name is None or name in loss_types():
+        return None, {}
+    plugin, problems = find(name, settings.get(PLUGINS_KEY) or ())
+    if plugin is None:
+        raise PluginError("; ".join(problems) or f"loss_type {name!r} names no TRL loss type and no plugin.")
+    return plugin, plugin_settings(plugin, trainer)
