@@ -116,8 +116,11 @@ def canonical_json(obj: Any) -> str:
 
 
 def run_id_of(settings: Mapping[str, Any]) -> str:
-    """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``settings``."""
-    return hashlib.sha256(canonical_json(settings).encode()).hexdigest()[:RUN_ID_LENGTH]
+    """First :data:`RUN_ID_LENGTH` hex digits of SHA-256 over :func:`canonical_json` of ``settings``
+    (without ``plugins``, the modules that define loss plugins: where a loss comes from is not what
+    it is, so listing another module keeps every run's id)."""
+    identity = {k: v for k, v in settings.items() if k != "plugins"}
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:RUN_ID_LENGTH]
 
 
 # --- the language of field types ------------------------------------------------------------

@@ -19,6 +19,7 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     profiles: {name: {key: value}}                  # named override sets, e.g. "paper"
     report: {hue, col, row, baseline, x, smoothing, metric, curves, metrics, target, lead, seeds}
                               # how the grid's report is laid out; no run setting (see REPORT_KEYS)
+    plugins: [mypackage.losses]   # modules of loss plugins (harness.losses), imported when loaded
 
 Keys in ``grid``/``zip``/``set``/overrides are dotted paths (``trainer.loss_type``,
 ``task.kwargs.max_digits``, ``tiny.sft_steps``, ``seed``); a bare ``GRPOConfig`` field name stands
@@ -72,6 +73,7 @@ TOP_LEVEL_KEYS = (
     "subgrids",
     "profiles",
     "report",
+    "plugins",
 )
 #: Sections that hold run settings (what a dotted key may point into).
 SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
@@ -105,10 +107,21 @@ SECTION_CLASS_NAMES = {
 }
 
 
-@functools.cache
 def section_fields(section: str) -> dict[str, Any]:
     """``{field name: described type}`` (:func:`harness.schema.describe_hint`) of a section's dataclass; the
-    trainer's from :func:`harness.trl_boundary.grpo_config_fields`."""
+    trainer's from :func:`harness.trl_boundary.grpo_config_fields`, with the hyperparameters of the
+    loss plugins loaded (:func:`harness.losses.hyperparameter_fields`)."""
+    fields = _section_fields(section)
+    if section == "trainer":
+        from harness.losses import hyperparameter_fields
+
+        extra = hyperparameter_fields()
+        return {**fields, **extra} if extra else fields
+    return fields
+
+
+@functools.cache
+def _section_fields(section: str) -> dict[str, Any]:
     if section == "trainer":
         from harness.trl_boundary import grpo_config_fields  # the boundary imports this module
 
@@ -861,7 +874,9 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     shape = _shape_problems(config)
     if shape:
         raise SpecError(shape, path)
-    problems: list[str] = []
+    from harness.losses.loading import load_grid_plugins
+
+    problems: list[str] = load_grid_plugins(config, overrides)
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
     inner_keys = _inner_keys(config)
@@ -888,6 +903,8 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     if problems:
         raise SpecError(problems, path)
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
+    if config.get("plugins"):  # each run imports them again where it trains (not in the run id)
+        base["plugins"] = list(config["plugins"])
     base.pop("executor", None)
     _coerce_base(base)
     return GridSpec(

@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer, observed: w_seq statistics, token counts and off-policy state per optimizer step.
 
-The loss code stays TRL's. The subclass only wraps methods:
+The loss code stays TRL's (a loss plugin's run goes through :mod:`harness.losses.compute`, which
+calls the same TRL methods around the plugin's formula). The subclass only wraps methods:
 
 * ``_compute_loss``: while it runs, the log-probs that TRL's ``_get_per_token_logps_and_entropies``
   returns are kept (detached) and turned into per-completion ``log w_seq`` together with
@@ -32,6 +33,11 @@ class HarnessGRPOTrainer(GRPOTrainer):
     counts and the step's off-policy state. Everything else behaves exactly as TRL's trainer.
     """
 
+    #: A loss plugin (:class:`harness.losses.LossPlugin`) and its hyperparameters, set by
+    #: :func:`harness.training.build_trainer` for a plugin run; None runs TRL's own loss.
+    loss_plugin = None
+    loss_hparams: dict = {}
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._capture_logps = False
@@ -56,12 +62,20 @@ class HarnessGRPOTrainer(GRPOTrainer):
             self._captured_logps = out[0].detach()
         return out
 
+    def _loss(self, model, inputs):
+        """TRL's ``_compute_loss``, or the plugin path (:func:`harness.losses.compute.plugin_loss`)."""
+        if self.loss_plugin is None:
+            return super()._compute_loss(model, inputs)
+        from harness.losses.compute import plugin_loss
+
+        return plugin_loss(self, model, inputs, self.loss_plugin, self.loss_hparams)
+
     def _compute_loss(self, model, inputs):
         if not self.model.training:
-            return super()._compute_loss(model, inputs)
+            return self._loss(model, inputs)
         self._capture_logps = True
         try:
-            loss = super()._compute_loss(model, inputs)
+            loss = self._loss(model, inputs)
         finally:
             self._capture_logps = False
         logps, self._captured_logps = self._captured_logps, None

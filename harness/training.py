@@ -89,6 +89,11 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
         train_dataset=task.train_dataset,
         processing_class=tokenizer,
     )
+    from harness.losses import for_run
+
+    plugin, hparams = for_run(spec.settings)  # (None, {}) for TRL's own loss types
+    if plugin is not None:
+        trainer.loss_plugin, trainer.loss_hparams = plugin, hparams
     return trainer, task, tokenizer
 
 

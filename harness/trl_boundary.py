@@ -161,6 +161,8 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
     every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
     prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.checkpoints`).
+    A loss plugin's run gives ``GRPOConfig`` the plugin's reduction as ``loss_type`` and none of its
+    hyperparameters (:func:`harness.losses.grpo_config_settings`).
     """
     h = run.harness
     kwargs: dict[str, Any] = {
@@ -176,6 +178,12 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
         kwargs["use_cpu"] = True
         kwargs["bf16"] = False
     kwargs.update(run.trainer)
+    from harness.losses import for_run, grpo_config_settings
+
+    if kwargs.get("loss_type", "grpo") not in loss_types():  # a loss plugin: GRPOConfig gets its reduction
+        with contextlib.suppress(ValueError):  # an unknown name is validation's to report
+            for_run(run.settings)
+    kwargs = grpo_config_settings(kwargs)
     kwargs["output_dir"] = output_dir
     kwargs["seed"] = run.seed
     return kwargs

@@ -129,13 +129,25 @@ def _warn(msg: str) -> list[Finding]:
 
 
 def rule_loss_type(ctx: RunContext) -> list[Finding]:
-    lt = ctx.value("loss_type")
+    lt = ctx.trainer.get("loss_type", ctx.value("loss_type"))
+    if lt not in loss_types() or ctx.run.settings.get("plugins") or _has_plugins():
+        from harness.losses.loading import check_run  # a loss plugin (harness.losses)
+
+        return [f for p in check_run(ctx.run.settings, ctx.config) for f in _err(p)]
     if lt not in loss_types():
         return _err(
             f"trainer.loss_type = {lt!r} is not a TRL loss type; use one of {', '.join(loss_types())} "
             "(GSPO is loss_type: grpo with importance_sampling_level: sequence)."
         )
     return []
+
+
+def _has_plugins() -> bool:
+    """Whether any loss plugin is loaded (its hyperparameters may then be set by mistake)."""
+    import sys
+
+    registry = sys.modules.get("harness.losses")
+    return bool(registry is not None and registry.REGISTRY)
 
 
 def rule_importance_sampling_level(ctx: RunContext) -> list[Finding]:

@@ -402,3 +402,61 @@ def plugin_loss(trainer: Any, model: Any, inputs: Mapping[str, Any], plugin: Los
         trainer._metrics[mode]["aux_loss"].append(trainer.accelerator.gather_for_metrics(forward[2]).mean().item())
     _log_metrics(trainer, mode, mask, batch, forward[1], out.metrics)
     return loss
+
+
+def _probe_inputs(settings: Mapping[str, Any], level: str, hparams: Mapping[str, Any]) -> LossInputs:
+    """A seeded synthetic batch: B=3 completions, T=4 tokens, the last row empty, off-policy."""
+    from types import SimpleNamespace
+
+    gen = torch.Generator().manual_seed(0)
+    logps = (-3.0 * torch.rand(3, 4, generator=gen)).requires_grad_(True)
+    old = logps.detach() + 0.1 * torch.randn(3, 4, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.int32)
+    log_ratio = logps - old
+    weights = log_ratio
+    if level == "sequence":
+        weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    epsilon = settings.get("epsilon", 0.2)
+    high = settings.get("epsilon_high")
+    ref = logps.detach() + 0.05 if settings.get("beta") else None
+    return LossInputs(
+        logps, old, ref, torch.tensor([[1.0], [-0.5], [0.3]]), mask, log_ratio, weights, None,
+        2.0 * torch.rand(3, 4, generator=gen), epsilon, epsilon if high is None else high,
+        ReadOnlyConfig(SimpleNamespace(**settings)), MappingProxyType(dict(hparams)),
+    )  # fmt: skip
+
+
+def probe(plugin: LossPlugin, settings: Mapping[str, Any], level: str = "token") -> str | None:
+    """Run ``plugin`` on a tiny synthetic batch (:func:`_probe_inputs`) with a run's trainer settings
+    (``GRPOConfig`` values over TRL's defaults); the problem, with its fix, or None.
+
+    Checked: the function does not raise, returns a floating (B, T) or (B, 1) tensor (or a
+    :class:`LossOutput`) that depends on ``per_token_logps``, with metrics of the documented kinds,
+    and a callable reduction returns a scalar.
+    """
+    from harness import losses
+    from harness.trl_boundary import grpo_config_defaults
+
+    values = {**grpo_config_defaults(), **settings}
+    batch = _probe_inputs(values, level, losses.plugin_settings(plugin, settings))
+    where = f"loss {plugin.name!r} ({plugin.module}.{plugin.function.__qualname__})"
+    try:
+        out = check_output(plugin, plugin.function(batch), batch)
+        if not out.loss.requires_grad:
+            return (
+                f"{where} returned a loss that does not depend on LossInputs.per_token_logps (no gradient), "
+                "so nothing would train; build it from per_token_logps or log_importance_weights."
+            )
+        if not isinstance(plugin.reduction, str):
+            ctx = ReductionContext(True, 1, 1, batch.mask.sum().float(), 1, 4)
+            value = plugin.reduction(out.loss, batch.mask, ctx)
+            if not isinstance(value, torch.Tensor) or value.dim() != 0:
+                return f"{where}: its reduction returned {type(value).__name__}; return a 0-d tensor (the loss)."
+    except losses.PluginError as e:
+        return f"{e} (found on a synthetic batch of B=3, T=4 before anything ran)"
+    except Exception as e:
+        return (
+            f"{where} raised {type(e).__name__}: {e}{losses._where(e)} on a synthetic batch of B=3, T=4 "
+            f"(importance_sampling_level {level}); fix the function."
+        )
+    return None
