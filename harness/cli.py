@@ -106,7 +106,9 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
     if g.report:
         applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in g.report.items()))
     description = [g.description.strip()] if g.description else []
-    return "\n".join([title, *description, *applied, *lines])
+    from harness.losses import plan_lines
+
+    return "\n".join([title, *description, *applied, *plan_lines(plan.runs), *lines])
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ This module imports neither torch nor TRL.
 from __future__ import annotations
 
 import importlib
+import json
 import importlib.metadata
 import math
 import traceback
@@ -89,7 +90,7 @@ class Hyperparameter:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         low = None if self.minimum is None else (">" if self.exclusive_minimum else ">=", self.minimum)
         high = None if self.maximum is None else ("<" if self.exclusive_maximum else "<=", self.maximum)
-        return " and ".join(f"{op} {v:g}" for op, v in (low, high) if op) if (low or high) else ""
+        return " and ".join(f"{b[0]} {b[1]:g}" for b in (low, high) if b is not None)
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not allowed ("= -1 must be > 0 (help)"), or None."""
@@ -337,3 +338,27 @@ def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, A
     if plugin is None:
         raise PluginError("; ".join(problems) or f"loss_type {name!r} names no TRL loss type and no plugin.")
     return plugin, plugin_settings(plugin, trainer)
+
+
+def plan_lines(runs: Iterable[Any]) -> list[str]:
+    """What ``plan`` says of the loss plugins a plan's runs use: each plugin's module, reduction and
+    source, and each hyperparameter with its type, default, range, help and the values in the plan."""
+    used: dict[str, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        trainer = run.settings.get("trainer") or {}
+        if trainer.get("loss_type") in REGISTRY:
+            used.setdefault(trainer["loss_type"], []).append(trainer)
+    lines = []
+    for name, trainers in used.items():
+        p = REGISTRY[name]
+        source = f"; {p.paper}" if p.paper else ""
+        lines.append(f"loss plugin {name} ({p.module}, reduction {p.reduction_name}{source}), {len(trainers)} run(s):")
+        for h in p.hyperparameters:
+            values = sorted({json.dumps(t.get(h.name, h.default)) for t in trainers})
+            bounds = f", {h.range_text()}" if h.range_text() else ""
+            lines.append(
+                f"  {h.name}: {h.desc} = {h.default!r}{bounds}: {h.help} [here: {', '.join(values)}]"
+            )
+        if not p.hyperparameters:
+            lines.append("  (no hyperparameters)")
+    return lines
