@@ -1,0 +1,270 @@
+"""The README's "Adding your own loss" example end to end, entry-point discovery, the errors a broken
+plugin gets before anything runs, and the hand-computed values of GMPO and KL-Cov."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import FAST_TINY, REPO, cli
+
+from harness import layout, losses
+from harness.grid import expand
+from harness.spec import SpecError, load_grid
+from harness.validate import validate_plan
+
+DOC = REPO / "docs" / "ADDING_A_LOSS.md"
+
+
+def doc_blocks() -> dict[str, str]:
+    """The first fenced block of each language in the doc."""
+    blocks: dict[str, str] = {}
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", DOC.read_text(), flags=re.S):
+        blocks.setdefault(lang, body)
+    return blocks
+
+
+@pytest.fixture
+def clean_registry():
+    """Registered plugins and imported plugin modules are process-wide: put them back after a test."""
+    saved, modules = dict(losses.REGISTRY), set(sys.modules)
+    yield
+    losses.REGISTRY.clear()
+    losses.REGISTRY.update(saved)
+    for name in set(sys.modules) - modules:
+        if not name.startswith(("torch", "trl", "transformers")):
+            sys.modules.pop(name, None)
+
+
+def write_package(root: Path, module: str, source: str) -> Path:
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(textwrap.dedent(source))
+    return root
+
+
+GRID = """
+name: t
+plugins: [{module}]
+model: tiny
+task: {{name: chain_sum, kwargs: {{min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}}}
+trainer: {{max_steps: 2, per_device_train_batch_size: 8, num_generations: 4, max_completion_length: 6,
+          loss_type: {loss}{extra}}}
+"""
+
+
+def plan_errors(tmp_path, module, loss, extra="", overrides=()):
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID.format(module=module, loss=loss, extra=extra))
+    try:
+        grid = load_grid(path, overrides)
+    except SpecError as e:
+        return list(e.problems)
+    return [f.message for f in validate_plan(expand(grid)).errors]
+
+
+PLUGIN = """
+from harness.losses import Hyperparameter, register_loss
+from harness.losses.compute import LossOutput
+
+@register_loss("{name}", reduction="grpo", hyperparameters=[Hyperparameter("{hname}", float, 1.0, "a scale", minimum=0.0)])
+def f(inputs):
+    return LossOutput({expr})
+"""
+
+
+def test_missing_module(tmp_path, clean_registry):
+    (err,) = plan_errors(tmp_path, "no_such_losses", "grpo")
+    assert "module 'no_such_losses' not found" in err and "PYTHONPATH" in err
+
+
+def test_module_raising_at_import(tmp_path, monkeypatch, clean_registry):
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "raising_losses", "x = 1 / 0\n")))
+    (err,) = plan_errors(tmp_path, "raising_losses", "grpo")
+    assert "importing 'raising_losses' raised ZeroDivisionError" in err and "__init__.py:1" in err
+
+
+def test_unknown_loss_type_lists_builtins_and_plugins(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="ok_loss", hname="ok_scale", expr="-inputs.advantages * inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "ok_losses", src)))
+    (err,) = plan_errors(tmp_path, "ok_losses", "ok_los")
+    assert "'ok_los' is neither a TRL loss type (grpo, " in err and "ok_loss" in err and "gmpo" in err
+
+
+def test_wrong_shape_found_at_validation(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="flat_loss", hname="flat_scale", expr="(inputs.advantages * inputs.per_token_logps).sum(-1)")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "flat_losses", src)))
+    (err,) = plan_errors(tmp_path, "flat_losses", "flat_loss")
+    assert "returned a loss of shape (3,) for B=3, T=4; return (B, T) per token or (B, 1)" in err
+
+
+def test_loss_without_gradient_found_at_validation(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="dead_loss", hname="dead_scale", expr="inputs.advantages * inputs.old_per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "dead_losses", src)))
+    (err,) = plan_errors(tmp_path, "dead_losses", "dead_loss")
+    assert "does not depend on LossInputs.per_token_logps" in err
+
+
+def test_hyperparameter_clashing_with_grpo_config(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="clash_loss", hname="beta", expr="-inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "clash_losses", src)))
+    errors = plan_errors(tmp_path, "clash_losses", "clash_loss")
+    assert any("declares hyperparameter 'beta', which is a GRPOConfig field; rename it" in e for e in errors)
+
+
+def test_hyperparameter_range_and_owner(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="r_loss", hname="r_scale", expr="-inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "r_losses", src)))
+    (err,) = plan_errors(tmp_path, "r_losses", "r_loss", ", r_scale: -1.0")
+    assert err.startswith("trainer.r_scale = -1.0 must be >= 0 (a scale)")
+    (err,) = plan_errors(tmp_path, "r_losses", "grpo", ", r_scale: 2.0")
+    assert "hyperparameter of loss plugin 'r_loss', but loss_type = 'grpo' does not read it" in err
+    (err,) = plan_errors(tmp_path, "r_losses", "r_loss", ", r_scale: fast")
+    assert "trainer.r_scale = 'fast' has type str; expected float" in err
+    assert plan_errors(tmp_path, "r_losses", "r_loss", ", r_scale: 3") == []
+
+
+def test_builtin_runs_keep_their_settings_and_config(tmp_path):
+    """A built-in run's settings hold no plugin default, and GRPOConfig gets a plugin's reduction."""
+    from harness.trl_boundary import grpo_config_kwargs
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID.format(module="harness.losses.mirrors", loss="gmpo", extra=", gmpo_clip_low: 0.3"))
+    (run,) = expand(load_grid(path)).runs
+    kwargs = grpo_config_kwargs(run, "cpu", "out")
+    assert kwargs["loss_type"] == "grpo" and "gmpo_clip_low" not in kwargs
+    assert run.settings["trainer"]["gmpo_clip_low"] == 0.3
+    path.write_text(GRID.format(module="harness.losses.mirrors", loss="grpo", extra=""))
+    (plain,) = expand(load_grid(path)).runs
+    assert "gmpo_clip_low" not in plain.settings["trainer"]
+    assert plain.run_id == plain.with_settings({"plugins": ["x"]}).run_id  # plugins: is not identity
+
+
+def test_entry_point_discovery(tmp_path, monkeypatch, clean_registry):
+    """A distribution on sys.path whose entry point names a loss: found by loss_type alone."""
+    root = tmp_path / "site"
+    write_package(root, "ep_losses", PLUGIN.format(name="ep_loss", hname="ep_scale", expr="-inputs.per_token_logps"))
+    info = root / "ep_losses-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-losses\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[grpo_harness.losses]\nep_loss = ep_losses:f\n")
+    monkeypatch.syspath_prepend(str(root))
+    assert "ep_loss" in losses.entry_point_names() and "ep_losses" not in sys.modules
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID.format(module="harness.losses.mirrors", loss="ep_loss", extra=", ep_scale: 2.0"))
+    plan = expand(load_grid(path))
+    assert validate_plan(plan).ok and "ep_losses" in sys.modules
+    assert losses.REGISTRY["ep_loss"].module == "ep_losses"
+
+
+def test_project_entry_points_register_gmpo_and_kl_cov():
+    names = losses.entry_point_names()
+    assert {"gmpo", "kl_cov"} <= set(names)
+
+
+# --- hand-computed values of the variants ---------------------------------------------------------
+
+
+def variant_inputs(log_ratio, advantages, logps=None, mask=None, **hparams):
+    from types import SimpleNamespace
+
+    from harness.losses.compute import LossInputs
+
+    lr = torch.tensor(log_ratio)
+    logps = (torch.full_like(lr, -1.0) if logps is None else torch.tensor(logps)).requires_grad_(True)
+    old = logps.detach() - lr
+    mask = torch.ones_like(lr, dtype=torch.int32) if mask is None else torch.tensor(mask, dtype=torch.int32)
+    adv = torch.tensor(advantages).unsqueeze(1)
+    return LossInputs(
+        logps, old, None, adv, mask, logps - old, logps - old, None, torch.zeros_like(lr), 0.2, 0.2,
+        SimpleNamespace(), hparams,
+    )  # fmt: skip
+
+
+def test_gmpo_by_hand():
+    from harness.losses.variants import gmpo
+
+    # A > 0: token 0's log-ratio 0.5 clips to 0.4, token 1 keeps -0.1: exp(mean) = exp(0.15)
+    # A < 0: pessimistic for a negative advantage, the ratio above the range is kept: exp((0.5 - 0.1) / 2)
+    inputs = variant_inputs([[0.5, -0.1], [0.5, -0.1]], [1.0, -1.0], gmpo_clip_low=0.4, gmpo_clip_high=0.4)
+    out = gmpo(inputs)
+    assert out.loss.shape == (2, 1)
+    assert out.loss[0, 0].item() == pytest.approx(-math.exp(0.15), abs=1e-6)
+    assert out.loss[1, 0].item() == pytest.approx(math.exp(0.2), abs=1e-6)
+    out.loss.sum().backward()
+    grad = inputs.per_token_logps.grad
+    # d/dlogp_t of -A exp(mean l~): zero where clipped, -A exp(.) / |o| elsewhere
+    assert grad[0].tolist() == pytest.approx([0.0, -math.exp(0.15) / 2], abs=1e-6)
+    assert grad[1].tolist() == pytest.approx([math.exp(0.2) / 2, math.exp(0.2) / 2], abs=1e-6)
+    assert out.metrics["gmpo/clip_ratio/high"].tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    assert out.metrics["gmpo/clip_ratio/low"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
+
+
+def test_kl_cov_by_hand():
+    from harness.losses.variants import kl_cov
+
+    # advantages (1, -1), log-probs [[-1, -2], [-3, -0.5]]: means 0 and -1.625, so the centred
+    # products are [[0.625, -0.375], [1.375, -1.125]]; a quarter of 4 tokens = 1 token, (1, 0), is penalised
+    log_ratio = [[0.1, -0.2], [0.3, 0.05]]
+    inputs = variant_inputs(
+        log_ratio, [1.0, -1.0], logps=[[-1.0, -2.0], [-3.0, -0.5]], kl_cov_ratio=0.25, kl_cov_coef=2.0
+    )
+    out = kl_cov(inputs)
+    expected = [
+        [-math.exp(0.1), -math.exp(-0.2)],
+        [math.exp(0.3) + 2.0 * 0.3, math.exp(0.05)],
+    ]
+    assert out.loss.tolist() == [pytest.approx(row, abs=1e-6) for row in expected]
+    assert out.metrics["kl_cov/selected_frac"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
+    assert out.metrics["kl_cov/cov_mean"].item() == pytest.approx((0.625 - 0.375 + 1.375 - 1.125) / 4, abs=1e-6)
+
+
+def test_kl_cov_ignores_masked_tokens():
+    from harness.losses.variants import kl_cov
+
+    inputs = variant_inputs(
+        [[0.1, 0.9], [0.0, 0.0]], [1.0, -1.0], logps=[[-1.0, -9.0], [-3.0, -3.0]],
+        mask=[[1, 0], [0, 0]], kl_cov_ratio=1.0, kl_cov_coef=1.0,
+    )  # fmt: skip
+    assert kl_cov(inputs).metrics["kl_cov/selected_frac"].tolist() == [[1.0, 0.0], [0.0, 0.0]]
+
+
+# --- the doc's example, as a new user would run it -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_docs_example_end_to_end(tmp_path, model_cache):
+    blocks = doc_blocks()
+    pkg = tmp_path / "my-losses"
+    write_package(pkg, "my_losses", blocks["python"])
+    (pkg / "pyproject.toml").write_text(blocks["toml"])
+    grid = tmp_path / "reinforce.yaml"
+    grid.write_text(blocks["yaml"])
+    import os
+
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(pkg), str(REPO)])
+    fast = [f"-otiny.{k}={v}" for k, v in FAST_TINY.items()]
+    fast += ["-otask.train_size=256", "-otrainer.max_steps=3", "-otrainer.per_device_train_batch_size=8"]
+    fast += ["-otrainer.num_generations=4", "-oharness.eval_steps=0", "-oharness.samples_steps=0"]
+    try:
+        plan = cli("plan", str(grid), *fast).stdout
+        assert "loss plugin reinforce (my_losses, reduction dapo" in plan
+        assert "reinforce_scale: float = 1.0, > 0: multiplier of the advantage [here: 0.5, 1.0]" in plan
+        results = tmp_path / "results"
+        cli("run", str(grid), "--results", str(results), "--executor", "debug", *fast)
+    finally:
+        del os.environ["PYTHONPATH"]
+    runs = sorted((results / "reinforce" / layout.RUNS_DIR).iterdir())
+    assert len(runs) == 3
+    frames = [pq.read_table(r / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas() for r in runs]
+    with_metric = [df for df in frames if "reinforce/logp" in df.columns]
+    assert len(with_metric) == 2 and all(df["reinforce/logp"].notna().all() for df in with_metric)
+    index = (results / "reinforce" / layout.REPORT_DIR / "index.md").read_text()
+    assert "reinforce" in index
+    dynamics = list((results / "reinforce" / layout.REPORT_DIR).glob("dynamics*.png"))
+    assert dynamics
