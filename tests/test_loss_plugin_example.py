@@ -97,14 +97,18 @@ def test_unknown_loss_type_lists_builtins_and_plugins(tmp_path, monkeypatch, cle
 
 
 def test_wrong_shape_found_at_validation(tmp_path, monkeypatch, clean_registry):
-    src = PLUGIN.format(name="flat_loss", hname="flat_scale", expr="(inputs.advantages * inputs.per_token_logps).sum(-1)")
+    src = PLUGIN.format(
+        name="flat_loss", hname="flat_scale", expr="(inputs.advantages * inputs.per_token_logps).sum(-1)"
+    )
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "flat_losses", src)))
     (err,) = plan_errors(tmp_path, "flat_losses", "flat_loss")
     assert "returned a loss of shape (3,) for B=3, T=4; return (B, T) per token or (B, 1)" in err
 
 
 def test_loss_without_gradient_found_at_validation(tmp_path, monkeypatch, clean_registry):
-    src = PLUGIN.format(name="dead_loss", hname="dead_scale", expr="inputs.advantages * inputs.old_per_token_logps")
+    src = PLUGIN.format(
+        name="dead_loss", hname="dead_scale", expr="inputs.advantages * inputs.old_per_token_logps"
+    )
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "dead_losses", src)))
     (err,) = plan_errors(tmp_path, "dead_losses", "dead_loss")
     assert "does not depend on LossInputs.per_token_logps" in err
@@ -148,7 +152,9 @@ def test_builtin_runs_keep_their_settings_and_config(tmp_path):
 def test_entry_point_discovery(tmp_path, monkeypatch, clean_registry):
     """A distribution on sys.path whose entry point names a loss: found by loss_type alone."""
     root = tmp_path / "site"
-    write_package(root, "ep_losses", PLUGIN.format(name="ep_loss", hname="ep_scale", expr="-inputs.per_token_logps"))
+    write_package(
+        root, "ep_losses", PLUGIN.format(name="ep_loss", hname="ep_scale", expr="-inputs.per_token_logps")
+    )
     info = root / "ep_losses-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-losses\nVersion: 0.1\n")
@@ -221,7 +227,9 @@ def test_kl_cov_by_hand():
     ]
     assert out.loss.tolist() == [pytest.approx(row, abs=1e-6) for row in expected]
     assert out.metrics["kl_cov/selected_frac"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
-    assert out.metrics["kl_cov/cov_mean"].item() == pytest.approx((0.625 - 0.375 + 1.375 - 1.125) / 4, abs=1e-6)
+    assert out.metrics["kl_cov/cov_mean"].item() == pytest.approx(
+        (0.625 - 0.375 + 1.375 - 1.125) / 4, abs=1e-6
+    )
 
 
 def test_kl_cov_ignores_masked_tokens():

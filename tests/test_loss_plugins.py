@@ -57,7 +57,9 @@ EXTRAS = [
 def _batch(b: int, t: int, empty: tuple[int, ...], seed: int):
     batch = make_loss_batch(b, t, seed=seed, log_ratio_std=0.3)
     gen = torch.Generator().manual_seed(seed + 1)
-    batch.inputs["ref_per_token_logps"] = batch.per_token_logps.detach() + 0.2 * torch.randn(b, t, generator=gen)
+    batch.inputs["ref_per_token_logps"] = batch.per_token_logps.detach() + 0.2 * torch.randn(
+        b, t, generator=gen
+    )
     for row in empty:
         batch.inputs["completion_mask"][row] = 0
     return batch
@@ -68,7 +70,11 @@ def _run(loss_fn, probe, batch):
     loss.backward()
     grad = batch.per_token_logps.grad.clone()
     batch.per_token_logps.grad = None
-    return loss.detach(), grad, {k: v[0] for k, v in probe._metrics["train" if probe.model.training else "eval"].items()}
+    return (
+        loss.detach(),
+        grad,
+        {k: v[0] for k, v in probe._metrics["train" if probe.model.training else "eval"].items()},
+    )
 
 
 def compare(name, loss_type, config, shape, extra, trl_loss=None, seed=0):
@@ -171,7 +177,11 @@ def _metrics(tmp_path, spec, tag):
         ("grpo_mirror", "grpo", {"num_iterations": 2, "epsilon": 0.05}),
         ("dapo_mirror", "dapo", {"gradient_accumulation_steps": 2, "steps_per_generation": 4}),
         ("cispo_mirror", "cispo", {"num_iterations": 2, "epsilon_high": 1.02}),
-        ("grpo_mirror", "grpo", {"num_iterations": 2, "importance_sampling_level": "sequence", "epsilon": 3e-3}),
+        (
+            "grpo_mirror",
+            "grpo",
+            {"num_iterations": 2, "importance_sampling_level": "sequence", "epsilon": 3e-3},
+        ),
         ("vespo_mirror", "vespo", {"gradient_accumulation_steps": 2, "steps_per_generation": 4}),
     ],
     ids=["grpo-mu2", "dapo-ga2-spg4", "cispo-mu2", "gspo-mu2", "vespo-ga2-spg4"],

@@ -1,4 +1,5 @@
-"""Forward + backward time of TRL's whole GRPO loss, for every loss type, through :class:`LossProbe`.
+"""Forward + backward time of TRL's whole GRPO loss, for every loss type and the loss plugins of
+:data:`PLUGIN_VARIANTS` (through :func:`harness.losses.compute.plugin_loss`), via :class:`LossProbe`.
 
 Each timed call runs TRL's installed ``GRPOTrainer._compute_loss`` on a stand-in trainer (no model:
 the policy log-probabilities are a leaf tensor), then ``loss.backward()`` into that leaf. The time
@@ -8,6 +9,7 @@ synchronises a GPU) and the backward pass of the loss, and none of the model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +17,50 @@ from typing import Any
 import torch
 
 from harness.bench import common
-from harness.bench.probe import LOSS_VARIANTS, LossBatch, LossProbe, make_loss_batch, make_loss_stand_in
+from harness.bench.probe import (
+    LOSS_VARIANTS,
+    LossBatch,
+    LossProbe,
+    LossVariant,
+    make_loss_batch,
+    make_loss_stand_in,
+)
 
 BASELINE = "grpo"
 
+#: Loss plugins timed beside TRL's built-ins (``loss_type`` is the plugin's name): the two variants
+#: TRL lacks, and the grpo mirror, whose time against grpo is the cost of the plugin path itself.
+PLUGIN_VARIANTS: dict[str, LossVariant] = {
+    v.name: v
+    for v in (
+        LossVariant("gmpo", "gmpo", source="plugin: GMPO (arXiv:2507.20673); log-ratio clip 0.4"),
+        LossVariant(
+            "kl_cov", "kl_cov", source="plugin: KL-Cov (arXiv:2505.22617); top 0.2% of tokens, coef 1"
+        ),
+        LossVariant(
+            "grpo_mirror", "grpo_mirror", source="plugin: TRL's grpo through the plugin interface (mirror)"
+        ),
+    )
+}
+VARIANTS: dict[str, LossVariant] = {**LOSS_VARIANTS, **PLUGIN_VARIANTS}
 
-def loss_step(probe: LossProbe, batch: LossBatch) -> Callable[[], None]:
+
+def plugin_stand_in(variant: LossVariant, batch: LossBatch) -> tuple[LossProbe, Any]:
+    """The stand-in of a plugin variant (``GRPOConfig`` as a plugin run gets it) and its loss call."""
+    from harness.losses import REGISTRY
+    from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
+    from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
+    from harness.losses.compute import plugin_loss
+
+    plugin = REGISTRY[variant.loss_type]
+    probe = make_loss_stand_in(dataclasses.replace(variant, loss_type=plugin.trl_loss_type), batch)
+    hparams = plugin.defaults()
+    return probe, lambda inputs: plugin_loss(probe, None, inputs, plugin, hparams)
+
+
+def loss_step(
+    probe: LossProbe, batch: LossBatch, loss: Callable[[Any], Any] | None = None
+) -> Callable[[], None]:
     """A zero-argument callable doing one forward + backward of TRL's loss.
 
     The call computes ``GRPOTrainer._compute_loss(probe, None, batch.inputs)``, back-propagates into
@@ -31,16 +71,19 @@ def loss_step(probe: LossProbe, batch: LossBatch) -> Callable[[], None]:
         probe: the stand-in trainer of one loss variant, holding ``batch.per_token_logps``.
         batch: the B x T inputs of the call.
 
+        loss: the loss call instead of TRL's (a plugin's, :func:`plugin_stand_in`).
+
     Returns:
         The callable; it raises whatever TRL's loss raises (e.g. ``AttributeError`` for a trainer attribute
         the stand-in lacks).
     """
     logps = batch.per_token_logps
     inputs = batch.inputs
+    compute = probe.loss if loss is None else loss
 
     def step() -> None:
-        loss = probe.loss(inputs)
-        loss.backward()
+        value = compute(inputs)
+        value.backward()
         logps.grad = None
         probe.clear_metrics()
 
@@ -85,7 +128,7 @@ def time_losses(
 
     Args:
         sizes: B x T shapes (B sequences, T completion tokens).
-        variants: keys of :data:`harness.bench.probe.LOSS_VARIANTS`.
+        variants: keys of :data:`VARIANTS` (TRL's built-ins and :data:`PLUGIN_VARIANTS`).
         device: where to run.
         timing: the measurement settings (see :func:`common.time_side_by_side`).
         num_threads: intra-op threads.
@@ -98,13 +141,19 @@ def time_losses(
     Raises:
         KeyError: if a variant name is unknown.
     """
-    unknown = [name for name in variants if name not in LOSS_VARIANTS]
+    unknown = [name for name in variants if name not in VARIANTS]
     if unknown:
-        raise KeyError(f"unknown loss variants {unknown}; known: {', '.join(LOSS_VARIANTS)}")
+        raise KeyError(f"unknown loss variants {unknown}; known: {', '.join(VARIANTS)}")
     rows = []
     for index, (batch_size, seq_len) in enumerate(sizes):
         batch = make_loss_batch(batch_size, seq_len, seed=seed + index, device=device, dtype=dtype)
-        steps = {name: loss_step(make_loss_stand_in(name, batch), batch) for name in variants}
+        steps = {}
+        for name in variants:
+            if name in PLUGIN_VARIANTS:
+                probe, call = plugin_stand_in(PLUGIN_VARIANTS[name], batch)
+                steps[name] = loss_step(probe, batch, call)
+            else:
+                steps[name] = loss_step(make_loss_stand_in(name, batch), batch)
         baseline = BASELINE if BASELINE in steps else next(iter(steps))
         result = common.time_side_by_side(
             steps,
@@ -141,14 +190,14 @@ def render_losses(
         The report, lines joined by newlines.
 
     Raises:
-        KeyError: if a timed variant is not in :data:`LOSS_VARIANTS`.
+        KeyError: if a timed variant is not in :data:`VARIANTS`.
     """
     names = list(rows[0].timings) if rows else []
     baseline = rows[0].baseline if rows else BASELINE
     header = ["loss", "TRL loss_type", "IS level", *(common.format_shape(row.shape) for row in rows)]
     body = []
     for name in names:
-        variant = LOSS_VARIANTS[name]
+        variant = VARIANTS[name]
         cells = [f"{common.format_ms(row.timings[name].median_ms)} ({row.ratio(name):.2f}x)" for row in rows]
         body.append([name, variant.loss_type, variant.importance_sampling_level, *cells])
     lines = [
@@ -166,7 +215,7 @@ def render_losses(
         "",
         "Variants and their settings:",
         "",
-        *(f"- {n}: {LOSS_VARIANTS[n].source}" for n in names),
+        *(f"- {n}: {VARIANTS[n].source}" for n in names),
         "",
     ]
     return "\n".join(lines)
@@ -178,12 +227,12 @@ def losses_csv_rows(
     """Flat CSV rows: one per (B x T shape, variant), times in milliseconds, machine columns repeated.
 
     Raises:
-        KeyError: if a timed variant is not in :data:`LOSS_VARIANTS`.
+        KeyError: if a timed variant is not in :data:`VARIANTS`.
     """
     out = []
     for row in rows:
         for name, timing in row.timings.items():
-            variant = LOSS_VARIANTS[name]
+            variant = VARIANTS[name]
             out.append(
                 {
                     "B": row.shape[0],
@@ -210,7 +259,7 @@ def run_losses(run: common.BenchRun, variants: Sequence[str] | None = None) -> s
     Args:
         run: device, B x T shapes, timing settings, threads, dtype of the log-probabilities, seed, preset
             name and output folder (nothing is written when ``run.out_dir`` is None).
-        variants: variant names; all of :data:`LOSS_VARIANTS` when None.
+        variants: variant names; all of :data:`VARIANTS` when None.
 
     Returns:
         The markdown report.
@@ -218,7 +267,7 @@ def run_losses(run: common.BenchRun, variants: Sequence[str] | None = None) -> s
     Raises:
         KeyError: if a variant name is unknown.
     """
-    names = list(LOSS_VARIANTS) if variants is None else list(variants)
+    names = list(VARIANTS) if variants is None else list(variants)
     rows = time_losses(
         run.sizes,
         variants=names,

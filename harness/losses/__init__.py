@@ -25,8 +25,8 @@ This module imports neither torch nor TRL.
 from __future__ import annotations
 
 import importlib
-import json
 import importlib.metadata
+import json
 import math
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -147,7 +147,11 @@ class LossPlugin:
 
     @property
     def reduction_name(self) -> str:
-        return self.reduction if isinstance(self.reduction, str) else getattr(self.reduction, "__name__", "custom")
+        return (
+            self.reduction
+            if isinstance(self.reduction, str)
+            else getattr(self.reduction, "__name__", "custom")
+        )
 
     def defaults(self) -> dict[str, Any]:
         return {h.name: h.default for h in self.hyperparameters}
@@ -177,7 +181,9 @@ def register_loss(
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginError(f"register_loss({name!r}): a loss name is an identifier, e.g. 'reinforce'.")
     if name in KNOWN_LOSS_TYPES:
-        raise PluginError(f"register_loss({name!r}): {name} is TRL's own loss_type; give the plugin another name.")
+        raise PluginError(
+            f"register_loss({name!r}): {name} is TRL's own loss_type; give the plugin another name."
+        )
     if isinstance(reduction, str) and reduction not in REDUCTIONS:
         raise PluginError(
             f"register_loss({name!r}, reduction={reduction!r}): use one of {', '.join(REDUCTIONS)} or a callable."
@@ -192,7 +198,10 @@ def register_loss(
             uses_importance_sampling_ratio,
         )  # fmt: skip
         old = REGISTRY.get(name)
-        if old is not None and (old.module, old.function.__qualname__) != (plugin.module, function.__qualname__):
+        if old is not None and (old.module, old.function.__qualname__) != (
+            plugin.module,
+            function.__qualname__,
+        ):
             raise PluginError(
                 f"loss {name!r} is registered twice: by {old.module}.{old.function.__qualname__} and by "
                 f"{plugin.module}.{function.__qualname__}; rename one."
@@ -214,7 +223,9 @@ def import_modules(modules: Iterable[str]) -> list[str]:
     problems = []
     for module in modules:
         if not isinstance(module, str) or not module.strip():
-            problems.append(f"plugins: {module!r} is not a module name; write e.g. plugins: [mypackage.losses].")
+            problems.append(
+                f"plugins: {module!r} is not a module name; write e.g. plugins: [mypackage.losses]."
+            )
             continue
         try:
             importlib.import_module(module)
@@ -249,7 +260,9 @@ def from_entry_point(name: str) -> list[str]:
         ]
     plugin = getattr(obj, "loss_plugin", obj)
     if not isinstance(plugin, LossPlugin):
-        return [f"entry point {name} = {ep.value}: not a function decorated with @register_loss; decorate it."]
+        return [
+            f"entry point {name} = {ep.value}: not a function decorated with @register_loss; decorate it."
+        ]
     if plugin.name != name:
         return [
             f"entry point {name} = {ep.value} registers the loss {plugin.name!r}; name the entry point "
@@ -352,7 +365,9 @@ def plan_lines(runs: Iterable[Any]) -> list[str]:
     for name, trainers in used.items():
         p = REGISTRY[name]
         source = f"; {p.paper}" if p.paper else ""
-        lines.append(f"loss plugin {name} ({p.module}, reduction {p.reduction_name}{source}), {len(trainers)} run(s):")
+        lines.append(
+            f"loss plugin {name} ({p.module}, reduction {p.reduction_name}{source}), {len(trainers)} run(s):"
+        )
         for h in p.hyperparameters:
             values = sorted({json.dumps(t.get(h.name, h.default)) for t in trainers})
             bounds = f", {h.range_text()}" if h.range_text() else ""

@@ -208,7 +208,9 @@ def _prepare(trainer: Any, inputs: Mapping[str, Any], forward, hparams: Mapping[
     elif level == "sequence":
         log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     else:
-        raise ValueError(f"Unknown importance sampling level: {level}. Possible values are 'token' and 'sequence'.")
+        raise ValueError(
+            f"Unknown importance sampling level: {level}. Possible values are 'token' and 'sequence'."
+        )
     ref, per_token_kl = None, None
     if trainer.beta != 0.0:
         ref = inputs["ref_per_token_logps"]
@@ -271,29 +273,38 @@ def _masked(trainer: Any, plugin: LossPlugin, loss: torch.Tensor, batch: _Batch,
     return loss
 
 
+def _dapo_mean(loss: torch.Tensor, mask: torch.Tensor, ctx: ReductionContext) -> torch.Tensor:
+    """Token sum over ``num_items_in_batch`` rescaled to one accumulation window (TRL's dapo)."""
+    normalizer = ctx.num_items_in_batch.clamp(min=1.0) / ctx.num_processes
+    if ctx.training:  # in eval, the batch is neither split across steps nor accumulated
+        normalizer = normalizer * ctx.gradient_accumulation_steps / ctx.steps_per_generation
+    return (loss * mask).sum() / normalizer
+
+
+#: TRL's reductions of a (B, T) or (B, 1) loss over a (B, T) mask, before accumulation scaling.
+_REDUCTIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, ReductionContext], torch.Tensor]] = {
+    "grpo": lambda loss, mask, ctx: ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean(),
+    "bnpo": lambda loss, mask, ctx: (loss * mask).sum() / mask.sum().clamp(min=1.0),
+    "dr_grpo": lambda loss, mask, ctx: (loss * mask).sum() / (loss.size(0) * ctx.max_completion_length),
+    "luspo": lambda loss, mask, ctx: (loss * mask).sum(-1).mean(),
+    "dapo": _dapo_mean,
+}
+
+
 def reduce_loss(name: str, loss: torch.Tensor, mask: torch.Tensor, ctx: ReductionContext):
     """TRL's reduction ``name`` of a per-token loss: ``(loss to back-propagate, policy loss)``.
 
     ``loss`` is (B, T) or (B, 1) (broadcast over the mask); in training the result is divided by the
-    accumulation steps (dapo: normalised by ``num_items_in_batch / num_processes * GA / spg``).
+    accumulation steps, except dapo's, whose normaliser already holds them (``num_items_in_batch /
+    num_processes * GA / spg``).
+
+    Raises:
+        ValueError: ``name`` is not one of TRL's reductions.
     """
-    accumulation = ctx.gradient_accumulation_steps if ctx.training else 1.0
-    if name == "grpo":
-        value = ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif name == "bnpo":
-        value = (loss * mask).sum() / mask.sum().clamp(min=1.0)
-    elif name == "dr_grpo":
-        value = (loss * mask).sum() / (loss.size(0) * ctx.max_completion_length)
-    elif name == "luspo":
-        value = (loss * mask).sum(-1).mean()
-    elif name == "dapo":
-        normalizer = ctx.num_items_in_batch.clamp(min=1.0) / ctx.num_processes
-        if ctx.training:
-            normalizer = normalizer * ctx.gradient_accumulation_steps / ctx.steps_per_generation
-        value = (loss * mask).sum() / normalizer
-        return value, value.detach()
-    else:
+    if name not in _REDUCTIONS:
         raise ValueError(f"Unknown reduction: {name}")
+    value = _REDUCTIONS[name](loss, mask, ctx)
+    accumulation = ctx.gradient_accumulation_steps if ctx.training and name != "dapo" else 1.0
     return value / accumulation, value.detach()
 
 
@@ -331,9 +342,13 @@ def _entropy_bonus(trainer: Any, loss, policy_loss, forward, entropy_mask, mode:
             totals = trainer.accelerator.reduce(trainer._entropy_window_stats, reduction="sum")
             world = (totals[0] / totals[1].clamp(min=1.0)).item()
             if world <= args.entropy_target:
-                trainer.entropy_coef = min(trainer.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
+                trainer.entropy_coef = min(
+                    trainer.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max
+                )
             else:
-                trainer.entropy_coef = max(trainer.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
+                trainer.entropy_coef = max(
+                    trainer.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min
+                )
             trainer._last_world_entropy = world
             trainer._entropy_window_stats = None
     if mode == "train" and trainer.accelerator.sync_gradients:
@@ -372,7 +387,9 @@ def _metric_value(trainer: Any, value: Any, global_masked_mean: Callable[[torch.
     return trainer.accelerator.gather(scalar.detach().reshape(1)).nanmean().item()
 
 
-def plugin_loss(trainer: Any, model: Any, inputs: Mapping[str, Any], plugin: LossPlugin, hparams) -> torch.Tensor:
+def plugin_loss(
+    trainer: Any, model: Any, inputs: Mapping[str, Any], plugin: LossPlugin, hparams
+) -> torch.Tensor:
     """``GRPOTrainer._compute_loss`` for a plugin loss (the module docstring's steps 1-5).
 
     Args:
@@ -399,7 +416,9 @@ def plugin_loss(trainer: Any, model: Any, inputs: Mapping[str, Any], plugin: Los
     if trainer.aux_loss_enabled:
         normalizer = trainer.current_gradient_accumulation_steps if mode == "train" else 1.0
         loss = loss + trainer.router_aux_loss_coef * forward[2] / normalizer
-        trainer._metrics[mode]["aux_loss"].append(trainer.accelerator.gather_for_metrics(forward[2]).mean().item())
+        trainer._metrics[mode]["aux_loss"].append(
+            trainer.accelerator.gather_for_metrics(forward[2]).mean().item()
+        )
     _log_metrics(trainer, mode, mask, batch, forward[1], out.metrics)
     return loss
 
@@ -451,7 +470,9 @@ def probe(plugin: LossPlugin, settings: Mapping[str, Any], level: str = "token")
             ctx = ReductionContext(True, 1, 1, batch.mask.sum().float(), 1, 4)
             value = plugin.reduction(out.loss, batch.mask, ctx)
             if not isinstance(value, torch.Tensor) or value.dim() != 0:
-                return f"{where}: its reduction returned {type(value).__name__}; return a 0-d tensor (the loss)."
+                return (
+                    f"{where}: its reduction returned {type(value).__name__}; return a 0-d tensor (the loss)."
+                )
     except losses.PluginError as e:
         return f"{e} (found on a synthetic batch of B=3, T=4 before anything ran)"
     except Exception as e:

@@ -109,10 +109,14 @@ def check_run(settings: Mapping[str, Any], config: Mapping[str, Any] | None = No
     for h in plugin.hyperparameters:
         problem = h.problem(trainer.get(h.name, h.default))
         if problem:
-            out.append(f"trainer.{h.name} {problem} Fix it in the grid (default {h.default!r}; {plugin.name}).")
+            out.append(
+                f"trainer.{h.name} {problem} Fix it in the grid (default {h.default!r}; {plugin.name})."
+            )
     if out:
         return out
-    level = (config or {}).get("importance_sampling_level") or trainer.get("importance_sampling_level", "token")
+    level = (config or {}).get("importance_sampling_level") or trainer.get(
+        "importance_sampling_level", "token"
+    )
     settings_json = json.dumps({**dict(config or {}), **dict(trainer)}, sort_keys=True, default=str)
     problem = probe_problem(plugin.name, settings_json, level)
     return [problem] if problem else []

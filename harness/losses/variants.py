@@ -113,5 +113,9 @@ def kl_cov(inputs: LossInputs) -> LossOutput:
         top = torch.topk(cov.masked_fill(~mask, float("-inf")).flatten(), k).indices
         selected.view(-1)[top] = 1.0
     loss = policy + selected * inputs.hparams["kl_cov_coef"] * log_ratio.abs()
-    metrics = {"kl_cov/selected_frac": selected, "kl_cov/abs_log_ratio": log_ratio.abs().detach(), "kl_cov/cov_mean": cov_mean}
+    metrics = {
+        "kl_cov/selected_frac": selected,
+        "kl_cov/abs_log_ratio": log_ratio.abs().detach(),
+        "kl_cov/cov_mean": cov_mean,
+    }
     return LossOutput(loss, metrics)
