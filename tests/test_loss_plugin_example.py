@@ -93,7 +93,7 @@ def test_unknown_loss_type_lists_builtins_and_plugins(tmp_path, monkeypatch, cle
     src = PLUGIN.format(name="ok_loss", hname="ok_scale", expr="-inputs.advantages * inputs.per_token_logps")
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "ok_losses", src)))
     (err,) = plan_errors(tmp_path, "ok_losses", "ok_los")
-    assert "'ok_los' is neither a TRL loss type (grpo, " in err and "ok_loss" in err and "gmpo" in err
+    assert "'ok_los' is not a TRL loss type (grpo, " in err and "ok_loss" in err and "gmpo" in err
 
 
 def test_wrong_shape_found_at_validation(tmp_path, monkeypatch, clean_registry):

@@ -75,8 +75,8 @@ def _unknown_loss(name: Any, modules: Iterable[str]) -> str:
     plugins = sorted({*losses.REGISTRY, *losses.entry_point_names()})
     listed = ", ".join(modules) or "none"
     return (
-        f"trainer.loss_type = {name!r} is neither a TRL loss type ({', '.join(loss_types())}; GSPO is grpo "
-        f"with importance_sampling_level: sequence) nor a loss plugin ({', '.join(plugins) or 'none loaded'}; "
+        f"trainer.loss_type = {name!r} is not a TRL loss type ({', '.join(loss_types())}; GSPO is grpo with "
+        f"importance_sampling_level: sequence) nor a loss plugin ({', '.join(plugins) or 'none loaded'}; "
         f"plugin modules listed: {listed}). Fix the name, list the plugin's module under plugins:, or install "
         f"its package (entry point group {losses.ENTRY_POINT_GROUP})."
     )
