@@ -93,6 +93,10 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
 
     plugin, hparams = for_run(spec.settings)  # (None, {}) for TRL's own loss types
     if plugin is not None:
+        if not hasattr(type(trainer), "loss_plugin"):  # plain GRPOTrainer would run its own loss instead
+            raise TypeError(
+                f"loss plugin {plugin.name!r} needs harness.trainer.HarnessGRPOTrainer (or a subclass)"
+            )
         trainer.loss_plugin, trainer.loss_hparams = plugin, hparams
     return trainer, task, tokenizer
 
