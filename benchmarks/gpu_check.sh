@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 13: one prepared script, under 8 minutes on one NVIDIA H200, no network.
+# The GPU check: one prepared script, under 8 minutes on one NVIDIA H200, no network.
 #
 #   1. `grpo-harness bench vespo --device cuda --full`: TRL's VESPO gamma weights against the official
 #      algorithm (equivalence checked first), beside the 1.19-1.25x reported in TRL pull request #5199;
@@ -10,13 +10,14 @@
 #      w_seq per step;
 #   3. the tables (markdown + CSV, device and versions in each) into OUT.
 #
-# On the GPU machine (the device tool's `run`), once `bash benchmarks/gpu_wheels.sh` has filled .whl/
-# here (TRL, datasets, reasoning-gym and the rest the image lacks, about 12 MiB): carry [".whl"],
-# timeout_s 540, and as the command this one line:
+# On a GPU machine with the harness installed: `bash benchmarks/gpu_check.sh --device cuda`. On an
+# offline node whose image has torch, transformers and accelerate only, once `bash
+# benchmarks/gpu_wheels.sh` has filled .whl/ on a machine with network (TRL, datasets, reasoning-gym and
+# the rest, about 12 MiB), copy the checkout with .whl/ there and run from its root (one line):
 #
-#   set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; bash benchmarks/gpu_check.sh --device cuda --out $OUT/gpu 2>&1 | tee $OUT/gpu_check.log
+#   set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; bash benchmarks/gpu_check.sh --device cuda --out gpu-tables 2>&1 | tee gpu_check.log
 #
-# then copy the returned gpu/* into results/reference/gpu/ (its README has the time estimate; if the
+# then copy gpu-tables/* into results/reference/gpu/ (its README has the time estimate; if the
 # runs do not fit the budget, rerun with --steps 6). On a machine's CPUs, at tiny sizes (a 2-layer model
 # of the same family, 4 steps, 8 completions of up to 48 tokens, the short bench):
 #
