@@ -25,7 +25,6 @@ pin() { # NAME -> NAME==VERSION installed in .venv
 }
 pins() { for name in "$@"; do pin "$name"; done; }
 
-grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
 mkdir -p .whl
 mapfile -t wanted < <(pins "${binary[@]}")
 echo "+ pip download ${wanted[*]}"
