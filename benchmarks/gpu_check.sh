@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 13: one prepared script, under 8 minutes on one NVIDIA H200, no network.
+# The GPU check: one prepared script, under 8 minutes on one NVIDIA H200, no network.
 #
 #   1. `grpo-harness bench vespo --device cuda --full`: TRL's VESPO gamma weights against the official
 #      algorithm (equivalence checked first), beside the 1.19-1.25x reported in TRL pull request #5199;
@@ -10,23 +10,24 @@
 #      w_seq per step;
 #   3. the tables (markdown + CSV, device and versions in each) into OUT.
 #
-# On the GPU machine (the device tool's `run`), once `bash benchmarks/gpu_wheels.sh` has filled .whl/
-# here (TRL, datasets, reasoning-gym and the rest the image lacks, about 12 MiB):
+# On a GPU machine with the harness installed: `bash benchmarks/gpu_check.sh --device cuda`. On an
+# offline node whose image has torch, transformers and accelerate only, once `bash
+# benchmarks/gpu_wheels.sh` has filled .whl/ on a machine with network (TRL, datasets, reasoning-gym and
+# the rest, about 12 MiB), copy the checkout with .whl/ there and run from its root (one line):
 #
-#   run(carry=[".whl"], timeout_s=540, command=
-#     "set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir
-#      --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit;
-#      bash benchmarks/gpu_check.sh --device cuda --out $OUT/gpu 2>&1 | tee $OUT/gpu_check.log")
+#   set -o pipefail; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; bash benchmarks/gpu_check.sh --device cuda --out gpu-tables 2>&1 | tee gpu_check.log
 #
-# (one line), then copy the returned gpu/* into results/reference/gpu/. On this machine's CPUs, tiny
-# sizes (a 2-layer model of the same family, 4 steps, 8 completions of up to 48 tokens, the short bench):
+# then copy gpu-tables/* into results/reference/gpu/ (its README has the time estimate; if the
+# runs do not fit the budget, rerun with --steps 6). On a machine's CPUs, at tiny sizes (a 2-layer model
+# of the same family, 4 steps, 8 completions of up to 48 tokens, the short bench):
 #
 #   bash benchmarks/gpu_check.sh --device cpu --out /tmp/gpu-check     # a couple of minutes
 #
 # Options: --device cuda|cpu (cuda), --out DIR (cuda: results/reference/gpu; cpu: $GPU_CHECK_OUT or
 # results/gpu_check-cpu), --work DIR (a new temporary folder), --steps N (cuda 10, cpu 4),
-# --budget SECONDS (cuda 400, cpu 600: each stage's timeout is cut to what is left of it). Exit status: 0 when
-# every stage ran and the tables pass their check (s/step > 0, w_seq away from 1 on an off-policy step).
+# --budget SECONDS (cuda 400, cpu 600: each stage's timeout is cut to what is left of it). Exit status:
+# 0 when every stage ran and the tables pass their check (s/step > 0, w_seq away from 1 on an off-policy
+# step of each run); 2 on a bad option.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,7 +43,7 @@ while (($#)); do
   --work) work="$2"; shift 2 ;;
   --steps) steps="$2"; shift 2 ;;
   --budget) budget="$2"; shift 2 ;;
-  -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+  -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Fill .whl/ with what benchmarks/gpu_check.sh needs on the GPU machine and its image lacks. The image
-# has torch, transformers, accelerate, pandas, pyarrow, numpy, tokenizers, ... (the device notes' package
-# list); it has no network, so the rest travels with the working tree (`carry: [".whl"]`):
+# Fill .whl/ with what benchmarks/gpu_check.sh needs on an offline GPU node whose image has torch,
+# transformers, accelerate, pandas, pyarrow, numpy, tokenizers, ... but not the rest, which travels
+# with the checkout:
 #
 #   bash benchmarks/gpu_wheels.sh        # here, once, with network; about 12 MiB
 #
 # Versions: the ones installed in .venv (those the tests ran with), for CPython 3.12 on x86-64 manylinux
-# (the GPU machine's python3), as the device notes' `pip download` line gives them. cellpylib and zss
+# (the node's python3). cellpylib and zss
 # publish only pure-Python sdists: their wheels are built here. pycosat publishes only a C sdist: it is
-# saved as is and gpu_check.sh builds it there. .whl/ is kept out of git through .git/info/exclude.
+# saved as is and gpu_check.sh builds it there. .gitignore keeps .whl/ out of git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +25,6 @@ pin() { # NAME -> NAME==VERSION installed in .venv
 }
 pins() { for name in "$@"; do pin "$name"; done; }
 
-grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
 mkdir -p .whl
 mapfile -t wanted < <(pins "${binary[@]}")
 echo "+ pip download ${wanted[*]}"

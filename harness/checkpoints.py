@@ -39,6 +39,10 @@ WEIGHTS = (
     "adapter_model.safetensors",
 )
 OPTIMIZER = "optimizer.pt"
+#: The reference model's weights (a torch state dict) in a checkpoint of a run that syncs its
+#: reference model (``trainer.sync_ref_model``): TRL saves only the policy, so without it a resumed
+#: run would measure KL against the base model again. Written by rank 0 before the marker.
+REF_MODEL = "ref_model.pt"
 _NAME = re.compile(r"checkpoint-(\d+)")
 
 

@@ -35,8 +35,10 @@ class TrainingJob(submitit.helpers.Checkpointable):
     the next step boundary, then exits without requeueing: SLURM decides whether the job comes back.
     A job killed before reaching a step boundary resumes from the latest periodic checkpoint.
 
-    With several tasks per node the job runs one process per task; ``torch.distributed`` is set up
-    from submitit's job environment (env:// variables) and only rank 0 writes files.
+    With several tasks (``nodes * tasks_per_node``) the job runs one process per task, on one node
+    or several; ``torch.distributed`` is set up from submitit's job environment (env:// variables:
+    ``MASTER_ADDR`` is the job's first node's name, which must resolve on every node) and only rank 0
+    writes files. Every rank builds or waits for the model first (the model cache's file lock).
 
     A run that raises leaves a FAILED marker (error line, log path) before re-raising.
     """

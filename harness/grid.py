@@ -2,9 +2,9 @@
 
 Pure: no files are read or written and no library is asked; numbers were coerced to their fields'
 types when the grid was loaded (:func:`harness.spec.load_grid`). The run id is a short hash of the
-run's resolved settings (task, model, tiny, trainer, harness, seed): the same settings give the
-same id on any machine, and a changed override gives a new id, so old results stay apart from new
-ones.
+run's resolved settings (task, model, tiny or tiny_chat, trainer, harness, seed): the same settings
+give the same id on any machine, and a changed override gives a new id, so old results stay apart
+from new ones.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.schema import (
+    EMBEDDED_MODEL_SECTIONS,
     EPOCH,
     TINY,
     Axis,
@@ -127,7 +128,7 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
         set_dotted(config, key, value)
     config.setdefault("seed", 0)
     config.setdefault("model", TINY)
-    for section in ("task", "tiny", "trainer", "harness"):
+    for section in ("task", *EMBEDDED_MODEL_SECTIONS.values(), "trainer", "harness"):
         config.setdefault(section, {})
     config["trainer"]["seed"] = config["seed"]
     if config["trainer"].get("ref_model_sync_steps") == EPOCH:
@@ -136,8 +137,9 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
             config["trainer"], train_size, num_processes
         )
         config["harness"]["ref_model_sync_every"] = EPOCH
-    if config["model"] != TINY:
-        config.pop("tiny")
+    for model, section in EMBEDDED_MODEL_SECTIONS.items():  # only the run's own embedded model's section
+        if config["model"] != model:
+            config.pop(section)
     return config
 
 

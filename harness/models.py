@@ -25,13 +25,21 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-from harness.schema import EVAL_SEED, SFT_SEED_BASE, TINY, TaskSpec, TinyModelSpec
+from harness.schema import (
+    EVAL_SEED,
+    SFT_SEED_BASE,
+    TINY,
+    TINY_CHAT,
+    TaskSpec,
+    TinyChatModelSpec,
+    TinyModelSpec,
+)
 from harness.tasks import bare_prompt, check_task, generate_entries
 
 PAD_TOKEN = "<pad>"
@@ -174,14 +182,19 @@ def build_model(spec: TinyModelSpec, tokenizer: Any) -> Any:
     return model
 
 
-def _sft(
-    spec: TinyModelSpec, model: Any, tokenizer: Any, pairs: list[tuple[str, str]], work_dir: Path
+def run_sft(
+    spec: TinyModelSpec, model: Any, tokenizer: Any, columns: dict[str, list], work_dir: Path
 ) -> dict:
+    """The warm start: TRL ``SFTTrainer`` on ``columns`` (``prompt`` and ``completion``, plain text or
+    conversations), loss on completion tokens only, cosine schedule, on the CPU; trains ``model`` in place.
+
+    Returns ``{"train_loss", "final_logged_loss"}`` (mean cross-entropy per completion token, nats).
+    """
     import datasets
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    train = datasets.Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]})
+    train = datasets.Dataset.from_dict(columns)
     args = SFTConfig(
         output_dir=str(work_dir),
         max_steps=spec.sft_steps,
@@ -237,7 +250,8 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
         )
     model = build_model(spec, tokenizer)
     with tempfile.TemporaryDirectory(prefix="sft-") as work:
-        sft_info = _sft(spec, model, tokenizer, pairs, Path(work))
+        columns = {"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]}
+        sft_info = run_sft(spec, model, tokenizer, columns, Path(work))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info = {
@@ -254,11 +268,33 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
     return info
 
 
-def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
-    """Folder of the tiny model for ``task``, building and caching it on first use.
+def cached_build(cache_dir: str | Path, key: str, build: Callable[[Path], dict]) -> Path:
+    """``cache_dir/key``, made by ``build(folder)`` on first use (``build`` returns the build info).
 
     Safe under concurrency: processes serialise on a file lock next to the folder, and a build goes into a
     temporary sibling that is renamed into place only when complete, so a folder that exists is whole.
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    final = cache_dir / key
+    if final.is_dir():
+        return final
+    with FileLock(str(cache_dir / f"{key}.lock")):
+        if final.is_dir():  # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
+        try:
+            info = build(tmp / "model")
+            os.rename(tmp / "model", final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("built %s in %.1f s", final, info["build_seconds"])
+    return final
+
+
+def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
+    """Folder of the tiny model for ``task``, building and caching it on first use (:func:`cached_build`).
+
     The result loads with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
     ``AutoTokenizer.from_pretrained(path, local_files_only=True)``.
 
@@ -268,23 +304,7 @@ def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) 
     problems = check_task(task)
     if problems:
         raise ValueError("invalid task spec: " + "; ".join(problems))
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    key = tiny_model_key(spec, task)
-    final = cache_dir / key
-    if final.is_dir():
-        return final
-    with FileLock(str(cache_dir / f"{key}.lock")):
-        if final.is_dir():  # another process built it while we waited
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
-        try:
-            info = build_tiny_model(spec, task, tmp / "model")
-            os.rename(tmp / "model", final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("built %s in %.1f s", final, info["build_seconds"])
-    return final
+    return cached_build(cache_dir, tiny_model_key(spec, task), lambda out: build_tiny_model(spec, task, out))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -310,19 +330,28 @@ def resolve_model(
     """Turn a model name from a config into what ``from_pretrained`` takes. Never contacts a hub.
 
     Args:
-        model: ``"tiny"`` (built and cached for ``task`` under ``cache_dir``), a local folder (returned
-            as is, ``~`` expanded) or anything else, taken as a hub id and returned unchanged.
-        task: required for ``"tiny"``.
-        cache_dir: required for ``"tiny"``.
-        tiny_spec: the tiny model's spec; defaults to ``TinyModelSpec()``.
+        model: ``"tiny"`` or ``"tiny-chat"`` (built and cached for ``task`` under ``cache_dir``: a folder
+            that ``from_pretrained`` loads), a local folder (returned as is, ``~`` expanded) or anything
+            else, taken as a hub id and returned unchanged.
+        task: required for the embedded models.
+        cache_dir: required for the embedded models.
+        tiny_spec: the embedded model's spec; defaults to ``TinyModelSpec()`` for ``"tiny"`` and
+            ``TinyChatModelSpec()`` for ``"tiny-chat"``.
 
     Raises:
-        ValueError: ``"tiny"`` without task or cache_dir, or a problem reported by :func:`check_model`.
+        ValueError: an embedded model without task or cache_dir, ``"tiny-chat"`` with a spec that is
+            not a :class:`TinyChatModelSpec`, an invalid task, or a problem reported by :func:`check_model`.
     """
-    if model == TINY:
+    if model in (TINY, TINY_CHAT):
         if task is None or cache_dir is None:
-            raise ValueError("model 'tiny' needs the task and a cache_dir to build it in")
-        return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir))
+            raise ValueError(f"model {model!r} needs the task and a cache_dir to build it in")
+        if model == TINY:
+            return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir))
+        if tiny_spec is not None and not isinstance(tiny_spec, TinyChatModelSpec):
+            raise ValueError(f"model 'tiny-chat' takes a TinyChatModelSpec, got {type(tiny_spec).__name__}")
+        from harness.tiny_chat import tiny_chat_model_path  # it imports this module
+
+        return str(tiny_chat_model_path(tiny_spec or TinyChatModelSpec(), task, cache_dir))
     problems = check_model(model)
     if problems:
         raise ValueError("; ".join(problems))
@@ -331,14 +360,15 @@ def resolve_model(
 
 
 def check_model(model: str) -> list[str]:
-    """Problems with a model name as messages; empty when it is ``"tiny"``, a model folder or a hub-id.
+    """Problems with a model name as messages; empty when it is ``"tiny"``, ``"tiny-chat"``, a model
+    folder or a hub id.
 
     A value that looks like a path (starts with ``/``, ``.`` or ``~``, or has more than one ``/``) must be
     a folder holding a ``config.json``. Hub ids are not checked for existence (that would need the hub).
     """
     if not isinstance(model, str) or not model.strip():
         return [f"model must be a non-empty string, got {model!r}"]
-    if model == TINY:
+    if model in (TINY, TINY_CHAT):
         return []
     local = Path(model).expanduser()
     if local.is_dir():
@@ -348,5 +378,7 @@ def check_model(model: str) -> list[str]:
     if local.exists():
         return [f"model path {model!r} is a file, not a model folder"]
     if _looks_like_path(model):
-        return [f"model path {model!r} does not exist (and is not a hub id like 'org/name' or {TINY!r})"]
+        return [
+            f"model path {model!r} does not exist (and is not a hub id like 'org/name', {TINY!r} or {TINY_CHAT!r})"
+        ]
     return []

@@ -1,7 +1,7 @@
 """The settings of a grid and of a run, as frozen typed dataclasses; no torch, TRL or project import.
 
 Every section of a grid file has its dataclass here: ``task`` (:class:`TaskSpec`), ``tiny``
-(:class:`TinyModelSpec`), ``harness`` (:class:`HarnessSettings`) and ``executor``
+(:class:`TinyModelSpec`), ``tiny_chat`` (:class:`TinyChatModelSpec`), ``harness`` (:class:`HarnessSettings`) and ``executor``
 (:class:`ExecutorSettings`). The ``trainer`` section stays a mapping of TRL ``GRPOConfig`` fields:
 its types and rules are TRL's (:mod:`harness.trl_boundary`, :mod:`harness.validate`).
 
@@ -44,6 +44,14 @@ TEMPLATES = ("auto", "bare", "chat")
 REWARD_NAMES = ("correctness", "format")
 #: The embedded default model, built by :mod:`harness.models`.
 TINY = "tiny"
+#: The second embedded default, a chat model (byte-level BPE, chat template), built by :mod:`harness.tiny_chat`.
+TINY_CHAT = "tiny-chat"
+#: The embedded models and the section of a grid file that holds each one's settings.
+EMBEDDED_MODEL_SECTIONS = {TINY: "tiny", TINY_CHAT: "tiny_chat"}
+#: Byte tokens of a byte-level BPE: every byte is a token before any merge.
+BYTE_TOKENS = 256
+#: Special tokens of the tiny chat model's tokenizer (pad, bos, and the role markers <|im_start|>, <|im_end|>).
+CHAT_SPECIAL_TOKENS = 4
 #: Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
 EVAL_SEED = 1 << 30
 #: Generator seeds reserved for warm-start (SFT) data of the tiny model, between training and eval seeds.
@@ -433,20 +441,60 @@ class TinyModelSpec(Section):
 
     def _relations(self) -> list[str]:
         room = EVAL_SEED - SFT_SEED_BASE  # the SFT data's generator seeds: SFT_SEED_BASE + seed + i
+        s = self.SECTION
         if self.seed + self.sft_examples > room:
             return [
-                f"tiny.seed = {self.seed} with tiny.sft_examples = {self.sft_examples}: the warm start's data "
+                f"{s}.seed = {self.seed} with {s}.sft_examples = {self.sft_examples}: the warm start's data "
                 f"would reach the eval split's seeds; keep seed + sft_examples <= {room}."
             ]
         if self.hidden_size % self.num_heads:
             return [
-                f"tiny.hidden_size = {self.hidden_size} must be a multiple of tiny.num_heads = {self.num_heads}."
+                f"{s}.hidden_size = {self.hidden_size} must be a multiple of {s}.num_heads = {self.num_heads}."
             ]
         if self.num_heads % self.num_kv_heads:
             return [
-                f"tiny.num_heads = {self.num_heads} must be a multiple of tiny.num_kv_heads = {self.num_kv_heads}."
+                f"{s}.num_heads = {self.num_heads} must be a multiple of {s}.num_kv_heads = {self.num_kv_heads}."
             ]
         return []
+
+
+@dataclass(frozen=True)
+class TinyChatModelSpec(TinyModelSpec):
+    """Everything that defines the tiny chat model (``model: tiny-chat``); the grid's ``tiny_chat`` section.
+
+    The fields of :class:`TinyModelSpec` with the same meaning (other defaults: prompts are
+    chat-templated conversations, about 50 tokens), and:
+
+        vocab_size: tokens of the byte-level BPE tokenizer: the 256 byte tokens, the 4 special tokens
+            (pad, bos, ``<|im_start|>``, ``<|im_end|>``) and the merges learnt on the task's texts
+            (fewer when the texts run out of pairs to merge).
+        format_noise: fraction of SFT answers written without the ``<answer>`` tags or with a
+            malformed tag (drawn independently of ``label_noise``); 0 = every answer well formed.
+
+    Built by :mod:`harness.tiny_chat`.
+    """
+
+    SECTION: ClassVar[str] = "tiny_chat"
+
+    vocab_size: int = checked(
+        512,
+        (
+            lambda v: v > BYTE_TOKENS + CHAT_SPECIAL_TOKENS,
+            f"must be > {BYTE_TOKENS + CHAT_SPECIAL_TOKENS}: the tokenizer holds {BYTE_TOKENS} byte tokens "
+            f"and {CHAT_SPECIAL_TOKENS} special tokens before any merge",
+        ),
+        (lambda v: v <= 65536, "must be <= 65536 (a tiny model's vocabulary)"),
+    )
+    hidden_size: int = checked(64, at_least(1))
+    num_layers: int = checked(2, at_least(1))
+    num_heads: int = checked(4, at_least(1))
+    num_kv_heads: int = checked(2, at_least(1))
+    intermediate_size: int = checked(128, at_least(1))
+    max_position_embeddings: int = checked(128, at_least(1))
+    sft_steps: int = checked(300, at_least(1))
+    format_noise: float = checked(
+        0.25, (lambda v: 0 <= v <= 1, "is a fraction of SFT answers: use a value in [0, 1]")
+    )
 
 
 @dataclass(frozen=True)
@@ -533,6 +581,10 @@ class ExecutorSettings(Section):
         return self.nodes * self.tasks_per_node
 
 
+#: The section class of each embedded model's section (:data:`EMBEDDED_MODEL_SECTIONS`).
+_EMBEDDED_SPECS: dict[str, type[TinyModelSpec]] = {"tiny": TinyModelSpec, "tiny_chat": TinyChatModelSpec}
+
+
 # --- a grid and its runs ------------------------------------------------------------------------
 
 
@@ -601,8 +653,8 @@ class RunSpec:
     Attributes:
         grid: the grid's name.
         settings: the resolved settings as the grid states them (keys left out take their defaults):
-            ``seed``, ``model``, ``task``, ``tiny`` (only for the tiny model), ``trainer`` (GRPOConfig
-            keyword arguments, ``seed`` among them) and ``harness``; JSON data. The run id hashes it,
+            ``seed``, ``model``, ``task``, ``tiny`` or ``tiny_chat`` (only for that embedded model),
+            ``trainer`` (GRPOConfig keyword arguments, ``seed`` among them) and ``harness``; JSON data. The run id hashes it,
             so it is never changed in place: :meth:`with_settings` makes another run.
         varying: the values of this run on the grid's varying keys (dotted key -> value).
         subgrid: name of the sub-grid it came from ("" when the grid has none).
@@ -610,8 +662,10 @@ class RunSpec:
             ``set``, e.g. more GPUs for a bigger model); not part of the run id. SLURM submits runs
             with different resources as separate arrays.
         run_id: :func:`run_id_of` ``settings``.
-        seed, model, task, tiny, trainer, harness: the typed sections (``tiny`` None unless ``model``
-            is ``"tiny"``; ``trainer`` a read-only mapping of GRPOConfig fields as written).
+        seed, model, task, tiny, trainer, harness: the typed sections (``tiny`` is the embedded
+            model's spec: a :class:`TinyModelSpec` from the ``tiny`` section for ``model: tiny``, a
+            :class:`TinyChatModelSpec` from ``tiny_chat`` for ``model: tiny-chat``, else None;
+            ``trainer`` a read-only mapping of GRPOConfig fields as written).
 
     Raises (from construction):
         SpecError: every problem of every section (see :class:`Section`).
@@ -626,7 +680,7 @@ class RunSpec:
     seed: int = field(init=False)
     model: str = field(init=False)
     task: TaskSpec = field(init=False)
-    tiny: TinyModelSpec | None = field(init=False)
+    tiny: TinyModelSpec | None = field(init=False)  # a TinyChatModelSpec for tiny-chat
     trainer: Mapping[str, Any] = field(init=False, repr=False)
     harness: HarnessSettings = field(init=False)
 
@@ -638,12 +692,17 @@ class RunSpec:
             problems.append(f"seed = {seed!r} is a {type(seed).__name__}; it must be an integer.")
         model = settings.get("model", TINY)
         if not isinstance(model, str) or not model.strip():
-            problems.append(f"model = {model!r} must be a string: 'tiny', a local path or a model id.")
+            problems.append(
+                f"model = {model!r} must be a string: 'tiny', 'tiny-chat', a local path or a model id."
+            )
         trainer = settings.get("trainer", {})
         if not isinstance(trainer, Mapping):
             problems.append(f"trainer = {trainer!r} must be a mapping of GRPOConfig fields.")
         task = TaskSpec.build(settings.get("task", {}), problems)
-        tiny = TinyModelSpec.build(settings.get("tiny", {}), problems) if model == TINY else None
+        tiny = None
+        if model in EMBEDDED_MODEL_SECTIONS:
+            section = EMBEDDED_MODEL_SECTIONS[model]
+            tiny = _EMBEDDED_SPECS[section].build(settings.get(section, {}), problems)
         harness = HarnessSettings.build(settings.get("harness", {}), problems)
         if problems:
             raise SpecError(problems)

@@ -8,8 +8,9 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     notes: "..."              # e.g. the settings to use at paper scale
     seed: 0                   # drives the trainer, the task's data and sampling
     task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.schema.TaskSpec
-    model: tiny               # "tiny", a local path, or a Hugging Face model id
-    tiny: {...}               # harness.schema.TinyModelSpec fields
+    model: tiny               # "tiny", "tiny-chat", a local path, or a Hugging Face model id
+    tiny: {...}               # harness.schema.TinyModelSpec fields (model: tiny)
+    tiny_chat: {...}          # harness.schema.TinyChatModelSpec fields (model: tiny-chat)
     trainer: {...}            # any TRL GRPOConfig field
     harness: {...}            # harness.schema.HarnessSettings fields
     executor: {...}           # harness.schema.ExecutorSettings fields
@@ -48,6 +49,7 @@ from harness.schema import (
     SpecError,
     SubGrid,
     TaskSpec,
+    TinyChatModelSpec,
     TinyModelSpec,
     deep_merge,
     describe_fields,
@@ -65,6 +67,7 @@ TOP_LEVEL_KEYS = (
     "task",
     "model",
     "tiny",
+    "tiny_chat",
     "trainer",
     "harness",
     "executor",
@@ -76,7 +79,7 @@ TOP_LEVEL_KEYS = (
     "plugins",
 )
 #: Sections that hold run settings (what a dotted key may point into).
-SETTING_SECTIONS = ("task", "tiny", "trainer", "harness", "executor")
+SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "trainer", "harness", "executor")
 SCALAR_SETTINGS = ("seed", "model")
 
 
@@ -93,6 +96,7 @@ def section_type(section: str) -> type:
     return {
         "task": TaskSpec,
         "tiny": TinyModelSpec,
+        "tiny_chat": TinyChatModelSpec,
         "harness": HarnessSettings,
         "executor": ExecutorSettings,
     }[section]
@@ -101,6 +105,7 @@ def section_type(section: str) -> type:
 SECTION_CLASS_NAMES = {
     "task": "TaskSpec",
     "tiny": "TinyModelSpec",
+    "tiny_chat": "TinyChatModelSpec",
     "trainer": "GRPOConfig",
     "harness": "HarnessSettings",
     "executor": "ExecutorSettings",
@@ -138,7 +143,7 @@ def _float_only(desc: Any) -> bool:
 
 #: Sections whose whole numbers become floats where the field is a float (task kwargs are left as
 #: written: they are the dataset's, whose types the harness does not know).
-COERCED_SECTIONS = ("trainer", "tiny", "harness")
+COERCED_SECTIONS = ("trainer", "tiny", "tiny_chat", "harness")
 
 
 def coerce_number(key: str, value: Any) -> Any:
@@ -240,7 +245,7 @@ def check_setting(key: str, value: Any, where: str) -> str | None:
         if head == "seed" and not type_ok(value, "int"):
             return f"{where}: seed = {value!r} is a {type(value).__name__}; it must be an integer."
         if head == "model" and not isinstance(value, str):
-            return f"{where}: model = {value!r} must be a string: 'tiny', a local path or a model id."
+            return f"{where}: model = {value!r} must be a string: 'tiny', 'tiny-chat', a local path or a model id."
         return None
     if len(parts) > 2:
         return None

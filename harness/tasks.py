@@ -300,6 +300,26 @@ def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
 # Evaluation
 
 
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a completion: the tokenizer's eos first, then the other eos ids of the model's
+    generation config (a chat model's end-of-turn token, e.g. Llama 3's ``<|eot_id|>`` beside its
+    ``<|end_of_text|>``), as ``trl.GRPOTrainer`` gathers them.
+
+    Raises:
+        ValueError: neither names an eos token.
+    """
+    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if declared is None:
+        declared = []
+    elif isinstance(declared, int):
+        declared = [declared]
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    ids += [i for i in declared if i not in ids]
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation config names an eos token")
+    return ids
+
+
 def generate_completions(
     model: Any,
     tokenizer: Any,
@@ -310,7 +330,8 @@ def generate_completions(
 ) -> list[str]:
     """Greedy completions of text prompts, special tokens stripped, one str per prompt.
 
-    Prompts are left-padded in batches of ``batch_size``; generation stops at the tokenizer's eos token.
+    Prompts are left-padded in batches of ``batch_size``; generation stops at any of :func:`eos_token_ids`
+    (the tokenizer's eos and every eos id of the model's generation config, as TRL's sampling stops).
     Tokenize as TRL does: plain prompts with ``add_special_tokens=True``, chat-templated text with False
     (the template already wrote them). The model must be in eval mode (dropout off) for the result to be
     deterministic.
@@ -318,11 +339,12 @@ def generate_completions(
     import torch  # here, not at module level: validating a grid imports this module
     from transformers import GenerationConfig
 
+    eos = eos_token_ids(model, tokenizer)
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+        eos_token_id=eos if len(eos) > 1 else eos[0],
     )
     device = next(model.parameters()).device
     out: list[str] = []

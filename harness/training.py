@@ -327,6 +327,65 @@ class _StepRecorder:
         return None if n is None else float(n)
 
 
+def _save_ref_model(trainer, ckpt: Path) -> None:
+    """The synced reference model's weights into checkpoint folder ``ckpt``
+    (:data:`harness.checkpoints.REF_MODEL`; rank 0, every rank holds the same). Nothing when the
+    run does not sync its reference model: then it is the base model, which a resumed run loads."""
+    ref = getattr(trainer, "ref_model", None)
+    if ref is None or not trainer.args.sync_ref_model:
+        return
+    import torch
+
+    weights = trainer.accelerator.unwrap_model(ref).state_dict()
+    with layout.atomic_path(ckpt / checkpoints.REF_MODEL) as tmp:
+        torch.save(weights, tmp)
+
+
+def _load_ref_model(trainer, ckpt: Path | None) -> None:
+    """Put back the reference model saved in checkpoint folder ``ckpt`` (every rank), when the run
+    resumes from one that holds it (:func:`_save_ref_model`)."""
+    ref = getattr(trainer, "ref_model", None)
+    if ckpt is None or ref is None or not (ckpt / checkpoints.REF_MODEL).exists():
+        return
+    import torch
+
+    weights = torch.load(ckpt / checkpoints.REF_MODEL, map_location="cpu", weights_only=True)
+    trainer.accelerator.unwrap_model(ref).load_state_dict(weights)
+
+
+def _barrier() -> None:
+    """Wait for every rank of a multi-process run (``torch.distributed``); nothing otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _process_state(device: str):
+    """accelerate's ``PartialState`` as the trainer will set it up, so that every rank knows its
+    place before the trainer exists: transformers' ``TrainingArguments`` resets any earlier state
+    and passes ``cpu`` on a CPU run. A plain ``PartialState()`` on a CPU run with several processes
+    says one process (every rank the main one), and a state left by the tiny model's
+    single-process warm start in this process says so too. Initialises ``torch.distributed`` (env://)
+    when the environment names several processes."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return PartialState(cpu=device == "cpu")
+
+
+def _hosts(state) -> list[str] | None:
+    """Every process's host name in rank order (a list of ``num_processes`` strings) when the run
+    has several processes, else None. A collective: every rank calls it."""
+    if state.num_processes <= 1:
+        return None
+    import torch.distributed as dist
+
+    hosts: list[Any] = [None] * state.num_processes
+    dist.all_gather_object(hosts, socket.gethostname())
+    return [str(h) for h in hosts]
+
+
 def _make_callback(**kwargs):
     """The run's ``TrainerCallback`` (:class:`_StepRecorder`'s hooks on transformers' base class),
     made when a run starts so that importing this module stays light."""
@@ -398,29 +457,39 @@ def train(
 
 def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None):
     """Clear the markers of an earlier attempt, set the device, threads and seeds, and write the
-    run's config (and, on rank 0, its provenance). Returns ``(settings, device, accelerate state,
+    run's config and provenance (rank 0 alone writes; with several processes the provenance's
+    ``hosts`` lists each rank's host). Returns ``(settings, device, accelerate state,
     provenance)``."""
-    import accelerate
     import torch
 
     from harness.trl_boundary import resolve_device
 
-    for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
-        (run_dir / stale).unlink(missing_ok=True)
-    if int(os.environ.get("RANK", "0")) == 0:  # what a kill between write and rename left behind
-        layout.remove_temporaries(run_dir)
+    first = int(os.environ.get("RANK", "0")) == 0
+    if first:
+        for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
+            (run_dir / stale).unlink(missing_ok=True)
+        layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
         layout.remove_temporaries(run_dir / layout.METRICS_DIR)
     settings = spec.harness
     device = device or resolve_device(settings.device, ExecutorSettings())
     torch.set_num_threads(threads or settings.threads or 1)
     seed_everything(spec.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        run_dir / layout.CONFIG_FILE,
-        {"run_id": spec.run_id, "grid": spec.grid, "config": spec.to_json(), "varying": dict(spec.varying)},
-    )
+    if first:
+        atomic_write_json(
+            run_dir / layout.CONFIG_FILE,
+            {
+                "run_id": spec.run_id,
+                "grid": spec.grid,
+                "config": spec.to_json(),
+                "varying": dict(spec.varying),
+            },
+        )
     prov = provenance(device)
-    state = accelerate.PartialState()
+    state = _process_state(device)
+    hosts = _hosts(state)
+    if hosts:
+        prov["hosts"] = hosts
     if state.is_main_process:
         atomic_write_json(run_dir / layout.PROVENANCE_FILE, prov)
     return settings, device, state, prov
@@ -451,6 +520,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
     trainer, task, tokenizer = build_trainer(spec, model_path, config)
+    _load_ref_model(trainer, resume.path)  # TRL's checkpoint holds the policy, not a synced reference
 
     def eval_fn(model) -> float:
         return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
@@ -527,12 +597,13 @@ def _truncate_samples(path: Path, resume_step: int) -> None:
 def _record_attempt(
     spec: RunSpec, run_dir: Path, prov: dict, resume: checkpoints.ResumePoint, writer: MetricsWriter | None
 ) -> None:
-    """One line in the run's attempts log per start: when, where, which SLURM job, from which step,
-    which damaged checkpoints were passed over and which unreadable metrics files were set aside
-    (both also said on stderr)."""
+    """One line in the run's attempts log per start: when, where (``hosts``: each rank's host, when
+    the run has several processes), which SLURM job, from which step, which damaged checkpoints
+    were passed over and which unreadable metrics files were set aside (both also said on stderr)."""
     attempt = {
         "started_at": prov["started_at"],
         "host": prov["host"],
+        **({"hosts": prov["hosts"]} if prov.get("hosts") else {}),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),

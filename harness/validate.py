@@ -21,7 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.grid import Plan
-from harness.schema import SFT_SEED_BASE, TINY, ExecutorSettings, RunSpec, SpecError, canonical_json
+from harness.schema import (
+    SFT_SEED_BASE,
+    TINY,
+    TINY_CHAT,
+    ExecutorSettings,
+    RunSpec,
+    SpecError,
+    canonical_json,
+)
 from harness.trl_boundary import (
     IMPORTANCE_SAMPLING_LEVELS,
     VALIDATION_DIR,
@@ -442,10 +450,17 @@ def rule_gpus_per_process(ctx: RunContext) -> list[Finding]:
 
 
 def rule_tiny_template(ctx: RunContext) -> list[Finding]:
+    """The embedded models' templates: ``tiny`` has no chat template; ``tiny-chat`` was warm-started
+    on chat prompts only, so bare prompts are text it never saw (allowed, with a warning)."""
     if ctx.run.model == TINY and ctx.run.task.template == "chat":
         return _err(
             "task.template = 'chat' with model 'tiny': the tiny model's character tokenizer has no chat "
-            "template; use 'bare' or 'auto', or an instruct model."
+            "template; use 'bare' or 'auto', or a chat model such as 'tiny-chat'."
+        )
+    if ctx.run.model == TINY_CHAT and ctx.run.task.template == "bare":
+        return _warn(
+            "task.template = 'bare' with model 'tiny-chat': it was warm-started on chat prompts only, so "
+            "bare prompts are unlike anything it learnt; use 'chat' or 'auto'."
         )
     return []
 

@@ -14,6 +14,32 @@ FAST_TINY = {"sft_steps": 30, "sft_examples": 512}
 FAST_OVERRIDES = [f"-o tiny.{k}={v}" for k, v in FAST_TINY.items()]
 
 
+#: Lines tests report for the session's terminal summary (the ``summary`` fixture).
+SUMMARY = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def summary(request):
+    """``summary(line)``: print ``line`` and show it, prefixed with the test's name, in a "reported
+    values" section at the end of the session's output (``pytest -q`` too, passed or failed), so
+    that numbers a reviewer checks can be read from CI logs."""
+    lines = request.config.stash.setdefault(SUMMARY, [])
+
+    def add(line: str) -> None:
+        print(line)
+        lines.append(f"{request.node.name}: {line}")
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = config.stash.get(SUMMARY, [])
+    if lines:
+        terminalreporter.section("reported values")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def verdict_memo(tmp_path_factory) -> Path:
     """A session-private memo of TRL/reasoning-gym verdicts (harness.verdicts), shared with subprocesses."""

@@ -250,3 +250,29 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(
     assert steps == [1, 2, 3, 4, 5, 6]
     # keep_checkpoints = 2 complete ones; the damaged checkpoint-5 is older than checkpoint-6: gone
     assert [s for s, _ in checkpoints.checkpoints(ckpt_dir)] == [6, 4]
+
+
+def test_a_resumed_run_keeps_its_synced_reference_model(tmp_path, tiny_model, chain_sum_task):
+    """With a hard reference sync after every step (beta > 0), the reference model is no longer the
+    base model; TRL's checkpoint holds only the policy, the harness saves the reference beside it.
+    Stopped at step 4 and resumed, the run's KL (0 at each step that generates) equals the
+    uninterrupted run's at every step."""
+    from harness import checkpoints
+    from harness.training import train
+
+    trainer = {"beta": 0.1, "sync_ref_model": True, "ref_model_sync_steps": 1, "ref_model_mixup_alpha": 1.0}
+    spec = _spec_with(
+        tiny_model, chain_sum_task, {"checkpoint_steps": 10}, max_steps=6, num_iterations=2, **trainer
+    )
+    train(spec, tmp_path / "whole")
+    run_dir = tmp_path / "resumed"
+    calls = []
+    assert train(spec, run_dir, stop_requested=lambda: calls.append(1) or len(calls) >= 4)["steps"] == 4
+    assert (run_dir / layout.CHECKPOINTS_DIR / "checkpoint-4" / checkpoints.REF_MODEL).exists()
+    assert train(spec, run_dir)["resumed_from"] == 4
+    a = pq.read_table(tmp_path / "whole" / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    b = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
+    assert list(b["step"]) == list(range(1, 7))
+    assert (b.loc[b["step"] % 2 == 1, "kl"] <= 1e-6).all()  # steps 1, 3, 5 generate; 5 after the resume
+    for col in ("kl", "loss", "reward", "w_seq/mean"):
+        assert a[col].equals(b[col]), (col, a[col].tolist(), b[col].tolist())
