@@ -29,6 +29,7 @@ for ``trainer.<field>``.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import difflib
 import functools
@@ -192,6 +193,16 @@ HARNESS_OWNED = {
 }
 
 
+#: Why a loss plugin's hyperparameter may be unknown while a grid is loaded (a plugin that did not
+#: load, a loss_type naming none): :meth:`harness.losses.loading.GridPlugins.key_note`.
+_PLUGIN_NOTE: contextvars.ContextVar[str] = contextvars.ContextVar("plugin_note", default="")
+
+
+def _note() -> str:
+    note = _PLUGIN_NOTE.get()
+    return f": {note}, so its hyperparameters are not known" if note else ""
+
+
 def check_key(key: str, where: str) -> str | None:
     """Problem with dotted ``key`` as the name of a run setting (unknown section or field, sub-keys
     of a single value, a whole section), or None. ``where`` names the place for the message."""
@@ -207,18 +218,23 @@ def check_key(key: str, where: str) -> str | None:
     if head not in SETTING_SECTIONS:
         valid = [*SCALAR_SETTINGS, *SETTING_SECTIONS]
         options = valid if len(parts) > 1 else [*valid, *section_fields("trainer")]
+        plugin = (
+            "" if len(parts) > 1 else f" or a hyperparameter of a loss plugin that loss_type names{_note()}"
+        )
         return (
             f"{where}: unknown key '{key}'.{_suggest(head, options)} Keys start with one of "
-            f"{', '.join(valid)}, or are a GRPOConfig field name."
+            f"{', '.join(valid)}, or are a GRPOConfig field name{plugin}."
         )
     if len(parts) == 1:
         return f"{where}: '{key}' is a whole section, not one setting; name one of its keys ({key}.NAME)."
     fields = section_fields(head)
     name = parts[1]
     if name not in fields:
+        plugin = f" Nor is it a hyperparameter of a loss plugin that loss_type names{_note()}."
         return (
             f"{where}: unknown key '{key}': {SECTION_CLASS_NAMES[head]} has no field '{name}'."
-            f"{_suggest(name, list(fields))}" + ("" if head == "trainer" else f" Valid: {', '.join(fields)}.")
+            f"{_suggest(name, list(fields))}"
+            + (plugin if head == "trainer" else f" Valid: {', '.join(fields)}.")
         )
     if len(parts) > 2 and not type_ok({}, fields[name]):
         return f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
@@ -881,7 +897,21 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         raise SpecError(shape, path)
     from harness.losses.loading import load_grid_plugins
 
-    problems: list[str] = load_grid_plugins(config, overrides)
+    plugins = load_grid_plugins(config, overrides, profile)
+    token = _PLUGIN_NOTE.set(plugins.key_note())
+    try:
+        return _checked_grid(path, config, overrides, profile, plugins)
+    finally:
+        _PLUGIN_NOTE.reset(token)
+
+
+def _checked_grid(
+    path: Path, config: dict, overrides: Sequence[str], profile: str | None, plugins: Any
+) -> GridSpec:
+    """:func:`load_grid` after the loss plugins are loaded: every key and type checked. A
+    ``loss_type`` naming nothing is reported here only when other problems stop the load (else each
+    cell reports it, :func:`harness.validate.rule_loss_type`)."""
+    problems: list[str] = list(plugins.problems)
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
     inner_keys = _inner_keys(config)
@@ -906,7 +936,8 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     if not any(p.startswith("executor") for p in problems):  # else its values are already refused
         executor = ExecutorSettings.build(config.get("executor") or {}, problems)
     if problems:
-        raise SpecError(problems, path)
+        at = len(plugins.problems)
+        raise SpecError([*problems[:at], *plugins.unknown_problems(), *problems[at:]], path)
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
     if config.get("plugins"):  # each run imports them again where it trains (not in the run id)
         base["plugins"] = list(config["plugins"])

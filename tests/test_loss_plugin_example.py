@@ -96,6 +96,73 @@ def test_unknown_loss_type_lists_builtins_and_plugins(tmp_path, monkeypatch, cle
     assert "'ok_los' is not a TRL loss type (grpo, " in err and "ok_loss" in err and "gmpo" in err
 
 
+SUBGRID = """
+name: t
+plugins: {modules}
+model: tiny
+task: {{name: chain_sum, kwargs: {{min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}}}
+trainer: {{max_steps: 2, per_device_train_batch_size: 8, num_generations: 4, max_completion_length: 6}}
+subgrids:
+  baseline: {{set: {{loss_type: grpo}}}}
+  mine: {{set: {{loss_type: {loss}}}, grid: {{{hname}: [0.5, 1.0]}}}}
+report: {{hue: [loss_type, {hname}]}}
+"""
+
+
+def subgrid_errors(tmp_path, modules, loss, hname):
+    """The load errors of the usual plugin grid: loss_type in a sub-grid, its hyperparameter an axis."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(SUBGRID.format(modules=modules, loss=loss, hname=hname))
+    with pytest.raises(SpecError) as e:
+        load_grid(path)
+    return list(e.value.problems)
+
+
+def test_loss_type_typo_reported_beside_the_unknown_hyperparameter(tmp_path, monkeypatch, clean_registry):
+    src = PLUGIN.format(name="ok_loss", hname="ok_scale", expr="-inputs.advantages * inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "ok_losses", src)))
+    errors = subgrid_errors(tmp_path, "[]", "ok_los", "ok_scale")
+    (typo,) = [e for e in errors if "loss_type = 'ok_los'" in e]
+    assert typo.startswith("subgrids.mine.set.loss_type = 'ok_los' is not a TRL loss type (grpo, ")
+    assert "nor a loss plugin (" in typo and "gmpo" in typo
+    keys = [e for e in errors if "unknown key 'ok_scale'" in e]
+    assert len(keys) == 2 and all("'ok_los' names no plugin (the loss_type error above)" in e for e in keys)
+    # the plugin loaded: its key is known, so each cell reports the name, with the close one
+    (err,) = plan_errors(tmp_path, "ok_losses", "ok_los")
+    assert "'ok_los' is not a TRL loss type" in err and "Did you mean 'ok_loss'?" in err
+
+
+def test_uninstalled_plugin_named_in_loss_type(tmp_path, clean_registry):
+    """No plugins: key, no package: the loss_type is the problem, the axis key follows from it."""
+    errors = subgrid_errors(tmp_path, "[]", "absent_loss", "absent_scale")
+    assert errors[0].startswith("subgrids.mine.set.loss_type = 'absent_loss' is not a TRL loss type")
+    assert "install its package" in errors[0]
+    assert all("'absent_loss' names no plugin" in e for e in errors[1:]) and len(errors) == 3
+
+
+def test_keys_of_a_module_that_did_not_load_follow_from_it(tmp_path, clean_registry):
+    errors = subgrid_errors(tmp_path, "[absent_losses]", "absent_loss", "absent_scale")
+    assert errors[0].startswith("plugins: module 'absent_losses' not found")
+    assert "plugin module 'absent_losses' did not load: see above" in errors[1]
+    keys = [e for e in errors if "unknown key 'absent_scale'" in e]
+    assert keys and all("plugin module 'absent_losses' did not load (above)" in e for e in keys)
+
+
+def test_import_error_of_a_listed_entry_point_reported_once(tmp_path, monkeypatch, clean_registry):
+    root = tmp_path / "site"
+    write_package(root, "bad_losses", "import math\nx = 1 / 0\n")
+    info = root / "bad_losses-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-losses\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[grpo_harness.losses]\nbad_loss = bad_losses:f\n")
+    monkeypatch.syspath_prepend(str(root))
+    errors = subgrid_errors(tmp_path, "[bad_losses]", "bad_loss", "bad_scale")
+    assert sum("ZeroDivisionError" in e for e in errors) == 1, errors
+    assert errors[0].startswith("plugins: importing 'bad_losses' raised ZeroDivisionError")
+    assert not any("'bad_loss' is not a TRL loss type" in e for e in errors)  # it is an entry point
+    assert any("unknown key 'bad_scale'" in e and "did not load (above)" in e for e in errors)
+
+
 def test_wrong_shape_found_at_validation(tmp_path, monkeypatch, clean_registry):
     src = PLUGIN.format(
         name="flat_loss", hname="flat_scale", expr="(inputs.advantages * inputs.per_token_logps).sum(-1)"
@@ -118,7 +185,10 @@ def test_hyperparameter_clashing_with_grpo_config(tmp_path, monkeypatch, clean_r
     src = PLUGIN.format(name="clash_loss", hname="beta", expr="-inputs.per_token_logps")
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "clash_losses", src)))
     errors = plan_errors(tmp_path, "clash_losses", "clash_loss")
-    assert any("declares hyperparameter 'beta', which is a GRPOConfig field; rename it" in e for e in errors)
+    (clash,) = [
+        e for e in errors if "declares hyperparameter 'beta', which is a GRPOConfig field; rename it" in e
+    ]
+    assert "or read inputs.config.beta (LossInputs.config) instead" in clash and "args." not in clash
 
 
 def test_hyperparameter_range_and_owner(tmp_path, monkeypatch, clean_registry):

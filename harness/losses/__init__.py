@@ -218,8 +218,12 @@ def _where(e: BaseException) -> str:
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
-def import_modules(modules: Iterable[str]) -> list[str]:
-    """Import each named plugin module (registering its losses); the problems, each with its fix."""
+def import_modules(modules: Iterable[str], failed: set[str] | None = None) -> list[str]:
+    """Import each named plugin module (registering its losses); the problems, each with its fix.
+
+    ``failed``, when given, receives the names of the modules that did not import (so that an entry
+    point into one of them is not imported, and reported, a second time: :func:`from_entry_point`).
+    """
     problems = []
     for module in modules:
         if not isinstance(module, str) or not module.strip():
@@ -227,30 +231,47 @@ def import_modules(modules: Iterable[str]) -> list[str]:
                 f"plugins: {module!r} is not a module name; write e.g. plugins: [mypackage.losses]."
             )
             continue
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and (module == e.name or module.startswith(e.name + ".")):
-                problems.append(
-                    f"plugins: module {module!r} not found; install its package (pip install -e PATH) or "
-                    "put the folder holding it on PYTHONPATH."
-                )
-            else:
-                problems.append(f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}.")
-        except Exception as e:  # the plugin's own code raised: report it, never hide the others
-            problems.append(
-                f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
-            )
+        problem = _import_problem(module)
+        if problem:
+            problems.append(problem)
+            if failed is not None:
+                failed.add(module)
     return problems
 
 
-def from_entry_point(name: str) -> list[str]:
-    """Load the entry point ``name`` of :data:`ENTRY_POINT_GROUP`, if one is installed (importing its
-    module only); the problems. Nothing happens when no entry point has that name."""
+def _import_problem(module: str) -> str | None:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            return (
+                f"plugins: module {module!r} not found; install its package (pip install -e PATH) or "
+                "put the folder holding it on PYTHONPATH."
+            )
+        return f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}."
+    except Exception as e:  # the plugin's own code raised: report it, never hide the others
+        return f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
+    return None
+
+
+def _in_failed(module: str, failed: Iterable[str]) -> bool:
+    """Whether importing ``module`` re-runs one of the ``failed`` modules (it or a package above it)."""
+    return any(module == m or module.startswith(m + ".") for m in failed)
+
+
+def entry_point(name: str) -> importlib.metadata.EntryPoint | None:
+    """The installed entry point ``name`` of :data:`ENTRY_POINT_GROUP`, not loaded; None when none."""
     found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-    if not found:
+    return found[0] if found else None
+
+
+def from_entry_point(name: str, failed: Iterable[str] = ()) -> list[str]:
+    """Load the entry point ``name`` of :data:`ENTRY_POINT_GROUP`, if one is installed (importing its
+    module only); the problems. Nothing happens when no entry point has that name, or when its
+    module is among ``failed`` (modules whose import problem is already reported)."""
+    ep = entry_point(name)
+    if ep is None or _in_failed(ep.module, failed):
         return []
-    ep = found[0]
     try:
         obj = ep.load()
     except Exception as e:
@@ -273,10 +294,11 @@ def from_entry_point(name: str) -> list[str]:
 
 def find(name: str, modules: Sequence[str] = ()) -> tuple[LossPlugin | None, list[str]]:
     """The plugin called ``name``: from the named modules, else from an entry point; and the
-    problems met on the way (a module that would not import)."""
-    problems = import_modules(modules)  # imported once: Python keeps the module
+    problems met on the way (a module that would not import, reported once)."""
+    failed: set[str] = set()
+    problems = import_modules(modules, failed)  # imported once: Python keeps the module
     if name not in REGISTRY:
-        problems += from_entry_point(name)
+        problems += from_entry_point(name, failed)
     return REGISTRY.get(name), problems
 
 
@@ -304,7 +326,7 @@ def clash_problems(plugin: LossPlugin, grpo_fields: Iterable[str]) -> list[str]:
     fields = set(grpo_fields)
     out = [
         f"plugin {plugin.name!r} ({plugin.module}) declares hyperparameter {h.name!r}, which is a GRPOConfig "
-        f"field; rename it (e.g. {plugin.name}_{h.name}) or read args.{h.name} from LossInputs.config instead."
+        f"field; rename it (e.g. {plugin.name}_{h.name}) or read inputs.config.{h.name} (LossInputs.config) instead."
         for h in plugin.hyperparameters
         if h.name in fields
     ]

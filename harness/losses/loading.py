@@ -13,72 +13,126 @@ Torch-free at import; the probe imports torch (only for a run that uses a plugin
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness import losses
 
 
-def _loss_type_values(node: Any) -> list[str]:
-    """Every value the grid file gives ``loss_type`` (in ``trainer:``, axes, sub-grids, profiles)."""
-    found: list[str] = []
-    stack = [node]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, Mapping):
-            for k, v in value.items():
-                if k in ("loss_type", "trainer.loss_type"):
-                    found += [x for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
-                stack.append(v)
-        elif isinstance(value, list):
-            stack.extend(value)
+def _loss_type_values(node: Any, where: str = "") -> list[tuple[str, str]]:
+    """``(where, value)`` of every value the grid file gives ``loss_type`` (in ``trainer:``, axes,
+    sub-grids, profiles); ``where`` is the dotted place, ``subgrids.pg.set.loss_type``."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            place = f"{where}.{k}" if where else str(k)
+            if k in ("loss_type", "trainer.loss_type"):
+                found += [(place, x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
+            found += _loss_type_values(v, place)
+    elif isinstance(node, list):
+        for v in node:
+            found += _loss_type_values(v, where)
     return found
 
 
-def _override_loss_types(overrides: Sequence[str]) -> list[str]:
+def _override_loss_types(overrides: Sequence[str]) -> list[tuple[str, str]]:
     out = []
     for text in overrides:
         key, _, value = text.partition("=")
         if key.strip() in ("loss_type", "trainer.loss_type", "grid.loss_type", "grid.trainer.loss_type"):
-            out += [v.strip(" '\"") for v in value.strip("[] ").split(",") if v.strip()]
+            values = [v.strip(" '\"") for v in value.strip("[] ").split(",") if v.strip()]
+            out += [(f"-o {key.strip()}", v) for v in values]
     return out
 
 
-def load_grid_plugins(config: Mapping[str, Any], overrides: Sequence[str] = ()) -> list[str]:
-    """Import what a grid's loss plugins need; the problems (empty when all is well).
+@dataclass
+class GridPlugins:
+    """What loading a grid's loss plugins found (:func:`load_grid_plugins`).
+
+    Attributes:
+        problems: the import and declaration problems, each with its fix.
+        unknown: ``(where, name)`` of each ``loss_type`` value naming neither a TRL loss type nor a
+            plugin (``("subgrids.pg.set.loss_type", "pg_noclp")``); reported by :meth:`unknown_problems`.
+        modules: the grid's ``plugins:`` list.
+        failed: what did not load, in words (``plugin module 'x'``), for the unknown-key messages.
+    """
+
+    problems: list[str] = field(default_factory=list)
+    unknown: list[tuple[str, str]] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def unknown_problems(self) -> list[str]:
+        """One error per unknown ``loss_type`` value, listing TRL's loss types and the plugins."""
+        return [_unknown_loss(name, self.modules, where, self.failed) for where, name in self.unknown]
+
+    def key_note(self) -> str:
+        """Why a plugin's hyperparameter may be an unknown key here ("" when every plugin loaded):
+        ``'pg_noclp' names no plugin (the loss_type error above)``."""
+        names = dict.fromkeys(name for _, name in self.unknown)
+        parts = [f"{name!r} names no plugin (the loss_type error above)" for name in names]
+        parts += [f"{what} did not load (above)" for what in self.failed]
+        return "; ".join(parts)
+
+
+def load_grid_plugins(
+    config: Mapping[str, Any], overrides: Sequence[str] = (), profile: str | None = None
+) -> GridPlugins:
+    """Import what a grid's loss plugins need; what was found (:class:`GridPlugins`).
 
     Imports the modules of ``config["plugins"]`` and, for each ``loss_type`` value of the file or
     of ``-o`` overrides that is no TRL loss type and no plugin registered yet, the entry point of
-    that name. Nothing else is imported.
+    that name (not one into a module that already failed: its error is reported once). Nothing else
+    is imported. A value naming nothing is kept in ``unknown`` (values of profiles other than
+    ``profile`` only load their entry points).
     """
     from harness.trl_boundary import grpo_config_fields, loss_types
 
     modules = config.get(losses.PLUGINS_KEY) or []
     if isinstance(modules, str) or not isinstance(modules, list):
-        return [f"plugins = {modules!r}: give a list of module names, e.g. plugins: [mypackage.losses]."]
-    problems = losses.import_modules(modules)
+        problem = f"plugins = {modules!r}: give a list of module names, e.g. plugins: [mypackage.losses]."
+        return GridPlugins([problem], failed=["the plugins: list"])
+    failed: set[str] = set()
+    out = GridPlugins(losses.import_modules(modules, failed), modules=[str(m) for m in modules])
+    out.failed = [f"plugin module {m!r}" for m in sorted(failed)]
     builtin = set(loss_types())
-    for name in dict.fromkeys([*_loss_type_values(config), *_override_loss_types(overrides)]):
-        if name not in builtin and name not in losses.REGISTRY:
-            problems += losses.from_entry_point(name)
+    for where, name in [*_loss_type_values(config), *_override_loss_types(overrides)]:
+        if name in builtin:
+            continue
+        if name not in losses.REGISTRY:
+            problems = losses.from_entry_point(name, failed)
+            out.problems += problems
+            out.failed += [f"the entry point of loss_type {name!r}"] if problems else []
+        other_profile = where.startswith("profiles.") and where.split(".")[1] != profile
+        if name not in losses.REGISTRY and losses.entry_point(name) is None and not other_profile:
+            out.unknown.append((where, name))
     fields = grpo_config_fields()
     for plugin in losses.REGISTRY.values():
-        problems += losses.clash_problems(plugin, fields)
-    return list(dict.fromkeys(problems))
+        out.problems += losses.clash_problems(plugin, fields)
+    out.problems = list(dict.fromkeys(out.problems))
+    out.failed = list(dict.fromkeys(out.failed))
+    return out
 
 
-def _unknown_loss(name: Any, modules: Iterable[str]) -> str:
+def _unknown_loss(
+    name: Any, modules: Iterable[str], where: str = "trainer.loss_type", failed: Sequence[str] = ()
+) -> str:
     from harness.trl_boundary import loss_types
 
     plugins = sorted({*losses.REGISTRY, *losses.entry_point_names()})
     listed = ", ".join(modules) or "none"
+    close = difflib.get_close_matches(str(name), [*loss_types(), *plugins], n=2, cutoff=0.7)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    after = f" ({', '.join(failed)} did not load: see above.)" if failed else ""
     return (
-        f"trainer.loss_type = {name!r} is not a TRL loss type ({', '.join(loss_types())}; GSPO is grpo with "
+        f"{where} = {name!r} is not a TRL loss type ({', '.join(loss_types())}; GSPO is grpo with "
         f"importance_sampling_level: sequence) nor a loss plugin ({', '.join(plugins) or 'none loaded'}; "
-        f"plugin modules listed: {listed}). Fix the name, list the plugin's module under plugins:, or install "
-        f"its package (entry point group {losses.ENTRY_POINT_GROUP})."
+        f"plugin modules listed: {listed}).{hint} Fix the name, list the plugin's module under plugins:, or "
+        f"install its package (entry point group {losses.ENTRY_POINT_GROUP}).{after}"
     )
 
 
