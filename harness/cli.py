@@ -145,6 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"skipped {len(ids)} run(s): {reason}")
     for rid in skipped.get(BUSY_REASON, []):
         print(f"  run {rid} is {layout.trained_elsewhere(layout.run_dir(grid_dir, rid))}")
+    _warn_changed_plugins(plan.runs, grid_dir, skipped.get("done", []))
     outcomes = execute_local(
         todo,
         grid_dir,
@@ -233,9 +234,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    _warn_changed_plugins(plan.runs, grid_dir, result.skipped.get("done", []))
     if result.arrays:
         print(f"status: grpo-harness status {grid_dir}    cancel: grpo-harness cancel {grid_dir}")
     return 0
+
+
+def _warn_changed_plugins(runs, grid_dir: Path, done: list[str]) -> None:
+    """Warn (stderr) of skipped done runs whose loss plugin's source changed since they trained."""
+    if not done:
+        return
+    from harness.losses.loading import changed_source_warnings
+
+    for line in changed_source_warnings(runs, grid_dir, done):
+        print(line, file=sys.stderr)
 
 
 def format_status(rows, grid_dir: Path | None = None) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import checkpoints, layout
+from harness import checkpoints, layout, losses
 from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
 from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
@@ -486,6 +486,9 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
             },
         )
     prov = provenance(device)
+    plugin, _ = losses.for_run(spec.settings)
+    if plugin is not None:  # which plugin code trained this run (run ids hold settings only)
+        prov["loss_plugin"] = losses.source_record(plugin)
     state = _process_state(device)
     hosts = _hosts(state)
     if hosts:

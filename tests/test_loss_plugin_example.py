@@ -236,6 +236,44 @@ def test_entry_point_discovery(tmp_path, monkeypatch, clean_registry):
     plan = expand(load_grid(path))
     assert validate_plan(plan).ok and "ep_losses" in sys.modules
     assert losses.REGISTRY["ep_loss"].module == "ep_losses"
+    record = losses.source_record(losses.REGISTRY["ep_loss"])
+    assert (record["distribution"], record["version"]) == ("ep-losses", "0.1")
+    assert record["file"] == str(root / "ep_losses" / "__init__.py") and len(record["sha256"]) == 64
+
+
+def test_plugin_source_recorded_and_a_change_warned_of(tmp_path, monkeypatch, capsys, clean_registry):
+    """A plugin run's provenance names its code; a done run whose code changed is skipped with a warning."""
+    import hashlib
+    import json
+
+    from harness.cli import main
+    from harness.training import _start
+
+    src = PLUGIN.format(name="src_loss", hname="src_scale", expr="-inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "src_losses", src)))
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID.format(module="src_losses", loss="src_loss", extra=""))
+    (run,) = expand(load_grid(path)).runs
+    results = tmp_path / "results"
+    run_dir = layout.run_dir(results / "t", run.run_id)
+    _start(run, run_dir, "cpu", 1)
+    record = json.loads((run_dir / layout.PROVENANCE_FILE).read_text())["loss_plugin"]
+    file = tmp_path / "p" / "src_losses" / "__init__.py"
+    assert record["module"] == "src_losses" and Path(record["file"]) == file
+    assert record["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
+    (run_dir / layout.DONE_FILE).write_text("")
+    argv = ["run", str(path), "--results", str(results), "--no-report"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "skipped 1 run(s): done" in out.out and "warning" not in out.err
+    file.write_text(file.read_text().replace("-inputs.per_token_logps", "-2 * inputs.per_token_logps"))
+    assert main(argv) == 0
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert (
+        f"loss plugin src_loss's source ({file}) changed since 1 done run(s) trained with it: {run.run_id}"
+        in (warning)
+    )
+    assert "--results DIR" in warning and str(run_dir) in warning
 
 
 def test_project_entry_points_register_gmpo_and_kl_cov():
@@ -321,7 +359,7 @@ def test_the_docs_example_end_to_end(tmp_path, model_cache):
     pkg = tmp_path / "my-losses"
     write_package(pkg, "my_losses", blocks["python"])
     (pkg / "pyproject.toml").write_text(blocks["toml"])
-    grid = tmp_path / "reinforce.yaml"
+    grid = tmp_path / "my_reinforce.yaml"
     grid.write_text(blocks["yaml"])
     import os
 
@@ -331,18 +369,18 @@ def test_the_docs_example_end_to_end(tmp_path, model_cache):
     fast += ["-otrainer.num_generations=4", "-oharness.eval_steps=0", "-oharness.samples_steps=0"]
     try:
         plan = cli("plan", str(grid), *fast).stdout
-        assert "loss plugin reinforce (my_losses, reduction dapo" in plan
-        assert "reinforce_scale: float = 1.0, > 0: multiplier of the advantage [here: 0.5, 1.0]" in plan
+        assert "loss plugin my_reinforce (my_losses, reduction dapo" in plan
+        assert "my_reinforce_scale: float = 1.0, > 0: multiplier of the advantage [here: 0.5, 1.0]" in plan
         results = tmp_path / "results"
         cli("run", str(grid), "--results", str(results), "--executor", "debug", *fast)
     finally:
         del os.environ["PYTHONPATH"]
-    runs = sorted((results / "reinforce" / layout.RUNS_DIR).iterdir())
+    runs = sorted((results / "my_reinforce" / layout.RUNS_DIR).iterdir())
     assert len(runs) == 3
     frames = [pq.read_table(r / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas() for r in runs]
-    with_metric = [df for df in frames if "reinforce/logp" in df.columns]
-    assert len(with_metric) == 2 and all(df["reinforce/logp"].notna().all() for df in with_metric)
-    index = (results / "reinforce" / layout.REPORT_DIR / "index.md").read_text()
-    assert "reinforce" in index
-    dynamics = list((results / "reinforce" / layout.REPORT_DIR).glob("dynamics*.png"))
+    with_metric = [df for df in frames if "my_reinforce/logp" in df.columns]
+    assert len(with_metric) == 2 and all(df["my_reinforce/logp"].notna().all() for df in with_metric)
+    index = (results / "my_reinforce" / layout.REPORT_DIR / "index.md").read_text()
+    assert "my_reinforce" in index
+    dynamics = list((results / "my_reinforce" / layout.REPORT_DIR).glob("dynamics*.png"))
     assert dynamics

@@ -375,6 +375,32 @@ def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, A
     return plugin, plugin_settings(plugin, trainer)
 
 
+def source_record(plugin: LossPlugin) -> dict[str, Any]:
+    """Which code a plugin run uses, for its ``provenance.json`` (``loss_plugin``): ``name``,
+    ``module``, ``file`` (the module's source file) and ``sha256`` (of that file's bytes; None when
+    it cannot be read), plus ``distribution`` and ``version`` when an installed entry point of
+    :data:`ENTRY_POINT_GROUP` points into that module. Only the module defining the function is
+    hashed, not modules it imports."""
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    module = sys.modules.get(plugin.module)
+    file = getattr(module, "__file__", None)
+    digest = None
+    if file:
+        try:
+            digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+        except OSError:
+            digest = None
+    record: dict[str, Any] = {"name": plugin.name, "module": plugin.module, "file": file, "sha256": digest}
+    ep = entry_point(plugin.name)
+    dist = getattr(ep, "dist", None) if ep is not None and ep.module == plugin.module else None
+    if dist is not None:
+        record["distribution"], record["version"] = dist.metadata["Name"], dist.version
+    return record
+
+
 def plan_lines(runs: Iterable[Any]) -> list[str]:
     """What ``plan`` says of the loss plugins a plan's runs use: each plugin's module, reduction and
     source, and each hyperparameter with its type, default, range, help and the values in the plan."""

@@ -183,3 +183,44 @@ def probe_problem(name: str, settings_json: str, level: str) -> str | None:
     from harness.losses.compute import probe
 
     return probe(losses.REGISTRY[name], json.loads(settings_json), level)
+
+
+def changed_source_warnings(runs: Iterable[Any], grid_dir: Any, done: Iterable[str]) -> list[str]:
+    """Warnings for the ``done`` runs (ids) of ``runs`` (``RunSpec``) that a ``run``/``submit``
+    skips although their loss plugin's source changed since they trained: the ``sha256`` in their
+    ``provenance.json`` (:func:`harness.losses.source_record`) differs from the current file's.
+    One warning per plugin, naming its runs and the fix. A run without a record (trained before
+    plugins were recorded) is left alone."""
+    from harness import layout
+
+    done = set(done)
+    changed: dict[str, list[str]] = {}
+    current: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        name = (run.settings.get("trainer") or {}).get("loss_type")
+        if run.run_id not in done or name not in losses.REGISTRY:
+            continue
+        recorded = _recorded_source(layout.run_dir(grid_dir, run.run_id))
+        now = current.setdefault(name, losses.source_record(losses.REGISTRY[name]))
+        if recorded and recorded.get("sha256") and recorded.get("sha256") != now["sha256"]:
+            changed.setdefault(name, []).append(run.run_id)
+    return [
+        f"warning: loss plugin {name}'s source ({current[name]['file']}) changed since {len(ids)} done run(s) "
+        f"trained with it: {', '.join(ids)}; they were skipped and keep the old code's results (run ids "
+        "depend on the settings, not the code). To compare the versions, run into a new results folder "
+        "(--results DIR) or under a new grid name (name:); to redo them, delete "
+        + " ".join(str(layout.run_dir(grid_dir, i)) for i in ids)
+        + "."
+        for name, ids in changed.items()
+    ]
+
+
+def _recorded_source(run_dir: Any) -> dict[str, Any] | None:
+    from harness import layout
+
+    try:
+        prov = json.loads((run_dir / layout.PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    record = prov.get("loss_plugin") if isinstance(prov, dict) else None
+    return record if isinstance(record, dict) else None
