@@ -75,9 +75,17 @@ RATIO_PREFIXES: tuple[str, ...] = (
 )
 
 
+#: A loss plugin's metric ``<loss name>/<what>`` whose ``<what>`` starts with one of these is an
+#: importance-ratio metric too (``pg_noclip/ratio_mean``, ``gmpo/clip_ratio/high``): the naming
+#: rule by which a plugin declares a metric off-policy-only (docs/ADDING_A_LOSS.md).
+PLUGIN_RATIO_PARTS: tuple[str, ...] = ("ratio", "clip_ratio")
+
+
 def is_ratio_metric(metric: str) -> bool:
-    """Whether ``metric`` only moves on off-policy steps (see :data:`RATIO_PREFIXES`)."""
-    return metric.startswith(RATIO_PREFIXES)
+    """Whether ``metric`` only moves on off-policy steps (see :data:`RATIO_PREFIXES` and
+    :data:`PLUGIN_RATIO_PARTS`)."""
+    head, _, rest = metric.partition("/")
+    return metric.startswith(RATIO_PREFIXES) or bool(head and rest.startswith(PLUGIN_RATIO_PARTS))
 
 
 def variant_labels(values: pd.Series | Sequence[Any]) -> pd.Categorical:

@@ -171,6 +171,14 @@ def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any], str | None]
     return flat, varying_flat, data.get("grid")
 
 
+def _expand_prefixes(want: Sequence[str], names: Sequence[str]) -> list[str]:
+    """``want`` with each entry ending in "/" (``pg_noclip/``) replaced by the ``names`` it starts."""
+    out: list[str] = []
+    for w in want:
+        out += [n for n in names if n.startswith(w)] if w.endswith("/") else [w]
+    return out
+
+
 def _read_table(path: str, want: Sequence[str] | None) -> pa.Table:
     # The footer parse dominates for small files, so it happens once per file, through the bare
     # reader: ParquetFile's nested-path index and pre-buffering cost more than they save here.
@@ -180,7 +188,7 @@ def _read_table(path: str, want: Sequence[str] | None) -> pa.Table:
         names = reader.schema_arrow.names
         if layout.STEP not in names:
             raise ValueError(f"no '{layout.STEP}' column")
-        wanted = names if want is None else want
+        wanted = names if want is None else _expand_prefixes(want, names)
         index = {n: i for i, n in enumerate(names)}
         cols = [layout.STEP, *(c for c in wanted if c in index and c not in (layout.RUN_ID, layout.STEP))]
         return reader.read_all(column_indices=[index[c] for c in dict.fromkeys(cols)], use_threads=False)
@@ -441,7 +449,8 @@ def _metric_data(
     Args:
         tables: the metric tables read (:func:`_normalise`d); ``owners[k]`` is the position in
             ``ids`` of the run ``tables[k]`` belongs to.
-        want: the metrics asked for (None: every column found).
+        want: the metrics asked for (None: every column found); one ending in "/" stands for
+            every column found that starts with it (none: no column).
 
     Returns:
         ``({column: (rows,) values}, metric names)``, rows sorted by (run, step), the last of a
@@ -457,7 +466,7 @@ def _metric_data(
         codes = np.zeros(0, dtype=np.int32)
         steps = np.zeros(0, dtype=np.int64)
     found = [] if combined is None else [c for c in combined.column_names if c != layout.STEP]
-    metric_names = sorted(found) if want is None else list(want)
+    metric_names = sorted(found) if want is None else _expand_prefixes(want, sorted(found))
 
     order = _order_rows(codes, steps)
     if order is not None:

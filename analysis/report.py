@@ -416,7 +416,9 @@ def load_report_inputs(
         df = load(
             grid_dir,
             ids,
-            columns=None if settings is None else report_columns(settings),
+            columns=None
+            if settings is None
+            else [*report_columns(settings), *_plugin_prefixes(grid_dir, ids)],
             cache_dir=grid_dir / layout.GRID_CACHE_DIR,
         )
     for w in caught:
@@ -431,6 +433,23 @@ def load_report_inputs(
     if grid_info and isinstance(grid_info.get("runs"), Mapping):
         df.attrs["grid_runs"] = grid_info["runs"]  # each run's varying values, damaged runs' too
     return df, st, grid_info, run_set
+
+
+def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
+    """``"<name>/"`` for each loss plugin a run's ``config.json`` names as its ``loss_type`` (the
+    columns of its metrics, read beside the report's own: :func:`plugin_metrics`)."""
+    import json
+
+    names: set[str] = set()
+    for rid in ids:
+        try:
+            data = json.loads((layout.run_dir(grid_dir, rid) / layout.CONFIG_FILE).read_text())
+            name = data["config"]["trainer"]["loss_type"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(name, str) and name not in TRL_LOSS_TYPES:
+            names.add(name)
+    return [f"{n}/" for n in sorted(names)]
 
 
 def _not_a_grid_folder(path: Path) -> str:
@@ -916,6 +935,29 @@ def _on_policy_panels(work: pd.DataFrame, inc: pd.DataFrame, data: ReportData) -
     return off
 
 
+#: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
+#: plugin's: harness.trl_boundary.KNOWN_LOSS_TYPES (analysis takes only the layout and schema from
+#: harness; tests/test_analysis_report.py checks the two agree).
+TRL_LOSS_TYPES = frozenset({"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"})
+
+
+def plugin_metrics(work: pd.DataFrame) -> list[str]:
+    """The loss plugins' metrics the runs logged, for the dynamics figure without a
+    ``report: metrics:`` entry: each column ``<name>/<what>`` where ``<name>`` is the
+    ``trainer.loss_type`` of some run, a plugin (not one of :data:`TRL_LOSS_TYPES`), and the column
+    has a value in that plugin's runs. In column order."""
+    if "trainer.loss_type" not in work.columns:
+        return []
+    loss_types = work["trainer.loss_type"].astype(object)
+    names = {str(v) for v in loss_types.dropna().unique()} - TRL_LOSS_TYPES
+    out = []
+    for column in work.columns:
+        head = str(column).partition("/")[0]
+        if head in names and "/" in str(column) and work.loc[loss_types == head, column].notna().any():
+            out.append(str(column))
+    return out
+
+
 def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> tuple[list[str], list[str]]:
     """The curve and dynamics metrics the runs logged (returned), with a note on each asked-for
     metric or split that none did, and on runs without the x axis's values."""
@@ -926,6 +968,7 @@ def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> t
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
+    dyn_metrics += [m for m in plugin_metrics(work) if m not in dyn_metrics]
     if s.x != "step":
         x_missing = runs.index[runs["included"]].difference(
             pd.Index(work.loc[~np.isnan(x_values(work, s.x)), layout.RUN_ID].astype(str).unique())

@@ -160,3 +160,45 @@ def test_report_refuses_a_nan_target_and_names_a_missing_baseline_label(grid, ca
     df, st, info, _ = report.load_report_inputs(grid)
     data = report.compute_report(df, st, report.ReportSettings.merged({"baseline": "bogus"}))
     assert data.baseline is None and any("no finished variant is labelled 'bogus'" in x for x in data.lines)
+
+
+def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path):
+    """A loss plugin's ``<name>/...`` columns are drawn without a ``report: metrics:`` entry; one named
+    ``<name>/ratio...`` (the naming rule) only over off-policy steps, like TRL's clip_ratio."""
+    from analysis_helpers import write_grid
+
+    from analysis import aggregate
+
+    g = tmp_path / "results" / "toy"
+    steps = list(range(1, 9))
+    base = {layout.STEP: steps, "reward": [0.1] * 8, "entropy": [1.0] * 8, layout.OFF_POLICY: [0.0, 1.0] * 4}
+    ids = []
+    for seed in (0, 1):
+        for lt in ("grpo", "my_pg"):
+            extra = {"my_pg/ratio_mean": [1.0, 3.0] * 4, "my_pg/logp": [-2.0] * 8} if lt == "my_pg" else {}
+            rid = f"{lt}-{seed}"
+            write_run(
+                g, rid, config=config_for(lt, seed), varying={"trainer.loss_type": lt, "seed": seed},
+                columns={**base, **extra},
+            )  # fmt: skip
+            ids.append(rid)
+    write_grid(g, ids, ["trainer.loss_type", "seed"])
+    settings = report.ReportSettings(hue=("trainer.loss_type",), metrics=("entropy",), smoothing="none")
+    df, st, _, _ = report.load_report_inputs(g, settings=settings)
+    assert {"my_pg/ratio_mean", "my_pg/logp"} <= set(df.columns)
+    data = report.compute_report(df, st, settings)
+    assert list(data.dynamics) == ["entropy", "my_pg/logp", "my_pg/ratio_mean"]
+    assert aggregate.is_ratio_metric("my_pg/ratio_mean") and aggregate.is_ratio_metric("gmpo/clip_ratio/high")
+    assert not aggregate.is_ratio_metric("my_pg/logp") and not aggregate.is_ratio_metric(
+        "completions/clipped_ratio"
+    )
+    ratio = data.dynamics["my_pg/ratio_mean"]
+    drawn = ratio.mean.dropna(subset=["mean"])
+    assert drawn["x"].tolist() == [2.0, 4.0, 6.0, 8.0]  # the on-policy steps' exact 1s are not drawn
+    assert drawn["mean"].eq(3.0).all()
+
+
+def test_trl_loss_types_agree_with_the_boundary():
+    from harness.trl_boundary import KNOWN_LOSS_TYPES
+
+    assert frozenset(KNOWN_LOSS_TYPES) == report.TRL_LOSS_TYPES

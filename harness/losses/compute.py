@@ -101,7 +101,8 @@ class LossOutput:
         metrics: name -> a (B, T) or (B, 1) tensor (logged as TRL's ``global_masked_mean``: the mean
             over unmasked tokens, or over sequences, across processes), a 0-d tensor or float (the
             mean over processes), or a :class:`SequenceExtreme`. Name them ``<loss name>/<what>``
-            so that the report finds them (TRL's names are kept by the mirrors).
+            so that the report draws them (TRL's names are kept by the mirrors); a ``<what>``
+            starting with ``ratio`` or ``clip_ratio`` is drawn over off-policy steps only.
     """
 
     loss: torch.Tensor
