@@ -216,18 +216,28 @@ class _StepRecorder:
         with open(self.samples_path, "a") as f:
             for i in range(n):
                 j = len(logs["prompt"]) - n + i
-                f.write(
-                    json.dumps(
-                        {
-                            "step": step,
-                            "prompt": jsonable(logs["prompt"][j]),
-                            "completion": jsonable(logs["completion"][j]),
-                            "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
-                            "advantage": float(logs["advantages"][j]),
-                        }
-                    )
-                    + "\n"
-                )
+                record = {
+                    "step": step,
+                    "prompt": jsonable(logs["prompt"][j]),
+                    "completion": jsonable(logs["completion"][j]),
+                    "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
+                    "advantage": float(logs["advantages"][j]),
+                }
+                if not isinstance(logs["prompt"][j], str):
+                    record["prompt_text"] = self._prompt_text(logs["prompt"][j])
+                f.write(json.dumps(record) + "\n")
+
+    def _prompt_text(self, messages: list) -> str:
+        """The text a chat prompt became: the trainer's chat template (its tokenizer's, unless the
+        trainer was given another) with the generation prompt, rendered as TRL renders it."""
+        trainer = self.trainer
+        return trainer.processing_class.apply_chat_template(
+            messages,
+            chat_template=getattr(trainer, "chat_template", None),
+            add_generation_prompt=True,
+            tokenize=False,
+            **(getattr(trainer, "chat_template_kwargs", None) or {}),
+        )
 
     def on_save(self, args, state, control, **kw):
         """transformers has written ``checkpoint-<step>``: mark it complete (files flushed, marker
