@@ -242,10 +242,13 @@ class _StepRecorder:
     def on_save(self, args, state, control, **kw):
         """transformers has written ``checkpoint-<step>``: mark it complete (files flushed, marker
         last), then keep the newest ``keep_checkpoints`` complete ones, unless the trainer block
-        set ``save_total_limit`` and transformers prunes."""
+        set ``save_total_limit`` and transformers prunes. With several processes every rank writes
+        its own RNG state into the checkpoint: all of them finish before rank 0 lists the files."""
+        _barrier()
         if not state.is_world_process_zero:
             return
         step = state.global_step
+        _save_ref_model(self.trainer, Path(args.output_dir) / f"checkpoint-{step}")
         checkpoints.mark_complete(Path(args.output_dir) / f"checkpoint-{step}", step)
         if args.save_total_limit is None:
             checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)
