@@ -47,7 +47,7 @@ EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
 INFO_FILE = "tiny_model.json"
 # Bump when the build recipe changes in a way the spec does not capture, so old caches are not reused.
-BUILD_FORMAT = 1
+BUILD_FORMAT = 2  # 2: byte-level symbols, so AutoTokenizer's Qwen2Tokenizer keeps spaces
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -135,20 +135,33 @@ def task_alphabet(task: TaskSpec, extra_texts: Iterable[str] = ()) -> list[str]:
 
 
 def build_tokenizer(alphabet: list[str], model_max_length: int) -> Any:
-    """Character-level ``PreTrainedTokenizerFast``: ids 0-2 are pad, eos, unk, then one id per character.
+    """Character-level ``PreTrainedTokenizerFast``: ids 0-2 are pad, eos, unk, then one id per byte of
+    the alphabet's characters, written as GPT-2's byte-level symbols (a space is ``Ġ``).
 
-    Decoding concatenates characters (no separators); no special tokens are added on encoding, so the
-    eos token only appears where a completion ends.
+    Byte-level symbols because the folder is a Qwen2 one: transformers 5's ``AutoTokenizer`` loads it
+    as a ``Qwen2Tokenizer``, which maps text to those symbols before looking tokens up (with no merges,
+    one token per symbol). Built this way, the tokenizer the warm start trains with and the one every
+    run loads give the same ids (a plain character vocabulary lost every space on loading). Decoding
+    concatenates characters; no special tokens are added on encoding, so the eos token only appears
+    where a completion ends.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+    symbol = bytes_to_unicode()
     vocab = {PAD_TOKEN: 0, EOS_TOKEN: 1, UNK_TOKEN: 2}
     for ch in alphabet:
-        vocab.setdefault(ch, len(vocab))
+        for byte in ch.encode("utf-8"):
+            vocab.setdefault(symbol[byte], len(vocab))
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD_TOKEN,

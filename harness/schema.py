@@ -1,8 +1,8 @@
 """The settings of a grid and of a run, as frozen typed dataclasses; no torch, TRL or project import.
 
 Every section of a grid file has its dataclass here: ``task`` (:class:`TaskSpec`), ``tiny``
-(:class:`TinyModelSpec`), ``tiny_chat`` (:class:`TinyChatModelSpec`), ``harness`` (:class:`HarnessSettings`) and ``executor``
-(:class:`ExecutorSettings`). The ``trainer`` section stays a mapping of TRL ``GRPOConfig`` fields:
+(:class:`TinyModelSpec`), ``tiny_chat`` (:class:`TinyChatModelSpec`), ``harness``
+(:class:`HarnessSettings`) and ``executor`` (:class:`ExecutorSettings`). The ``trainer`` section stays a mapping of TRL ``GRPOConfig`` fields:
 its types and rules are TRL's (:mod:`harness.trl_boundary`, :mod:`harness.validate`).
 
 Each section checks its own fields where they are declared, as TRL's ``GRPOConfig.__post_init__``
@@ -44,13 +44,14 @@ TEMPLATES = ("auto", "bare", "chat")
 REWARD_NAMES = ("correctness", "format")
 #: The embedded default model, built by :mod:`harness.models`.
 TINY = "tiny"
-#: The second embedded default, a chat model (byte-level BPE, chat template), built by :mod:`harness.tiny_chat`.
+#: The second embedded default, a chat model (byte-level BPE, chat template), built by
+#: :mod:`harness.tiny_chat`.
 TINY_CHAT = "tiny-chat"
 #: The embedded models and the section of a grid file that holds each one's settings.
 EMBEDDED_MODEL_SECTIONS = {TINY: "tiny", TINY_CHAT: "tiny_chat"}
 #: Byte tokens of a byte-level BPE: every byte is a token before any merge.
 BYTE_TOKENS = 256
-#: Special tokens of the tiny chat model's tokenizer (pad, bos, and the role markers <|im_start|>, <|im_end|>).
+#: Special tokens of the tiny chat model's tokenizer (pad, bos, the role markers <|im_start|>, <|im_end|>).
 CHAT_SPECIAL_TOKENS = 4
 #: Fixed generator seed of every eval split. Training seeds must stay below it minus train_size.
 EVAL_SEED = 1 << 30
@@ -469,7 +470,9 @@ class TinyChatModelSpec(TinyModelSpec):
             (pad, bos, ``<|im_start|>``, ``<|im_end|>``) and the merges learnt on the task's texts
             (fewer when the texts run out of pairs to merge).
         format_noise: fraction of SFT answers written without the ``<answer>`` tags or with a
-            malformed tag (drawn independently of ``label_noise``); 0 = every answer well formed.
+            malformed tag, one of four ways (drawn independently of ``label_noise``); 0 = every answer
+            well formed. At 0.8 the tagged answer is as likely as each malformed way, which is what
+            lets GRPO raise greedy accuracy along with the reward.
 
     Built by :mod:`harness.tiny_chat`.
     """
@@ -491,9 +494,9 @@ class TinyChatModelSpec(TinyModelSpec):
     num_kv_heads: int = checked(2, at_least(1))
     intermediate_size: int = checked(128, at_least(1))
     max_position_embeddings: int = checked(128, at_least(1))
-    sft_steps: int = checked(300, at_least(1))
+    sft_steps: int = checked(600, at_least(1))
     format_noise: float = checked(
-        0.25, (lambda v: 0 <= v <= 1, "is a fraction of SFT answers: use a value in [0, 1]")
+        0.8, (lambda v: 0 <= v <= 1, "is a fraction of SFT answers: use a value in [0, 1]")
     )
 
 
@@ -654,8 +657,8 @@ class RunSpec:
         grid: the grid's name.
         settings: the resolved settings as the grid states them (keys left out take their defaults):
             ``seed``, ``model``, ``task``, ``tiny`` or ``tiny_chat`` (only for that embedded model),
-            ``trainer`` (GRPOConfig keyword arguments, ``seed`` among them) and ``harness``; JSON data. The run id hashes it,
-            so it is never changed in place: :meth:`with_settings` makes another run.
+            ``trainer`` (GRPOConfig keyword arguments, ``seed`` among them) and ``harness``; JSON data.
+            The run id hashes it, so it is never changed in place: :meth:`with_settings` makes another run.
         varying: the values of this run on the grid's varying keys (dotted key -> value).
         subgrid: name of the sub-grid it came from ("" when the grid has none).
         executor: executor settings this run sets itself (``executor.*`` keys in axes or a sub-grid's

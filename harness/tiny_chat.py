@@ -19,10 +19,13 @@ Everything is written with ``save_pretrained``, so the folder is what a hub down
 
 The warm start is TRL's ``SFTTrainer`` on conversations in prompt-completion form (system prompt and
 question, then the assistant's answer), so the chat template is applied and only the completion is
-trained. As for ``tiny``, a fraction ``label_noise`` of the answers is off by ±1 or ±2; a fraction
-``format_noise`` is written without the tags or with a malformed tag. The warm-started model answers
-in the right format most of the time and right about half the time, so GRPO with the correctness and
-format rewards has both to sharpen.
+trained. As for ``tiny``, a fraction ``label_noise`` (0.5) of the answers is off by ±1 or ±2; a
+fraction ``format_noise`` (0.8) is written without the tags or with a malformed tag, four ways
+equally often, so the tagged answer is only as likely as each malformed one. The warm-started model
+has learnt the sums but writes the tags in under a fifth of its samples, and greedy decoding starts
+out mostly malformed: GRPO with the correctness and format rewards moves both the sampled reward and
+the greedy accuracy (``ablations/chat.yaml``). With a quarter of the answers malformed instead, greedy
+decoding was well formed from the start, and GRPO raised only the sampled reward.
 """
 
 from __future__ import annotations
@@ -68,11 +71,14 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
-#: How an answer is written when it is not well formed (format noise), each equally likely: no tags, an
-#: unclosed tag, a tag opened twice, a label instead of tags. None of them holds ``<answer>...</answer>``.
-MALFORMED_ANSWERS = ("{}", "<answer>{}", "<answer>{}<answer>", "answer: {}")
+#: How an answer is written when it is not well formed (format noise), each equally likely: no tags, a
+#: label instead of tags, tags in square brackets, a shortened tag. None of them holds
+#: ``<answer>...</answer>``, and each parts from the well-formed answer at its first token, so the format
+#: reward's push against them falls on that first choice rather than on the digits after ``<answer>``
+#: (an unclosed ``<answer>7`` would share its first three tokens with ``<answer>7</answer>``).
+MALFORMED_ANSWERS = ("{}", "answer: {}", "[answer]{}[/answer]", "<ans>{}</ans>")
 # Bump when the build recipe changes in a way the spec and the recorded texts do not capture.
-CHAT_BUILD_FORMAT = 1
+CHAT_BUILD_FORMAT = 2
 
 
 def tiny_chat_model_key(spec: TinyChatModelSpec, task: TaskSpec) -> str:
@@ -206,7 +212,7 @@ def _sequence_lengths(tokenizer: Any, examples: list[tuple[list[dict[str, str]],
 
 
 def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
-    """Build the tiny chat model for ``task`` into ``out_dir`` (created; must not exist); returns its build info.
+    """Build the tiny chat model for ``task`` into ``out_dir`` (created; must not exist); return its info.
 
     Writes ``save_pretrained`` of model and tokenizer and ``tiny_model.json`` (spec, task, vocabulary
     size, sequence lengths in tokens, SFT losses, build seconds).

@@ -225,26 +225,39 @@ class _StepRecorder:
         with open(self.samples_path, "a") as f:
             for i in range(n):
                 j = len(logs["prompt"]) - n + i
-                f.write(
-                    json.dumps(
-                        {
-                            "step": step,
-                            "prompt": jsonable(logs["prompt"][j]),
-                            "completion": jsonable(logs["completion"][j]),
-                            "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
-                            "advantage": float(logs["advantages"][j]),
-                        }
-                    )
-                    + "\n"
-                )
+                record = {
+                    "step": step,
+                    "prompt": jsonable(logs["prompt"][j]),
+                    "completion": jsonable(logs["completion"][j]),
+                    "rewards": {k: jsonable(v[i]) for k, v in rewards.items()},
+                    "advantage": float(logs["advantages"][j]),
+                }
+                if not isinstance(logs["prompt"][j], str):
+                    record["prompt_text"] = self._prompt_text(logs["prompt"][j])
+                f.write(json.dumps(record) + "\n")
+
+    def _prompt_text(self, messages: list) -> str:
+        """The text a chat prompt became: the trainer's chat template (its tokenizer's, unless the
+        trainer was given another) with the generation prompt, rendered as TRL renders it."""
+        trainer = self.trainer
+        return trainer.processing_class.apply_chat_template(
+            messages,
+            chat_template=getattr(trainer, "chat_template", None),
+            add_generation_prompt=True,
+            tokenize=False,
+            **(getattr(trainer, "chat_template_kwargs", None) or {}),
+        )
 
     def on_save(self, args, state, control, **kw):
         """transformers has written ``checkpoint-<step>``: mark it complete (files flushed, marker
         last), then keep the newest ``keep_checkpoints`` complete ones, unless the trainer block
-        set ``save_total_limit`` and transformers prunes."""
+        set ``save_total_limit`` and transformers prunes. With several processes every rank writes
+        its own RNG state into the checkpoint: all of them finish before rank 0 lists the files."""
+        _barrier()
         if not state.is_world_process_zero:
             return
         step = state.global_step
+        _save_ref_model(self.trainer, Path(args.output_dir) / f"checkpoint-{step}")
         checkpoints.mark_complete(Path(args.output_dir) / f"checkpoint-{step}", step)
         if args.save_total_limit is None:
             checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)

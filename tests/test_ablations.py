@@ -12,6 +12,7 @@ ABLATIONS = sorted((Path(__file__).resolve().parent.parent / "ablations").glob("
 EXPECTED_RUNS = {
     "base.yaml": 1,
     "smoke.yaml": 9,  # 3 loss types x 3 seeds
+    "chat.yaml": 9,  # smoke's 3 loss types x 3 seeds on tiny-chat
     "loss_type.yaml": 27,  # 8 TRL loss types + GSPO, x 3 seeds
     "clip_range.yaml": 36,  # 3 clip pairs x (3 num_iterations + the GA4/spg2/mu2 control) x 3 seeds
     "vespo.yaml": 24,  # 4 (k, lambda) settings x 3 staleness levels x 2 seeds

@@ -98,6 +98,22 @@ def test_tiny_model_loads_locally(tiny_dir):
     assert 0.0 <= acc <= 1.0
 
 
+def test_a_run_tokenizes_as_the_warm_start_did(tiny_dir):
+    """The tokenizer every run loads from the folder (AutoTokenizer: a Qwen2Tokenizer for a qwen2
+    folder) gives the ids of the one the warm start trained with, spaces included, and decodes back."""
+    from transformers import AutoTokenizer
+
+    info = json.loads((tiny_dir / INFO_FILE).read_text())
+    built = build_tokenizer(info["alphabet"], model_max_length=64)
+    loaded = AutoTokenizer.from_pretrained(tiny_dir, local_files_only=True)
+    texts = [prompt + answer + "<eos>" for prompt, answer in sft_pairs(SMALL, TASK)[:200]]
+    assert any(" " in t for t in texts)
+    for text in texts:
+        ids = loaded(text)["input_ids"]
+        assert ids == built(text)["input_ids"], text
+        assert loaded.decode(ids, skip_special_tokens=True) == text.removesuffix("<eos>")
+
+
 def test_cache_key_depends_on_spec_and_dataset_only():
     other_sizes = TaskSpec(TASK.name, TASK.kwargs, train_size=5, eval_size=5, rewards=("format",))
     assert tiny_model_key(SMALL, TASK) == tiny_model_key(SMALL, other_sizes)
