@@ -19,13 +19,17 @@ from harness.grid import expand
 from harness.spec import SpecError, load_grid
 from harness.validate import validate_plan
 
-DOC = REPO / "docs" / "ADDING_A_LOSS.md"
+DOC = REPO / "README.md"
+SECTION = "## Adding your own loss"
 
 
 def doc_blocks() -> dict[str, str]:
-    """The first fenced block of each language in the doc."""
+    """The first fenced block of each language in the README's section on adding a loss."""
+    text = DOC.read_text()
+    start = text.index(SECTION)
+    end = text.find("\n## ", start + len(SECTION))
     blocks: dict[str, str] = {}
-    for lang, body in re.findall(r"```(\w+)\n(.*?)```", DOC.read_text(), flags=re.S):
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", text[start : end if end > 0 else None], flags=re.S):
         blocks.setdefault(lang, body)
     return blocks
 
