@@ -583,6 +583,27 @@ class ExecutorSettings(Section):
         """Processes one run has: ``nodes * tasks_per_node``."""
         return self.nodes * self.tasks_per_node
 
+    def _relations(self) -> list[str]:
+        """Process counts an executor cannot give a run, refused rather than run with fewer."""
+        out = []
+        if self.nodes > 1 and self.name != "slurm":
+            out.append(
+                f"executor.nodes = {self.nodes} with executor.name = {self.name!r}: only SLURM runs a job on "
+                "several machines; set executor.name: slurm, or drop executor.nodes."
+            )
+        if self.tasks_per_node > 1 and self.name == "debug":
+            out.append(
+                f"executor.tasks_per_node = {self.tasks_per_node} with executor.name = 'debug': the debug "
+                "executor trains in this one process; use executor.name: local for several processes."
+            )
+        if 0 < self.gpus_per_node < self.tasks_per_node:
+            out.append(
+                f"executor.gpus_per_node = {self.gpus_per_node} with executor.tasks_per_node = "
+                f"{self.tasks_per_node}: local ranks {self.gpus_per_node}-{self.tasks_per_node - 1} would "
+                "have no GPU; set tasks_per_node <= gpus_per_node (one process per GPU)."
+            )
+        return out
+
 
 #: The section class of each embedded model's section (:data:`EMBEDDED_MODEL_SECTIONS`).
 _EMBEDDED_SPECS: dict[str, type[TinyModelSpec]] = {"tiny": TinyModelSpec, "tiny_chat": TinyChatModelSpec}

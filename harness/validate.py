@@ -437,7 +437,7 @@ def rule_gpus_per_process(ctx: RunContext) -> list[Finding]:
     GPU of its local rank, so GPUs beyond ``tasks_per_node`` sit idle; with one process, transformers
     spreads it over every visible GPU with ``DataParallel`` instead (TRL's batch checks see 1 process)."""
     ex = ctx.executor
-    if ex.name != "slurm" or ex.gpus_per_node in (0, ex.tasks_per_node):
+    if ex.name != "slurm" or ex.gpus_per_node <= ex.tasks_per_node:  # fewer GPUs: the executor's error
         return []
     if ex.tasks_per_node == 1:
         happens = "one process per node sees them all (transformers then uses DataParallel, not DDP)"

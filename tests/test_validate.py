@@ -302,3 +302,16 @@ def test_gpus_beyond_one_per_process_are_a_warning(tmp_path):
     assert any("2 processes per node use one each" in w.message for w in two)
     matched = report_for(tmp_path, executor={**slurm, "tasks_per_node": 4}).warnings
     assert not [w for w in matched if "gpus_per_node" in w.message]
+
+
+@pytest.mark.parametrize(
+    ("executor", "expected"),
+    [
+        ({"name": "local", "nodes": 2}, "only SLURM runs a job on several machines"),
+        ({"name": "debug", "tasks_per_node": 2}, "the debug executor trains in this one process"),
+        ({"name": "slurm", "tasks_per_node": 4, "gpus_per_node": 2}, "local ranks 2-3 would have no GPU"),
+    ],
+)
+def test_process_counts_an_executor_cannot_give_are_refused(tmp_path, executor, expected):
+    text = problems_text(tmp_path, executor=executor)
+    assert expected in text, text
