@@ -12,12 +12,17 @@ tool=$(mktemp -d)
 trap 'rm -rf "$tool"' EXIT
 "$PY" -m venv "$tool"
 "$tool/bin/python" -m pip install --quiet "pip-tools>=7.4,<8"
+# pip-compile reads pip's configuration: where torch's CPU build is not on the configured indexes,
+# run with PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (the lock records no index).
+out="$tool/requirements-cpu.txt"
 CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$tool/bin/pip-compile" --quiet --upgrade \
   --extra test --strip-extras --allow-unsafe \
   --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
-  --constraint constraints-cpu.txt --output-file requirements-cpu.txt pyproject.toml
-if grep -qiE '^(nvidia-|triton==)' requirements-cpu.txt || ! grep -q '^torch==.*+cpu$' requirements-cpu.txt; then
-  echo "lock: requirements-cpu.txt must hold torch's CPU build and no CUDA packages" >&2
+  --constraint constraints-cpu.txt --output-file "$out" pyproject.toml
+if grep -qiE '^(nvidia-|triton==)' "$out" || ! grep -q '^torch==.*+cpu$' "$out"; then
+  echo "lock: the resolution holds no CPU build of torch or CUDA packages; requirements-cpu.txt is unchanged" >&2
   exit 1
 fi
+sed -i "s|$out|requirements-cpu.txt|" "$out"
+mv "$out" requirements-cpu.txt
 echo "wrote requirements-cpu.txt ($(grep -c '==' requirements-cpu.txt) pins)"
