@@ -388,3 +388,14 @@ def test_the_docs_example_end_to_end(tmp_path, model_cache):
     assert "my_reinforce" in index
     dynamics = list((results / "my_reinforce" / layout.REPORT_DIR).glob("dynamics*.png"))
     assert dynamics
+
+
+def test_two_plugins_declaring_one_hyperparameter_are_refused(tmp_path, monkeypatch, clean_registry):
+    """One key would set both plugins' value: the second registration is refused, naming both."""
+    src = PLUGIN.format(name="gmpo_twin", hname="gmpo_clip_low", expr="-inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "twin_losses", src)))
+    errors = plan_errors(tmp_path, "twin_losses", "gmpo_twin", overrides=["trainer.loss_type=gmpo"])
+    assert any(
+        "and 'gmpo_twin' (twin_losses) both declare hyperparameter 'gmpo_clip_low'; rename one" in e
+        for e in errors
+    ), errors

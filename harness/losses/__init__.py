@@ -322,7 +322,7 @@ def hyperparameter_fields() -> dict[str, str]:
 
 
 def clash_problems(plugin: LossPlugin, grpo_fields: Iterable[str]) -> list[str]:
-    """A hyperparameter named like a ``GRPOConfig`` field, or like another plugin's with another type."""
+    """A hyperparameter named like a ``GRPOConfig`` field or like another registered plugin's."""
     fields = set(grpo_fields)
     out = [
         f"plugin {plugin.name!r} ({plugin.module}) declares hyperparameter {h.name!r}, which is a GRPOConfig "
@@ -332,10 +332,10 @@ def clash_problems(plugin: LossPlugin, grpo_fields: Iterable[str]) -> list[str]:
     ]
     for h in plugin.hyperparameters:
         found = hyperparameter(h.name)
-        if found is not None and found[0].name != plugin.name and found[1].type is not h.type:
+        if found is not None and found[0].name != plugin.name:  # one key would set both
             out.append(
-                f"plugins {found[0].name!r} and {plugin.name!r} both declare {h.name!r} with different types; "
-                "rename one."
+                f"plugins {found[0].name!r} ({found[0].module}) and {plugin.name!r} ({plugin.module}) both "
+                f"declare hyperparameter {h.name!r}; rename one (prefix it with its loss's name)."
             )
     return out
 
