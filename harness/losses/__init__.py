@@ -240,6 +240,11 @@ def import_modules(modules: Iterable[str], failed: set[str] | None = None) -> li
 
 
 def _import_problem(module: str) -> str | None:
+    if "/" in module or "\\" in module or module.endswith(".py"):
+        return (
+            f"plugins: {module!r} is a file path; list the module's import name instead (my_losses for "
+            "my_losses.py or my_losses/__init__.py) and put the folder holding it on PYTHONPATH."
+        )
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -251,6 +256,11 @@ def _import_problem(module: str) -> str | None:
         return f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}."
     except Exception as e:  # the plugin's own code raised: report it, never hide the others
         return f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
+    if not any(p.module == module or p.module.startswith(module + ".") for p in REGISTRY.values()):
+        return (
+            f"plugins: module {module!r} registers no loss; decorate its loss functions with "
+            "@register_loss (harness.losses), or drop it from plugins:."
+        )
     return None
 
 
