@@ -262,17 +262,34 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
             f"SFT sequences reach {longest} tokens but max_position_embeddings is {spec.max_position_embeddings}"
         )
     model = build_model(spec, tokenizer)
+    columns = {"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]}
+    extra = {"alphabet": alphabet, "longest_sft_sequence": longest}
+    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra)
+
+
+def warm_start_and_save(
+    spec: TinyModelSpec,
+    task: TaskSpec,
+    model: Any,
+    tokenizer: Any,
+    columns: dict[str, list],
+    out_dir: Path,
+    start: float,
+    extra: dict[str, Any],
+) -> dict:
+    """The end of an embedded model's build: :func:`run_sft` on ``columns``, ``save_pretrained`` of
+    model and tokenizer into ``out_dir``, and ``tiny_model.json`` (spec, task, parameter count, SFT
+    losses, versions, seconds since ``start`` (``time.perf_counter()``), plus ``extra``). Returns
+    that info."""
     with tempfile.TemporaryDirectory(prefix="sft-") as work:
-        columns = {"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]}
         sft_info = run_sft(spec, model, tokenizer, columns, Path(work))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info = {
         "spec": dataclasses.asdict(spec),
         "task": {"name": task.name, "kwargs": dict(task.kwargs)},
-        "alphabet": alphabet,
         "num_parameters": sum(p.numel() for p in model.parameters()),
-        "longest_sft_sequence": longest,
+        **extra,
         "sft": sft_info,
         "versions": _library_versions(),
         "build_seconds": round(time.perf_counter() - start, 2),

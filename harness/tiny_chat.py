@@ -35,18 +35,16 @@ import hashlib
 import json
 import random
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.models import (
-    INFO_FILE,
     _library_versions,
     build_model,
     cached_build,
     noisy_answer,
-    run_sft,
+    warm_start_and_save,
 )
 from harness.schema import EVAL_SEED, SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
 from harness.tasks import CHAT_SYSTEM_PROMPT, chat_prompt, check_task, generate_entries
@@ -242,24 +240,13 @@ def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str 
         "prompt": [p for p, _ in examples],
         "completion": [[{"role": "assistant", "content": a}] for _, a in examples],
     }
-    with tempfile.TemporaryDirectory(prefix="sft-") as work:
-        sft_info = run_sft(spec, model, tokenizer, columns, Path(work))
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    info = {
+    extra = {
         "model": "tiny-chat",
-        "spec": dataclasses.asdict(spec),
-        "task": {"name": task.name, "kwargs": dict(task.kwargs)},
         "vocab_size": len(tokenizer),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
         "longest_prompt_tokens": longest_prompt,
         "longest_sft_sequence": longest,
-        "sft": sft_info,
-        "versions": _library_versions(),
-        "build_seconds": round(time.perf_counter() - start, 2),
     }
-    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2, default=str))
-    return info
+    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra)
 
 
 def tiny_chat_model_path(spec: TinyChatModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
