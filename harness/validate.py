@@ -294,12 +294,21 @@ def is_on_policy(ctx: RunContext) -> bool:
     return ga % (spg * mu) == 0 and not vllm_is
 
 
+def _off_policy_keys() -> tuple[str, ...]:
+    """:data:`OFF_POLICY_KEYS` and the registered plugins' hyperparameters declared off-policy only
+    (:attr:`harness.losses.Hyperparameter.off_policy_only`), as ``trainer.<name>`` keys."""
+    from harness import losses
+
+    return (*OFF_POLICY_KEYS, *(f"trainer.{n}" for n in sorted(losses.off_policy_only_names())))
+
+
 def rule_clip_effect(ctx: RunContext) -> list[Finding]:
-    """An axis that cannot change anything: this run has siblings differing only in clip or VESPO
-    values, and either its loss ignores them or its updates are on-policy (every ratio exactly 1)."""
+    """An axis that cannot change anything: this run has siblings differing only in clip, VESPO or
+    off-policy-only plugin values, and either its loss ignores them or its updates are on-policy
+    (every ratio exactly 1)."""
     if ctx.clip_siblings < 2:
         return []
-    names = ", ".join(k.split(".", 1)[1] for k in OFF_POLICY_KEYS if k in ctx.varying_keys)
+    names = ", ".join(k.split(".", 1)[1] for k in _off_policy_keys() if k in ctx.varying_keys)
     lt = ctx.value("loss_type")
     if lt in ("sapo", "vespo") and not any(k in ctx.varying_keys for k in OFF_POLICY_KEYS[len(CLIP_KEYS) :]):
         return _warn(
@@ -307,10 +316,10 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
         )
     if is_on_policy(ctx):
         return _warn(
-            f"{names} varies in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
+            f"{names} {'vary' if ', ' in names else 'varies'} in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
             "num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
-            "exactly 1, clipping never fires and VESPO's phi(1) = 1 for any (k, lambda), so this axis has "
-            "no effect there. To make it matter, reuse generation batches across optimizer steps: "
+            "exactly 1, clipping never fires, VESPO's phi(1) = 1 for any (k, lambda) and a loss plugin's "
+            "off-policy-only hyperparameters act on nothing, so this axis has no effect there. To make it matter, reuse generation batches across optimizer steps: "
             "gradient_accumulation_steps must not be a multiple of steps_per_generation * num_iterations "
             "(e.g. num_iterations = 2 with the default steps_per_generation = gradient_accumulation_steps)."
         )
@@ -320,8 +329,10 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
 def clip_sibling_counts(runs: Sequence[RunSpec]) -> dict[str, int]:
     """For each run id, how many runs of ``runs`` share all its settings but the clip and VESPO values."""
 
+    off_policy = set(_off_policy_keys())
+
     def key(run: RunSpec) -> str:
-        trainer = {k: v for k, v in run.trainer.items() if f"trainer.{k}" not in OFF_POLICY_KEYS}
+        trainer = {k: v for k, v in run.trainer.items() if f"trainer.{k}" not in off_policy}
         return canonical_json({**run.settings, "trainer": trainer})
 
     keys = {r.run_id: key(r) for r in runs}
@@ -329,6 +340,36 @@ def clip_sibling_counts(runs: Sequence[RunSpec]) -> dict[str, int]:
     for k in keys.values():
         counts[k] = counts.get(k, 0) + 1
     return {rid: counts[k] for rid, k in keys.items()}
+
+
+def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
+    """What a loss plugin declares it ignores (:attr:`harness.losses.LossPlugin.reads`): a field it
+    does not read, set for its run, is a warning; and an on-policy run of a plugin that declares an
+    ``on_policy_equivalent`` is told it trains with that TRL loss's gradient."""
+    from harness import losses
+
+    plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
+    if plugin is None:
+        return []
+    out: list[Finding] = []
+    unread = [k for k in losses.ignored_fields(plugin) if k in ctx.trainer]
+    if unread:
+        shown = ", ".join(f"trainer.{k}" for k in unread)
+        reads = ", ".join(plugin.reads or ()) or "none of them"
+        out += _warn(
+            f"{shown} set with loss_type {plugin.name}: the plugin declares the loss fields it reads "
+            f"({reads}; {plugin.module}), so this has no effect on its runs and cells that differ "
+            "only here differ only in name. Drop it from these cells (set it in the other sub-grids)."
+        )
+    if plugin.on_policy_equivalent and is_on_policy(ctx):
+        out += _warn(
+            f"loss_type {plugin.name} in on-policy cells (gradient_accumulation_steps % (steps_per_generation "
+            "* num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
+            f"exactly 1, and {plugin.name}'s gradient is {plugin.on_policy_equivalent}'s (declared by "
+            f"{plugin.module}), so these runs are {plugin.on_policy_equivalent} runs up to rounding. To "
+            "train the variant itself, reuse generation batches across optimizer steps (e.g. num_iterations = 2)."
+        )
+    return out
 
 
 def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
@@ -490,6 +531,7 @@ RULES: tuple[Rule, ...] = (
     rule_vespo_params,
     rule_cispo_cap,
     rule_clip_effect,
+    rule_plugin_declarations,
     rule_trl_warnings,
     rule_device,
     rule_gpus_per_process,

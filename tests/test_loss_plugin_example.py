@@ -375,6 +375,7 @@ def test_the_docs_example_end_to_end(tmp_path, model_cache):
         plan = cli("plan", str(grid), *fast).stdout
         assert "loss plugin my_reinforce (my_losses, reduction dapo" in plan
         assert "my_reinforce_scale: float = 1.0, > 0: multiplier of the advantage [here: 0.5, 1.0]" in plan
+        assert "  reads: none of epsilon, epsilon_high, delta, importance_sampling_level" in plan
         results = tmp_path / "results"
         cli("run", str(grid), "--results", str(results), "--executor", "debug", *fast)
     finally:

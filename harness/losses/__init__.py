@@ -38,6 +38,11 @@ from typing import Any
 #: batch), dr_grpo (token sum / (B * max_completion_length)), dapo (token sum / tokens in the
 #: generation batch), luspo (per-sequence token sum, then the mean over sequences).
 REDUCTIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+#: The ``GRPOConfig`` fields that shape TRL's loss formulas and reach a plugin: ``epsilon`` and
+#: ``epsilon_high`` (``LossInputs.epsilon_low`` / ``epsilon_high``), ``delta`` (``config.delta``)
+#: and ``importance_sampling_level`` (``LossInputs.log_importance_weights``). A plugin declares
+#: which of them it reads (``register_loss(reads=...)``); the others then cannot change its runs.
+LOSS_FIELDS = ("epsilon", "epsilon_high", "delta", "importance_sampling_level")
 ENTRY_POINT_GROUP = "grpo_harness.losses"
 #: The top-level grid key listing plugin modules; copied into each run's settings (not its id).
 PLUGINS_KEY = "plugins"
@@ -60,6 +65,9 @@ class Hyperparameter:
         minimum, maximum: inclusive bounds, or None; ``exclusive_minimum`` / ``exclusive_maximum``
             make them strict.
         choices: the allowed values, or empty for any.
+        off_policy_only: the value cannot change a step whose ratios are all exactly 1 (TRL reuses
+            the current log-probs as the old ones on-policy): a clip range, a penalty on
+            ``|log r|``. Validation then warns when the setting varies across on-policy cells.
     """
 
     name: str
@@ -71,6 +79,7 @@ class Hyperparameter:
     exclusive_minimum: bool = False
     exclusive_maximum: bool = False
     choices: tuple[Any, ...] = ()
+    off_policy_only: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -129,6 +138,12 @@ class LossPlugin:
         paper: where the formula comes from (shown by ``plan``).
         uses_importance_sampling_ratio: the function applies vLLM's importance-sampling ratio itself
             (as TRL's vespo does); otherwise the harness multiplies the loss by it, as TRL does.
+        reads: which of :data:`LOSS_FIELDS` the function reads, or None when not declared (then
+            any of them may matter). Declared, the others are known to have no effect on its runs,
+            and validation warns when a grid sets or varies one (:func:`ignored_fields`).
+        on_policy_equivalent: the TRL ``loss_type`` whose loss has the same gradient as this one
+            when every ratio is exactly 1 (on-policy updates), or None. A GMPO or KL-Cov run is
+            then a run of that loss (up to rounding), and validation says so for on-policy runs.
     """
 
     name: str
@@ -139,6 +154,8 @@ class LossPlugin:
     paper: str = ""
     uses_importance_sampling_ratio: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    reads: tuple[str, ...] | None = None
+    on_policy_equivalent: str | None = None
 
     @property
     def trl_loss_type(self) -> str:
@@ -168,13 +185,17 @@ def register_loss(
     hyperparameters: Sequence[Hyperparameter] = (),
     paper: str = "",
     uses_importance_sampling_ratio: bool = False,
+    reads: Sequence[str] | None = None,
+    on_policy_equivalent: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering a loss function under ``name``; the function is returned unchanged
-    (with a ``loss_plugin`` attribute holding its :class:`LossPlugin`).
+    (with a ``loss_plugin`` attribute holding its :class:`LossPlugin`). The keywords are the
+    attributes of :class:`LossPlugin`.
 
     Raises:
         PluginError: ``name`` is a TRL built-in or already taken by another function, the
-            reduction is unknown, or two hyperparameters share a name.
+            reduction is unknown, two hyperparameters share a name, ``reads`` names a field not in
+            :data:`LOSS_FIELDS`, or ``on_policy_equivalent`` is not a TRL loss type.
     """
     from harness.trl_boundary import KNOWN_LOSS_TYPES
 
@@ -191,11 +212,17 @@ def register_loss(
     names = [h.name for h in hyperparameters]
     if len(set(names)) != len(names):
         raise PluginError(f"register_loss({name!r}): a hyperparameter name is declared twice: {names}.")
+    reads = _declared_reads(name, reads)
+    if on_policy_equivalent is not None and on_policy_equivalent not in KNOWN_LOSS_TYPES:
+        raise PluginError(
+            f"register_loss({name!r}, on_policy_equivalent={on_policy_equivalent!r}): name one of TRL's "
+            f"loss types ({', '.join(KNOWN_LOSS_TYPES)}), or leave it None."
+        )
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         plugin = LossPlugin(
             name, function, reduction, tuple(hyperparameters), function.__module__, paper,
-            uses_importance_sampling_ratio,
+            uses_importance_sampling_ratio, reads=reads, on_policy_equivalent=on_policy_equivalent,
         )  # fmt: skip
         old = REGISTRY.get(name)
         if old is not None and (old.module, old.function.__qualname__) != (
@@ -211,6 +238,36 @@ def register_loss(
         return function
 
     return decorate
+
+
+def _declared_reads(name: str, reads: Sequence[str] | None) -> tuple[str, ...] | None:
+    if reads is None:
+        return None
+    if isinstance(reads, str) or not all(isinstance(r, str) for r in reads):
+        raise PluginError(
+            f"register_loss({name!r}, reads={reads!r}): give a list of field names, e.g. ['epsilon']."
+        )
+    unknown = [r for r in reads if r not in LOSS_FIELDS]
+    if unknown:
+        raise PluginError(
+            f"register_loss({name!r}, reads={list(reads)!r}): {', '.join(map(repr, unknown))} is not one of "
+            f"the loss fields a plugin can read ({', '.join(LOSS_FIELDS)}); list only those (beta, the "
+            "masks and the reduction's fields are applied by the harness whatever the plugin reads)."
+        )
+    return tuple(dict.fromkeys(reads))
+
+
+def ignored_fields(plugin: LossPlugin) -> tuple[str, ...]:
+    """The fields of :data:`LOSS_FIELDS` that ``plugin`` declares it does not read (empty when it
+    declares nothing: then any may matter)."""
+    if plugin.reads is None:
+        return ()
+    return tuple(f for f in LOSS_FIELDS if f not in plugin.reads)
+
+
+def off_policy_only_names() -> set[str]:
+    """Names of the registered plugins' hyperparameters declared ``off_policy_only``."""
+    return {h.name for p in REGISTRY.values() for h in p.hyperparameters if h.off_policy_only}
 
 
 def _where(e: BaseException) -> str:
@@ -429,9 +486,24 @@ def plan_lines(runs: Iterable[Any]) -> list[str]:
         for h in p.hyperparameters:
             values = sorted({json.dumps(t.get(h.name, h.default)) for t in trainers})
             bounds = f", {h.range_text()}" if h.range_text() else ""
+            off = " (off-policy only)" if h.off_policy_only else ""
             lines.append(
-                f"  {h.name}: {h.desc} = {h.default!r}{bounds}: {h.help} [here: {', '.join(values)}]"
+                f"  {h.name}: {h.desc} = {h.default!r}{bounds}{off}: {h.help} [here: {', '.join(values)}]"
             )
         if not p.hyperparameters:
             lines.append("  (no hyperparameters)")
+        lines += _declaration_lines(p)
+    return lines
+
+
+def _declaration_lines(p: LossPlugin) -> list[str]:
+    if p.reads is None:
+        lines = [f"  reads: undeclared (any of {', '.join(LOSS_FIELDS)} may matter)"]
+    elif not p.reads:
+        lines = [f"  reads: none of {', '.join(LOSS_FIELDS)} (they have no effect on its runs)"]
+    else:
+        ignored = f"; ignores {', '.join(ignored_fields(p))}" if ignored_fields(p) else ""
+        lines = [f"  reads: {', '.join(p.reads)}{ignored}"]
+    if p.on_policy_equivalent:
+        lines.append(f"  on-policy (every ratio 1) its gradient is {p.on_policy_equivalent}'s")
     return lines

@@ -6,7 +6,8 @@
   hyperparameter that is also a ``GRPOConfig`` field.
 * :func:`check_run` (called by :func:`harness.validate.rule_loss_type`): the run's ``loss_type``
   names a TRL loss or a plugin; the plugin's hyperparameters are in range and set only with it;
-  the plugin returns the right shape and dtype on a tiny synthetic batch (:func:`probe_problem`).
+  the plugin returns the right shape and dtype on a tiny synthetic batch (:func:`probe_problem`),
+  and what it declares about itself holds there (:mod:`harness.losses.declarations`).
 
 Torch-free at import; the probe imports torch (only for a run that uses a plugin).
 """
@@ -173,7 +174,11 @@ def check_run(settings: Mapping[str, Any], config: Mapping[str, Any] | None = No
     )
     settings_json = json.dumps({**dict(config or {}), **dict(trainer)}, sort_keys=True, default=str)
     problem = probe_problem(plugin.name, settings_json, level)
-    return [problem] if problem else []
+    if problem:
+        return [problem]
+    from harness.losses.declarations import declaration_problems
+
+    return list(declaration_problems(plugin.name, losses.plugin_settings(plugin, trainer)))
 
 
 @functools.lru_cache(maxsize=256)

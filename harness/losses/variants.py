@@ -25,6 +25,13 @@ and leaves the rest as the unclipped policy gradient ``-r_t A_t``; the paper use
 for its 32B model) and coefficient 1. Reduction: dapo (the token mean over the generation batch).
 The ranking runs over one micro-batch on one process.
 
+Neither reads ``epsilon``, ``epsilon_high``, ``delta`` or ``importance_sampling_level``. On-policy
+(every ratio exactly 1) both are plain policy gradients: GMPO's ``d/dθ exp(mean_t l_t)`` at l = 0 is
+``mean_t d l_t``, GRPO's per-completion token mean; KL-Cov's ``|log r|`` is 0 with zero gradient
+(``sign(0) = 0``), leaving ``-r A`` under the dapo reduction, which is TRL's dapo. Their
+hyperparameters are therefore declared off-policy only, and ``on_policy_equivalent`` says whose
+gradient each equals.
+
 Both follow verl's registry semantics (``verl/trainer/ppo/core_algos.py``: ``geo_mean``,
 ``kl_cov``); the code is this project's.
 """
@@ -50,10 +57,18 @@ def _sequence_advantages(inputs: LossInputs) -> torch.Tensor:
     reduction="grpo",
     paper="GMPO, Zhao et al. 2025, arXiv:2507.20673, Section 3",
     hyperparameters=[
-        Hyperparameter("gmpo_clip_low", float, 0.4, "lower clip of the token log-ratio (nats)", minimum=0.0),
-        Hyperparameter("gmpo_clip_high", float, 0.4, "upper clip of the token log-ratio (nats)", minimum=0.0),
+        Hyperparameter(
+            "gmpo_clip_low", float, 0.4, "lower clip of the token log-ratio (nats)", minimum=0.0,
+            off_policy_only=True,
+        ),
+        Hyperparameter(
+            "gmpo_clip_high", float, 0.4, "upper clip of the token log-ratio (nats)", minimum=0.0,
+            off_policy_only=True,
+        ),
     ],
-)
+    reads=(),
+    on_policy_equivalent="grpo",
+)  # fmt: skip
 def gmpo(inputs: LossInputs) -> LossOutput:
     """GMPO's per-completion loss ``-A * exp(mean_t l~_t)`` (B, 1) (module docstring).
 
@@ -86,10 +101,15 @@ def gmpo(inputs: LossInputs) -> LossOutput:
     hyperparameters=[
         Hyperparameter(
             "kl_cov_ratio", float, 2e-3, "fraction of tokens penalised (top by covariance)",
-            minimum=0.0, maximum=1.0, exclusive_minimum=True,
+            minimum=0.0, maximum=1.0, exclusive_minimum=True, off_policy_only=True,
         ),
-        Hyperparameter("kl_cov_coef", float, 1.0, "coefficient of the |log r| penalty", minimum=0.0),
+        Hyperparameter(
+            "kl_cov_coef", float, 1.0, "coefficient of the |log r| penalty", minimum=0.0,
+            off_policy_only=True,
+        ),
     ],
+    reads=(),
+    on_policy_equivalent="dapo",
 )  # fmt: skip
 def kl_cov(inputs: LossInputs) -> LossOutput:
     """KL-Cov's per-token loss (B, T) (module docstring).

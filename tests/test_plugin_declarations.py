@@ -1,0 +1,207 @@
+"""What a loss plugin declares about itself (the fields it reads, its off-policy-only hyperparameters,
+the TRL loss it equals on-policy): checked on synthetic batches before anything runs, and turned
+into validation warnings for the cells it makes identical."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import yaml
+
+from harness import losses
+from harness.grid import expand
+from harness.losses import Hyperparameter, PluginError, register_loss
+from harness.losses import mirrors as _mirrors  # noqa: F401  (registers grpo_mirror, undeclared)
+from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
+from harness.losses.compute import LossOutput
+from harness.losses.declarations import _declaration_problems, declaration_problems
+from harness.spec import load_grid
+from harness.validate import validate_plan
+
+BASE = {
+    "name": "d",
+    "model": "tiny",
+    "task": {
+        "name": "chain_sum",
+        "kwargs": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    },
+    "trainer": {
+        "max_steps": 2,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 6,
+    },
+}
+OFF_POLICY = {"num_iterations": 2}
+
+
+@pytest.fixture
+def registry():
+    """Plugins registered by a test are dropped after it (and the memoised checks of their names)."""
+    saved = dict(losses.REGISTRY)
+    yield losses.REGISTRY
+    losses.REGISTRY.clear()
+    losses.REGISTRY.update(saved)
+    _declaration_problems.cache_clear()
+
+
+def _plan(tmp_path, trainer, grid=None, plugins=None):
+    data = {**BASE, "trainer": {**BASE["trainer"], **trainer}, **({"grid": grid} if grid else {})}
+    if plugins:
+        data["plugins"] = plugins
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return validate_plan(expand(load_grid(path)))
+
+
+def _warnings(report) -> list[str]:
+    return [w.message for w in report.warnings]
+
+
+def test_the_projects_declarations_hold():
+    assert declaration_problems("gmpo") == ()
+    assert declaration_problems("kl_cov") == ()
+    assert losses.REGISTRY["gmpo"].reads == () and losses.REGISTRY["gmpo"].on_policy_equivalent == "grpo"
+    assert losses.REGISTRY["kl_cov"].on_policy_equivalent == "dapo"
+    assert all(h.off_policy_only for p in ("gmpo", "kl_cov") for h in losses.REGISTRY[p].hyperparameters)
+
+
+def test_a_false_on_policy_equivalent_is_found(registry):
+    """GMPO on-policy is grpo's gradient (per-completion token mean), not dapo's (token mean over the
+    batch): the reductions differ when completions differ in length."""
+    registry["gmpo_as_dapo"] = dataclasses.replace(
+        registry["gmpo"], name="gmpo_as_dapo", on_policy_equivalent="dapo"
+    )
+    (problem,) = declaration_problems("gmpo_as_dapo")
+    assert "declares on_policy_equivalent='dapo'" in problem and "differs from TRL's dapo" in problem
+
+
+def test_a_field_read_though_declared_unread_is_found(registry):
+    """grpo_mirror reads all four loss fields (clip range, delta, the ratio's level): reads=() is false."""
+    registry["mirror_reads_nothing"] = dataclasses.replace(
+        registry["grpo_mirror"], name="mirror_reads_nothing", reads=()
+    )
+    problems = declaration_problems("mirror_reads_nothing")
+    text = "\n".join(problems)
+    assert "setting epsilon = 0.05 moves its loss or gradient" in text
+    assert "setting importance_sampling_level = 'sequence' moves" in text
+    assert "add 'epsilon' to reads=" in text
+    assert "setting epsilon_high = 0.5 moves" in text
+    assert "setting delta = 1.1 moves" in text  # the two-sided clip: ratios reach e^0.6 here
+
+
+def test_an_off_policy_only_hyperparameter_that_acts_on_policy_is_found(registry):
+    @register_loss(
+        "scaled_pg_d",
+        reduction="dapo",
+        reads=(),
+        hyperparameters=[
+            Hyperparameter("scaled_pg_d_scale", float, 1.0, "scale", minimum=0.0, off_policy_only=True)
+        ],
+    )
+    def scaled(inputs):
+        return LossOutput(-inputs.hparams["scaled_pg_d_scale"] * inputs.advantages * inputs.per_token_logps)
+
+    (problem,) = declaration_problems("scaled_pg_d")
+    assert "declares hyperparameter 'scaled_pg_d_scale' off_policy_only" in problem
+    assert "scaled_pg_d_scale = 2.0 instead of 1.0" in problem and "drop off_policy_only=True" in problem
+
+
+def test_register_loss_refuses_unknown_declarations(registry):
+    with pytest.raises(PluginError, match="'beta' is not one of the loss fields a plugin can read"):
+        register_loss("bad_reads_d", reads=["epsilon", "beta"])
+    with pytest.raises(PluginError, match="give a list of field names"):
+        register_loss("bad_reads_d", reads="epsilon")
+    with pytest.raises(PluginError, match="on_policy_equivalent='reinforce'"):
+        register_loss("bad_equiv_d", on_policy_equivalent="reinforce")
+
+
+def test_a_false_declaration_is_a_plan_error(tmp_path, registry):
+    """A token-mean policy gradient under the dapo reduction is dapo on-policy, not grpo."""
+
+    @register_loss("pg_as_grpo_d", reduction="dapo", reads=(), on_policy_equivalent="grpo")
+    def pg(inputs):
+        return LossOutput(-inputs.advantages * torch.exp(inputs.log_ratio))
+
+    report = _plan(tmp_path, {"loss_type": "pg_as_grpo_d", **OFF_POLICY})
+    assert not report.ok
+    (error,) = [e.message for e in report.errors]
+    assert "declares on_policy_equivalent='grpo'" in error and "differs from TRL's grpo" in error
+    registry["pg_as_dapo_d"] = dataclasses.replace(
+        registry["pg_as_grpo_d"], name="pg_as_dapo_d", on_policy_equivalent="dapo"
+    )
+    assert _plan(tmp_path, {"loss_type": "pg_as_dapo_d", **OFF_POLICY}).ok
+
+
+def test_on_policy_plugin_runs_are_told_whose_gradient_they_have(tmp_path):
+    on = _plan(tmp_path, {"loss_type": "gmpo"}, grid={"gmpo_clip_low": [0.2, 0.4]})
+    assert on.ok
+    text = "\n".join(_warnings(on))
+    assert "gmpo's gradient is grpo's" in text and "these runs are grpo runs up to rounding" in text
+    assert "gmpo_clip_low varies in on-policy cells" in text  # an off-policy-only hyperparameter
+    off = _plan(tmp_path, {"loss_type": "gmpo", **OFF_POLICY}, grid={"gmpo_clip_low": [0.2, 0.4]})
+    assert off.ok and not any("gradient is" in w or "no effect" in w for w in _warnings(off))
+
+
+def test_a_field_the_plugin_ignores_is_a_warning(tmp_path):
+    report = _plan(tmp_path, {"loss_type": "kl_cov", **OFF_POLICY}, grid={"epsilon_high": [0.28, 0.4]})
+    assert report.ok
+    (warning,) = {w for w in _warnings(report) if "no effect" in w}  # one per cell, the same words
+    assert warning.startswith("trainer.epsilon_high set with loss_type kl_cov: the plugin declares")
+    assert "differ only in name" in warning
+    # a TRL loss that reads it, and a plugin that declares nothing, are not warned about
+    assert not any(
+        "no effect" in w
+        for w in _warnings(
+            _plan(tmp_path, {"loss_type": "dapo", **OFF_POLICY}, grid={"epsilon_high": [0.28, 0.4]})
+        )
+    )
+    undeclared = _plan(
+        tmp_path,
+        {"loss_type": "grpo_mirror", **OFF_POLICY},
+        grid={"epsilon_high": [0.28, 0.4]},
+        plugins=["harness.losses.mirrors"],
+    )
+    assert undeclared.ok and not any("no effect" in w for w in _warnings(undeclared))
+
+
+def test_plan_shows_the_declarations(tmp_path):
+    from conftest import cli
+
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "trainer": {**BASE["trainer"], "loss_type": "kl_cov"}}))
+    out = cli("plan", str(path)).stdout
+    assert "kl_cov_coef: float = 1.0, >= 0 (off-policy only)" in out
+    assert "reads: none of epsilon, epsilon_high, delta, importance_sampling_level" in out
+    assert "on-policy (every ratio 1) its gradient is dapo's" in out
+
+
+def test_an_equivalence_is_checked_at_each_runs_values(tmp_path, registry):
+    """A scaled policy gradient is dapo's on-policy at scale 1 only: a run at 0.5 is refused."""
+
+    @register_loss(
+        "scaled_dapo_d",
+        reduction="dapo",
+        reads=(),
+        on_policy_equivalent="dapo",
+        hyperparameters=[Hyperparameter("scaled_dapo_d_scale", float, 1.0, "scale", minimum=0.0)],
+    )
+    def scaled(inputs):
+        return LossOutput(
+            -inputs.hparams["scaled_dapo_d_scale"] * inputs.advantages * torch.exp(inputs.log_ratio)
+        )
+
+    assert declaration_problems("scaled_dapo_d") == ()
+    report = _plan(
+        tmp_path, {"loss_type": "scaled_dapo_d", **OFF_POLICY}, grid={"scaled_dapo_d_scale": [1.0, 0.5]}
+    )
+    (error,) = [(e.run_id, e.message) for e in report.errors]
+    assert "but with scaled_dapo_d_scale = 0.5 on an on-policy synthetic batch" in error[1]
+    (half,) = [
+        r.run_id
+        for r in expand(load_grid(tmp_path / "g.yaml")).runs
+        if r.trainer["scaled_dapo_d_scale"] == 0.5
+    ]
+    assert error[0] == half
