@@ -237,6 +237,35 @@ def run_sft(
     return {"train_loss": result.training_loss, "final_logged_loss": losses[-1] if losses else None}
 
 
+#: A tokenizer length limit no sequence reaches: counting tokens past a short context, unwarned.
+UNBOUNDED = 1 << 30
+
+
+def _sft_data(
+    spec: TinyModelSpec, task: TaskSpec, model_max_length: int | None = None
+) -> tuple[list[tuple[str, str]], list[str], Any, int, int]:
+    """The warm start's pairs, alphabet and tokenizer (``model_max_length``: the tokenizer's, by
+    default the model's context), its longest prompt and its longest prompt + answer + eos, in tokens."""
+    pairs = sft_pairs(spec, task)
+    alphabet = task_alphabet(task, extra_texts=[p + a for p, a in pairs])
+    tokenizer = build_tokenizer(alphabet, model_max_length or spec.max_position_embeddings)
+    prompt = max(len(tokenizer(p)["input_ids"]) for p, _ in pairs)
+    longest = max(len(tokenizer(p + a)["input_ids"]) + 1 for p, a in pairs)
+    return pairs, alphabet, tokenizer, prompt, longest
+
+
+def sft_lengths(spec: TinyModelSpec, task: TaskSpec) -> tuple[int, int]:
+    """``(longest prompt, longest prompt + answer + eos)`` in tokens of the tiny model's warm start
+    for ``task``: what :func:`build_tiny_model` checks against ``spec.max_position_embeddings``,
+    without building anything (about a second: the SFT data and the tokenizer).
+
+    Raises:
+        ValueError: the task spec is invalid.
+    """
+    _, _, _, prompt, longest = _sft_data(spec, task, model_max_length=UNBOUNDED)
+    return prompt, longest
+
+
 def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
     """Build the tiny model for ``task`` into ``out_dir`` (created; must not exist) and return its build info.
 
@@ -253,10 +282,7 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
     out_dir.mkdir(parents=True)
     start = time.perf_counter()
     set_seed(spec.seed)
-    pairs = sft_pairs(spec, task)
-    alphabet = task_alphabet(task, extra_texts=[p + a for p, a in pairs])
-    tokenizer = build_tokenizer(alphabet, spec.max_position_embeddings)
-    longest = max(len(tokenizer(p + a)["input_ids"]) + 1 for p, a in pairs)
+    pairs, alphabet, tokenizer, _, longest = _sft_data(spec, task)
     if longest > spec.max_position_embeddings:
         raise ValueError(
             f"SFT sequences reach {longest} tokens but max_position_embeddings is {spec.max_position_embeddings}"

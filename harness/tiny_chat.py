@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.models import (
+    UNBOUNDED,
     _library_versions,
     build_model,
     cached_build,
@@ -209,6 +210,29 @@ def _sequence_lengths(tokenizer: Any, examples: list[tuple[list[dict[str, str]],
     return prompt, whole
 
 
+def _sft_data(
+    spec: TinyChatModelSpec, task: TaskSpec, model_max_length: int | None = None
+) -> tuple[list[tuple[list[dict[str, str]], str]], Any]:
+    examples = chat_sft_examples(spec, task)
+    corpus = tokenizer_corpus(task, examples)
+    return examples, build_chat_tokenizer(
+        corpus, spec.vocab_size, model_max_length or spec.max_position_embeddings
+    )
+
+
+def sft_lengths(spec: TinyChatModelSpec, task: TaskSpec) -> tuple[int, int]:
+    """``(longest prompt with the generation prompt, longest conversation)`` in tokens of the tiny
+    chat model's warm start for ``task``: what :func:`build_tiny_chat_model` checks against
+    ``spec.max_position_embeddings``, without building the model (seconds: the SFT data and the
+    tokenizer's training).
+
+    Raises:
+        ValueError: the task spec is invalid.
+    """
+    examples, tokenizer = _sft_data(spec, task, model_max_length=UNBOUNDED)
+    return _sequence_lengths(tokenizer, examples)
+
+
 def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
     """Build the tiny chat model for ``task`` into ``out_dir`` (created; must not exist); return its info.
 
@@ -225,10 +249,7 @@ def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str 
     out_dir.mkdir(parents=True)
     start = time.perf_counter()
     set_seed(spec.seed)
-    examples = chat_sft_examples(spec, task)
-    tokenizer = build_chat_tokenizer(
-        tokenizer_corpus(task, examples), spec.vocab_size, spec.max_position_embeddings
-    )
+    examples, tokenizer = _sft_data(spec, task)
     longest_prompt, longest = _sequence_lengths(tokenizer, examples)
     if longest > spec.max_position_embeddings:
         raise ValueError(

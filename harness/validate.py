@@ -506,6 +506,56 @@ def rule_tiny_template(ctx: RunContext) -> list[Finding]:
     return []
 
 
+def rule_context_length(ctx: RunContext) -> list[Finding]:
+    """The embedded models' context, ``max_position_embeddings``: the warm start's longest sequence
+    must fit it (else building the model fails at the start of every run), and the longest prompt
+    plus ``max_completion_length`` should (else completions reach positions the model was not built
+    for). Lengths from :func:`embedded_lengths`."""
+    spec = ctx.run.tiny
+    if ctx.run.model not in (TINY, TINY_CHAT) or spec is None or _cached_check_task(ctx.run.task):
+        return []
+    prompt, longest = embedded_lengths(ctx.run.model, spec, ctx.run.task)
+    section, context = spec.SECTION, spec.max_position_embeddings
+    completion = ctx.value("max_completion_length") or 0
+    if longest > context:
+        return _err(
+            f"{section}.max_position_embeddings = {context}, but the warm start's sequences for this task "
+            f"reach {longest} tokens (prompts up to {prompt}): building model {ctx.run.model!r} would fail "
+            f"at the start of every run. Raise {section}.max_position_embeddings to at least "
+            f"{max(longest, prompt + completion)} (prompts + max_completion_length included), or give the "
+            "task shorter prompts."
+        )
+    if prompt + completion > context:
+        return _warn(
+            f"trainer.max_completion_length = {completion} after prompts of up to {prompt} tokens (model "
+            f"{ctx.run.model!r}) reaches position {prompt + completion}, past {section}.max_position_embeddings "
+            f"= {context}: positions the model was not built for (its warm start's longest sequence is "
+            f"{longest}). Lower max_completion_length to {context - prompt}, or raise "
+            f"{section}.max_position_embeddings to {prompt + completion}."
+        )
+    return []
+
+
+def embedded_lengths(model: str, spec: Any, task: Any) -> tuple[int, int]:
+    """``(longest prompt, longest warm-start sequence)`` in tokens of embedded ``model`` (tiny,
+    tiny-chat) for ``task`` (:func:`harness.models.sft_lengths`,
+    :func:`harness.tiny_chat.sft_lengths`), memoised on disk by the model's cache key
+    (:mod:`harness.verdicts`): a second or two once per model and task, nothing after."""
+    from harness import models, tiny_chat, verdicts
+
+    if model == TINY:
+        key, compute = models.tiny_model_key(spec, task), models.sft_lengths
+    else:
+        key, compute = tiny_chat.tiny_chat_model_key(spec, task), tiny_chat.sft_lengths
+    value = verdicts.memo(
+        "embedded-lengths",
+        {"model": key},
+        lambda: list(compute(spec, task)),
+        valid=lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v),
+    )
+    return value[0], value[1]
+
+
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:
     """reasoning-gym's verdict on the task's dataset and kwargs; the model names a folder that holds
     a model, the tiny model or a hub id."""
@@ -536,6 +586,7 @@ RULES: tuple[Rule, ...] = (
     rule_device,
     rule_gpus_per_process,
     rule_task_and_model,
+    rule_context_length,
     rule_seed,
     rule_trainer_features,
     rule_tiny_template,

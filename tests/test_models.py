@@ -96,6 +96,10 @@ def test_tiny_model_loads_locally(tiny_dir):
     assert set("0123456789+-= ") <= set(info["alphabet"])
     acc = greedy_accuracy(model, tok, build_task(TASK, seed=0), max_new_tokens=3)
     assert 0.0 <= acc <= 1.0
+    # what validation checks without building (sft_lengths) is what the loaded tokenizer counts
+    pairs = sft_pairs(SMALL, TASK)
+    prompt = max(len(tok(p)["input_ids"]) for p, _ in pairs)
+    assert models.sft_lengths(SMALL, TASK) == (prompt, info["longest_sft_sequence"])
 
 
 def test_a_run_tokenizes_as_the_warm_start_did(tiny_dir):

@@ -315,3 +315,39 @@ def test_gpus_beyond_one_per_process_are_a_warning(tmp_path):
 def test_process_counts_an_executor_cannot_give_are_refused(tmp_path, executor, expected):
     text = problems_text(tmp_path, executor=executor)
     assert expected in text, text
+
+
+def test_the_embedded_models_context_is_checked_before_anything_runs(tmp_path):
+    """A warm start that cannot fit the context is an error (the build would fail in every run);
+    prompts + max_completion_length past it is a warning. The boundary is the build's own check."""
+    from harness.grid import expand as expand_grid
+    from harness.models import sft_lengths
+
+    tiny = {"sft_examples": 512}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "tiny": tiny}))
+    (run,) = expand_grid(load_grid(path)).runs
+    prompt, longest = sft_lengths(run.tiny, run.task)
+    assert 0 < prompt < longest
+    at = report_for(tmp_path, tiny={**tiny, "max_position_embeddings": longest})
+    assert at.ok
+    text = problems_text(tmp_path, tiny={**tiny, "max_position_embeddings": longest - 1})
+    assert (
+        f"tiny.max_position_embeddings = {longest - 1}, but the warm start's sequences for this task reach {longest} tokens"
+        in text
+    )
+    assert "would fail at the start of every run" in text
+    warned = report_for(tmp_path, {"max_completion_length": 64 - prompt + 1}, tiny=tiny)
+    assert warned.ok
+    (w,) = [w.message for w in warned.warnings if "max_position_embeddings" in w.message]
+    assert "reaches position 65, past tiny.max_position_embeddings = 64" in w
+    assert f"Lower max_completion_length to {64 - prompt}" in w
+    fits = report_for(tmp_path, {"max_completion_length": 64 - prompt}, tiny=tiny)
+    assert not any("max_position_embeddings" in w.message for w in fits.warnings)
+
+
+def test_the_tiny_chat_context_is_checked_too(tmp_path):
+    text = problems_text(
+        tmp_path, model="tiny-chat", tiny_chat={"sft_examples": 256, "max_position_embeddings": 32}
+    )
+    assert "tiny_chat.max_position_embeddings = 32, but the warm start's sequences" in text
