@@ -408,3 +408,15 @@ def test_plugins_naming_a_path_or_a_module_without_losses(tmp_path, monkeypatch,
     assert err.startswith("plugins: module 'no_losses' registers no loss; decorate")
     (err,) = [e for e in plan_errors(tmp_path, "./p/no_losses.py", "grpo") if "no_losses" in e]
     assert "is a file path; list the module's import name instead" in err
+
+
+def test_a_listed_module_cannot_take_an_installed_plugins_name(tmp_path, monkeypatch, clean_registry):
+    """gmpo is the project's entry point: a module registering its own gmpo (the entry point not yet
+    loaded) is refused, naming both, instead of silently replacing it."""
+    losses.REGISTRY.pop("gmpo", None)
+    src = PLUGIN.format(name="gmpo", hname="shadow_scale", expr="-inputs.per_token_logps")
+    monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "shadow_losses", src)))
+    errors = plan_errors(tmp_path, "shadow_losses", "gmpo")
+    (err,) = [e for e in errors if "shadow_losses" in e]
+    assert "registers loss 'gmpo', a name the installed package grpo-harness also gives" in err
+    assert "entry point gmpo = harness.losses.variants:gmpo" in err and "Rename yours" in err

@@ -113,10 +113,25 @@ def load_grid_plugins(
             out.unknown.append((where, name))
     fields = grpo_config_fields()
     for plugin in losses.REGISTRY.values():
-        out.problems += losses.clash_problems(plugin, fields)
+        out.problems += losses.clash_problems(plugin, fields) + _shadow_problems(plugin)
     out.problems = list(dict.fromkeys(out.problems))
     out.failed = list(dict.fromkeys(out.failed))
     return out
+
+
+def _shadow_problems(plugin: losses.LossPlugin) -> list[str]:
+    """A listed module's loss named like an installed entry point into another module: one
+    ``loss_type`` would mean two functions, the one used depending on what was imported first."""
+    ep = losses.entry_point(plugin.name)
+    if ep is None or ep.module == plugin.module or plugin.module.startswith(ep.module + "."):
+        return []
+    dist = getattr(ep, "dist", None)
+    package = f"the installed package {dist.metadata['Name']}" if dist is not None else "an installed package"
+    return [
+        f"plugins: module {plugin.module!r} registers loss {plugin.name!r}, a name {package} also gives a "
+        f"loss (entry point {plugin.name} = {ep.value}); loss_type {plugin.name!r} would name two functions. "
+        f"Rename yours (e.g. my_{plugin.name})."
+    ]
 
 
 def _unknown_loss(
