@@ -308,7 +308,12 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
     (every ratio exactly 1)."""
     if ctx.clip_siblings < 2:
         return []
-    names = ", ".join(k.split(".", 1)[1] for k in _off_policy_keys() if k in ctx.varying_keys)
+    keys = _off_policy_keys()
+    if ctx.trainer.get("loss_type") not in loss_types():  # a plugin: only what it declares off-policy only
+        keys = keys[len(OFF_POLICY_KEYS) :]
+    names = ", ".join(k.split(".", 1)[1] for k in keys if k in ctx.varying_keys)
+    if not names:
+        return []
     lt = ctx.value("loss_type")
     if lt in ("sapo", "vespo") and not any(k in ctx.varying_keys for k in OFF_POLICY_KEYS[len(CLIP_KEYS) :]):
         return _warn(
@@ -361,7 +366,12 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
             f"({reads}; {plugin.module}), so this has no effect on its runs and cells that differ "
             "only here differ only in name. Drop it from these cells (set it in the other sub-grids)."
         )
-    if plugin.on_policy_equivalent and is_on_policy(ctx):
+    if (
+        plugin.on_policy_equivalent
+        and ctx.config is not None
+        and is_on_policy(ctx)
+        and _equivalent_here(ctx, plugin)
+    ):
         out += _warn(
             f"loss_type {plugin.name} in on-policy cells (gradient_accumulation_steps % (steps_per_generation "
             "* num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
@@ -370,6 +380,17 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
             "train the variant itself, reuse generation batches across optimizer steps (e.g. num_iterations = 2)."
         )
     return out
+
+
+def _equivalent_here(ctx: RunContext, plugin: Any) -> bool:
+    """Whether the plugin's declared on-policy equivalence holds at this run's settings (checked on
+    a synthetic batch: :func:`harness.losses.declarations.check`; TRL options such as
+    ``top_entropy_quantile`` can break it)."""
+    from harness import losses
+    from harness.losses.declarations import check
+
+    verdict = check(plugin.name, ctx.config, losses.plugin_settings(plugin, ctx.trainer))
+    return verdict.equivalent_here and not verdict.problems
 
 
 def rule_trl_warnings(ctx: RunContext) -> list[Finding]:

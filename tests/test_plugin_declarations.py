@@ -16,7 +16,7 @@ from harness.losses import Hyperparameter, PluginError, register_loss
 from harness.losses import mirrors as _mirrors  # noqa: F401  (registers grpo_mirror, undeclared)
 from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
 from harness.losses.compute import LossOutput
-from harness.losses.declarations import _declaration_problems, declaration_problems
+from harness.losses.declarations import _check, declaration_problems
 from harness.spec import load_grid
 from harness.validate import validate_plan
 
@@ -44,7 +44,7 @@ def registry():
     yield losses.REGISTRY
     losses.REGISTRY.clear()
     losses.REGISTRY.update(saved)
-    _declaration_problems.cache_clear()
+    _check.cache_clear()
 
 
 def _plan(tmp_path, trainer, grid=None, plugins=None):
@@ -178,8 +178,10 @@ def test_plan_shows_the_declarations(tmp_path):
     assert "on-policy (every ratio 1) its gradient is dapo's" in out
 
 
-def test_an_equivalence_is_checked_at_each_runs_values(tmp_path, registry):
-    """A scaled policy gradient is dapo's on-policy at scale 1 only: a run at 0.5 is refused."""
+def test_an_equivalence_is_claimed_only_where_it_holds(tmp_path, registry):
+    """Declared at the defaults (scale 1), a scaled policy gradient is dapo's only at scale 1: the run at
+    0.5 is not told it is a dapo run, and neither is gmpo under TRL's entropy mask, which trains
+    only the high-entropy tokens of grpo but spreads gmpo's sequence ratio over all of them."""
 
     @register_loss(
         "scaled_dapo_d",
@@ -194,14 +196,96 @@ def test_an_equivalence_is_checked_at_each_runs_values(tmp_path, registry):
         )
 
     assert declaration_problems("scaled_dapo_d") == ()
-    report = _plan(
-        tmp_path, {"loss_type": "scaled_dapo_d", **OFF_POLICY}, grid={"scaled_dapo_d_scale": [1.0, 0.5]}
-    )
-    (error,) = [(e.run_id, e.message) for e in report.errors]
-    assert "but with scaled_dapo_d_scale = 0.5 on an on-policy synthetic batch" in error[1]
-    (half,) = [
+    report = _plan(tmp_path, {"loss_type": "scaled_dapo_d"}, grid={"scaled_dapo_d_scale": [1.0, 0.5]})
+    assert report.ok
+    told = {w.run_id for w in report.warnings if "these runs are dapo runs" in w.message}
+    (one,) = [
         r.run_id
         for r in expand(load_grid(tmp_path / "g.yaml")).runs
-        if r.trainer["scaled_dapo_d_scale"] == 0.5
+        if r.trainer["scaled_dapo_d_scale"] == 1.0
     ]
-    assert error[0] == half
+    assert told == {one}
+    masked = _plan(tmp_path, {"loss_type": "gmpo", "top_entropy_quantile": 0.2})
+    assert masked.ok and not any("gradient is grpo's" in w for w in _warnings(masked))
+    assert any("gradient is grpo's" in w for w in _warnings(_plan(tmp_path, {"loss_type": "gmpo"})))
+
+
+def test_a_plugin_reading_the_clip_is_not_told_it_has_no_effect_on_policy(tmp_path, registry):
+    """A cap below 1 acts on-policy (as cispo's does): the harness cannot claim the clip is idle for a
+    plugin, only for what the plugin declares off-policy only."""
+
+    @register_loss("capped_d", reduction="dapo", reads=("epsilon", "epsilon_high"))
+    def capped(inputs):
+        weight = torch.clamp(torch.exp(inputs.log_ratio), max=inputs.epsilon_high).detach()
+        return LossOutput(-weight * inputs.advantages * inputs.per_token_logps)
+
+    report = _plan(tmp_path, {"loss_type": "capped_d"}, grid={"epsilon_high": [0.5, 5.0]})
+    assert report.ok and not any("no effect" in w for w in _warnings(report))
+
+
+def test_declarations_are_checked_at_the_runs_values(tmp_path, registry):
+    """A field read only past a threshold, a str hyperparameter, a term that exists only with beta > 0,
+    and a plugin drawing random numbers (compared with itself under a fixed seed)."""
+
+    @register_loss("branch_d", reduction="dapo", reads=())
+    def branch(inputs):
+        ratio = torch.exp(inputs.log_ratio)
+        if inputs.epsilon_low > 0.25:
+            ratio = torch.clamp(ratio, 1 - inputs.epsilon_low, 1 + inputs.epsilon_high)
+        return LossOutput(-ratio * inputs.advantages)
+
+    # at epsilon 0.2 (and 0.05, tried) the branch is never taken
+    assert _plan(tmp_path, {"loss_type": "branch_d", **OFF_POLICY}).ok
+    report = _plan(tmp_path, {"loss_type": "branch_d", **OFF_POLICY}, grid={"epsilon": [0.2, 0.3]})
+    errors = {(e.run_id, e.message) for e in report.errors}
+    (at_03,) = [r.run_id for r in expand(load_grid(tmp_path / "g.yaml")).runs if r.trainer["epsilon"] == 0.3]
+    assert {rid for rid, _ in errors} == {at_03}
+    assert any("declares reads=[], but setting epsilon = 0.05 moves its loss" in m for _, m in errors)
+
+    @register_loss(
+        "mode_d", reduction="dapo", reads=(),
+        hyperparameters=[Hyperparameter("mode_d_mode", str, "pg", "sign", off_policy_only=True)],
+    )  # fmt: skip
+    def mode(inputs):
+        sign = 1.0 if inputs.hparams["mode_d_mode"] == "pg" else -1.0
+        return LossOutput(-sign * inputs.advantages * torch.exp(inputs.log_ratio))
+
+    assert declaration_problems("mode_d") == ()  # a str without choices: nothing else to try at the default
+    report = _plan(tmp_path, {"loss_type": "mode_d"}, grid={"mode_d_mode": ["pg", "anti"]})
+    assert any("declares hyperparameter 'mode_d_mode' off_policy_only" in e.message for e in report.errors)
+
+    @register_loss(
+        "ref_d", reduction="dapo", reads=(),
+        hyperparameters=[Hyperparameter("ref_d_coef", float, 0.0, "weight", minimum=0.0, off_policy_only=True)],
+    )  # fmt: skip
+    def ref_term(inputs):
+        loss = -inputs.advantages * torch.exp(inputs.log_ratio)
+        if inputs.ref_per_token_logps is not None:
+            loss = (
+                loss
+                + inputs.hparams["ref_d_coef"] * (inputs.per_token_logps - inputs.ref_per_token_logps) ** 2
+            )
+        return LossOutput(loss)
+
+    assert _plan(tmp_path, {"loss_type": "ref_d"}).ok
+    report = _plan(tmp_path, {"loss_type": "ref_d", "beta": 0.04})
+    assert any("'ref_d_coef' off_policy_only" in e.message for e in report.errors)
+
+    @register_loss("noisy_d", reduction="dapo", reads=())
+    def noisy(inputs):
+        keep = (torch.rand_like(inputs.log_ratio) < 0.5).float()
+        return LossOutput(-keep * inputs.advantages * torch.exp(inputs.log_ratio))
+
+    assert _plan(tmp_path, {"loss_type": "noisy_d", **OFF_POLICY}).ok
+
+
+def test_a_plugin_raising_in_a_check_says_what_was_tried(registry):
+    @register_loss("level_d", reduction="dapo", reads=())
+    def level(inputs):
+        if inputs.log_importance_weights.shape[1] == 1:
+            raise ValueError("token weights only")
+        return LossOutput(-inputs.advantages * torch.exp(inputs.log_importance_weights))
+
+    (problem,) = declaration_problems("level_d")
+    assert "raised ValueError: token weights only" in problem
+    assert "B=8, T=16, trying importance_sampling_level = 'sequence'" in problem

@@ -2,28 +2,38 @@
 
 A plugin may declare (:func:`harness.losses.register_loss`):
 
-* ``reads``: which of :data:`harness.losses.LOSS_FIELDS` its function reads. Each field it does not
-  list is changed in turn (``epsilon`` 0.2 -> 0.05, ``epsilon_high`` None -> 0.5, ``delta``
-  None -> 1.1, ``importance_sampling_level`` token -> sequence) on an off-policy batch: its masked
-  loss and the gradient of their sum into ``per_token_logps`` must not move.
+* ``reads``: which of :data:`harness.losses.LOSS_FIELDS` its function reads. At a run's settings,
+  each field it does not list is changed in turn (``epsilon`` to 0.05, ``epsilon_high`` to 0.5,
+  ``delta`` to 1.1, ``importance_sampling_level`` to ``sequence``; to another value where the run
+  already has that one) on an off-policy batch: its masked loss and the gradient of their sum into
+  ``per_token_logps`` must not move.
 * ``off_policy_only`` on a hyperparameter: on an on-policy batch (old log-probs = the detached
-  current ones, every ratio exactly 1) another allowed value must leave loss and gradient as they are.
-* ``on_policy_equivalent``: on an on-policy batch the plugin path
+  current ones, every ratio exactly 1) the run's value, the default and one more allowed value must
+  give the same loss and gradient. Every run is compared with the default, so the values a grid
+  varies are compared with each other.
+* ``on_policy_equivalent``: on an on-policy batch, the plugin path
   (:func:`harness.losses.compute.plugin_loss`) and TRL's own ``GRPOTrainer._compute_loss`` for that
-  loss type (both on the bench's stand-in trainer, :class:`harness.bench.probe.LossProbe`) give the
-  same gradient into ``per_token_logps``.
+  loss type, both on the bench's stand-in trainer (:class:`harness.bench.probe.LossProbe`), give
+  the same gradient into ``per_token_logps``. Checked at TRL's defaults with the plugin's defaults
+  (a failure there is an error: the declaration is false), and at each run's settings (a failure
+  there only withholds validation's "these runs are <loss> runs" warning: TRL options such as
+  ``top_entropy_quantile`` legitimately break an equivalence).
 
-A declaration that one of these falsifies would make validation's warnings ("has no effect",
-"these runs are grpo runs") false, so it is an error naming the fix. Passing is evidence, not
-proof: a branch the synthetic batches do not reach is not seen. Tolerance :data:`TOL` (absolute,
-float32, values of order 1).
+The batches are B=8 completions of up to T=16 tokens (one row empty), run's ``beta`` and masks
+included; the global RNG is seeded before every call, so a plugin drawing random numbers is
+compared with itself. A declaration a check falsifies would make validation's warnings ("has no
+effect", "these runs are grpo runs") false, so it is an error naming the fix. Passing is
+evidence, not proof: a branch the batches do not reach is not seen. Tolerance :data:`TOL`
+(absolute, float32, values of order 1). Verdicts are memoised on disk (:mod:`harness.verdicts`)
+by the plugin module's SHA-256, the settings and the library versions.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
@@ -33,31 +43,68 @@ from harness import losses
 from harness.losses.compute import LossInputs, ReadOnlyConfig, check_output
 
 TOL = 1e-6
-#: For each field of LOSS_FIELDS: the changed value tried when a plugin declares it does not read it.
-CHANGED = {"epsilon": 0.05, "epsilon_high": 0.5, "delta": 1.1, "importance_sampling_level": "sequence"}
+B, T = 8, 16
+LENGTHS = (16, 11, 7, 3, 1, 14, 9, 0)
+#: For each field of LOSS_FIELDS: the changed values tried (the first that differs from the run's).
+CHANGED = {
+    "epsilon": (0.05, 0.3),
+    "epsilon_high": (0.5, 0.05),
+    "delta": (1.1, 2.0),
+    "importance_sampling_level": ("sequence", "token"),
+}
+#: GRPOConfig fields that never reach the loss: left out of the checks' settings and memo keys.
+IRRELEVANT = frozenset((
+    "seed", "data_seed", "output_dir", "run_name", "logging_dir", "max_steps", "num_train_epochs",
+    "save_steps", "save_total_limit", "logging_steps", "eval_steps", "learning_rate", "warmup_steps",
+    "warmup_ratio", "lr_scheduler_type", "weight_decay", "report_to",
+))  # fmt: skip
+#: Fields the stand-in trainer sets itself (:class:`harness.bench.probe.LossProbe`).
+STAND_IN_SETS = frozenset({"loss_type", "use_vllm", "max_completion_length"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the checks found for one run: ``problems`` (errors, each with its fix) and whether the
+    declared ``on_policy_equivalent`` holds at the run's settings (False when none is declared)."""
+
+    problems: tuple[str, ...]
+    equivalent_here: bool
+
+
+class _Stage:
+    """What is being tried, for the message when the plugin raises."""
+
+    def __init__(self) -> None:
+        self.what = "its defaults"
 
 
 def _inputs(settings: Mapping[str, Any], hparams: Mapping[str, Any], on_policy: bool) -> LossInputs:
-    """A seeded batch, B=4 completions x T=5 tokens, one row empty; old log-probs drift by
-    N(0, 0.3) nats per token off-policy and equal the current ones (detached) on-policy."""
+    """The seeded batch: old log-probs drift by N(0, 0.3) nats per token off-policy and equal the
+    current ones (detached) on-policy; a reference model's log-probs when ``beta`` > 0."""
     gen = torch.Generator().manual_seed(0)
-    logps = (-3.0 * torch.rand(4, 5, generator=gen)).requires_grad_(True)
-    drift = 0.3 * torch.randn(4, 5, generator=gen)
+    logps = (-3.0 * torch.rand(B, T, generator=gen)).requires_grad_(True)
+    drift = 0.3 * torch.randn(B, T, generator=gen)
     old = logps.detach() if on_policy else logps.detach() + drift
-    mask = torch.tensor(
-        [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.int32
-    )
+    mask = (torch.arange(T).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).to(torch.int32)
     log_ratio = logps - old
     weights = log_ratio
     if settings.get("importance_sampling_level") == "sequence":
         weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     epsilon, high = settings.get("epsilon", 0.2), settings.get("epsilon_high")
-    ref = logps.detach() + 0.05 if settings.get("beta") else None
+    ref = logps.detach() + 0.2 * torch.randn(B, T, generator=gen) if settings.get("beta") else None
+    advantages = torch.randn(B, 1, generator=gen)
+    entropies = 2.0 * torch.rand(B, T, generator=gen)
     return LossInputs(
-        logps, old, ref, torch.tensor([[1.2], [-0.7], [0.4], [0.9]]), mask, log_ratio, weights, None,
-        2.0 * torch.rand(4, 5, generator=gen), epsilon, epsilon if high is None else high,
-        ReadOnlyConfig(SimpleNamespace(**settings)), MappingProxyType(dict(hparams)),
+        logps, old, ref, advantages, mask, log_ratio, weights, None, entropies, epsilon,
+        epsilon if high is None else high, ReadOnlyConfig(SimpleNamespace(**settings)),
+        MappingProxyType(dict(hparams)),
     )  # fmt: skip
+
+
+def _seeded(function, *args):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return function(*args)
 
 
 def _loss_and_grad(
@@ -66,7 +113,7 @@ def _loss_and_grad(
     """The plugin's loss on the batch's unmasked tokens (B, T), and the gradient of their sum into
     ``per_token_logps`` (B, T)."""
     batch = _inputs(settings, hparams, on_policy)
-    out = check_output(plugin, plugin.function(batch), batch)
+    out = check_output(plugin, _seeded(plugin.function, batch), batch)
     masked = out.loss.expand_as(batch.mask) * batch.mask
     (grad,) = torch.autograd.grad(masked.sum(), batch.per_token_logps, allow_unused=True)
     grad = torch.zeros_like(batch.per_token_logps) if grad is None else grad
@@ -78,7 +125,7 @@ def _moved(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Te
 
 
 def _other_value(h: losses.Hyperparameter) -> Any:
-    """An allowed value of ``h`` other than its default, or None when there is none to try."""
+    """An allowed value of ``h`` other than its default, or None when none is found to try."""
     if h.choices:
         return next((c for c in h.choices if c != h.default), None)
     if h.type is bool:
@@ -86,111 +133,183 @@ def _other_value(h: losses.Hyperparameter) -> Any:
     if h.type is str:
         return None
     d = h.default
-    for v in (d * 2, d / 2, d + 1, d - 1, d + 0.5, d - 0.5, d + 0.01, d - 0.01):
-        v = h.type(v) if h.type is int else float(v)
+    for v in (d * 2, d / 2, d + 1, d - 1, d + 0.5, d - 0.5, d + 0.01, d - 0.01, d + 1e-4, d - 1e-4):
+        v = int(v) if h.type is int else float(v)
         if v != d and h.problem(v) is None:
             return v
     return None
 
 
-def _reads_problems(
-    plugin: losses.LossPlugin, base: Mapping[str, Any], hparams: Mapping[str, Any]
-) -> list[str]:
-    ref = _loss_and_grad(plugin, base, hparams, on_policy=False)
-    out = []
-    for name in losses.ignored_fields(plugin):
-        changed = _loss_and_grad(plugin, {**base, name: CHANGED[name]}, hparams, on_policy=False)
-        moved = _moved(ref, changed)
+def _reads_problems(plugin, settings, hparams, stage: _Stage) -> Iterator[str]:
+    ignored = losses.ignored_fields(plugin)
+    if not ignored:
+        return
+    ref = _loss_and_grad(plugin, settings, hparams, on_policy=False)
+    for name in ignored:
+        value = next(v for v in CHANGED[name] if v != settings.get(name))
+        stage.what = f"{name} = {value!r}"
+        moved = _moved(ref, _loss_and_grad(plugin, {**settings, name: value}, hparams, on_policy=False))
         if moved > TOL:
-            out.append(
+            fallback = ""
+            if name == "epsilon" and "epsilon_high" in (plugin.reads or ()):
+                fallback = " (inputs.epsilon_high is epsilon when epsilon_high is None, TRL's rule)"
+            yield (
                 f"loss {plugin.name!r} ({plugin.module}) declares reads={list(plugin.reads or ())}, but "
-                f"setting {name} = {CHANGED[name]!r} moves its loss or gradient by {moved:.2g} on an "
-                f"off-policy synthetic batch; add {name!r} to reads= in its register_loss, or stop reading it."
+                f"setting {name} = {value!r} moves its loss or gradient by {moved:.2g} on an off-policy "
+                f"synthetic batch{fallback}; add {name!r} to reads= in its register_loss, or stop reading it."
             )
-    return out
 
 
-def _off_policy_problems(
-    plugin: losses.LossPlugin, base: Mapping[str, Any], hparams: Mapping[str, Any]
-) -> list[str]:
-    if not any(h.off_policy_only for h in plugin.hyperparameters):
-        return []
-    ref = _loss_and_grad(plugin, base, hparams, on_policy=True)
-    out = []
-    for h in plugin.hyperparameters:
-        other = _other_value(h) if h.off_policy_only else None
-        if other is None:
-            continue
-        moved = _moved(ref, _loss_and_grad(plugin, base, {**hparams, h.name: other}, on_policy=True))
-        if moved > TOL:
-            out.append(
-                f"loss {plugin.name!r} ({plugin.module}) declares hyperparameter {h.name!r} off_policy_only, "
-                f"but {h.name} = {other!r} instead of {h.default!r} moves its loss or gradient by {moved:.2g} "
-                "on an on-policy synthetic batch (every ratio 1); drop off_policy_only=True from it."
-            )
-    return out
+def _off_policy_problems(plugin, settings, hparams, stage: _Stage) -> Iterator[str]:
+    declared = [h for h in plugin.hyperparameters if h.off_policy_only]
+    if not declared:
+        return
+    ref = _loss_and_grad(plugin, settings, hparams, on_policy=True)
+    for h in declared:
+        others = dict.fromkeys(
+            v for v in (h.default, _other_value(h)) if v is not None and v != hparams[h.name]
+        )
+        for other in others:
+            stage.what = f"{h.name} = {other!r}"
+            moved = _moved(ref, _loss_and_grad(plugin, settings, {**hparams, h.name: other}, on_policy=True))
+            if moved > TOL:
+                yield (
+                    f"loss {plugin.name!r} ({plugin.module}) declares hyperparameter {h.name!r} off_policy_only, "
+                    f"but {h.name} = {other!r} instead of {hparams[h.name]!r} moves its loss or gradient by "
+                    f"{moved:.2g} on an on-policy synthetic batch (every ratio 1); drop off_policy_only=True from it."
+                )
+                break
 
 
-def _at(hparams: Mapping[str, Any]) -> str:
-    return " with " + ", ".join(f"{k} = {v!r}" for k, v in hparams.items()) if hparams else ""
-
-
-def _equivalent_problem(plugin: losses.LossPlugin, hparams: Mapping[str, Any]) -> str | None:
-    """The plugin path against TRL's ``_compute_loss`` of ``plugin.on_policy_equivalent``, on-policy."""
+def _equivalent_gap(
+    plugin: losses.LossPlugin, settings: Mapping[str, Any], hparams: Mapping[str, Any]
+) -> float:
+    """Max |gradient difference| between the plugin path and TRL's ``_compute_loss`` of
+    ``plugin.on_policy_equivalent``, on-policy, both on the stand-in trainer with ``settings``."""
     from trl import GRPOTrainer
 
-    from harness.bench.probe import LossProbe, make_loss_batch
+    from harness.bench.probe import LossProbe, make_loss_batch, trl_config_defaults
     from harness.losses.compute import plugin_loss
 
-    equivalent = plugin.on_policy_equivalent
+    known = trl_config_defaults()
+    config = {k: v for k, v in settings.items() if k in known and k not in STAND_IN_SETS}
     grads = []
     for run in ("trl", "plugin"):
-        batch = make_loss_batch(6, 7, seed=3, lengths=[7, 5, 3, 1, 6, 2], on_policy=True)
-        loss_type = equivalent if run == "trl" else plugin.trl_loss_type
-        stand_in = LossProbe(loss_type, batch.per_token_logps, batch.entropies)
+        batch = make_loss_batch(B, T, seed=3, lengths=[max(n, 1) for n in LENGTHS], on_policy=True)
+        if config.get("beta"):
+            noise = 0.2 * torch.randn(B, T, generator=torch.Generator().manual_seed(4))
+            batch.inputs["ref_per_token_logps"] = batch.per_token_logps.detach() + noise
+        loss_type = plugin.on_policy_equivalent if run == "trl" else plugin.trl_loss_type
+        stand_in = LossProbe(loss_type, batch.per_token_logps, batch.entropies, **config)
         if run == "trl":
-            loss = GRPOTrainer._compute_loss(stand_in, None, batch.inputs)
+            loss = _seeded(GRPOTrainer._compute_loss, stand_in, None, batch.inputs)
         else:
-            loss = plugin_loss(stand_in, None, batch.inputs, plugin, hparams)
+            loss = _seeded(plugin_loss, stand_in, None, batch.inputs, plugin, hparams)
         (grad,) = torch.autograd.grad(loss, batch.per_token_logps, allow_unused=True)
         grads.append(torch.zeros_like(batch.per_token_logps) if grad is None else grad)
-    moved = (grads[0] - grads[1]).abs().max().item()
-    if moved <= TOL:
-        return None
-    return (
-        f"loss {plugin.name!r} ({plugin.module}) declares on_policy_equivalent={equivalent!r}, but{_at(hparams)} on "
-        f"an on-policy synthetic batch its gradient differs from TRL's {equivalent} by {moved:.2g}; name the "
-        "TRL loss whose gradient it has when every ratio is 1 (its reduction's, for a plain policy "
-        "gradient), or leave on_policy_equivalent None."
-    )
+    return (grads[0] - grads[1]).abs().max().item()
 
 
-def declaration_problems(name: str, hparams: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """What falsifies the declarations of the registered plugin ``name`` (module docstring) with
-    hyperparameter values ``hparams`` (its defaults when None: a run's values, since a declaration
-    must hold for every run it is applied to), each with its fix; empty when nothing does or
-    nothing is declared. Memoised per (name, values): a few ms per check, but the first
-    ``on_policy_equivalent`` check imports TRL's ``GRPOTrainer`` (seconds)."""
-    values = losses.REGISTRY[name].defaults() if hparams is None else dict(hparams)
-    return _declaration_problems(name, json.dumps(values, sort_keys=True))
+def _equivalence(plugin, settings, hparams, defaults, stage: _Stage) -> tuple[list[str], bool]:
+    """The error when the equivalence fails at TRL's and the plugin's defaults; whether it holds at
+    the run's settings."""
+    if not plugin.on_policy_equivalent:
+        return [], False
+    stage.what = f"TRL's {plugin.on_policy_equivalent} at the defaults"
+    gap = _equivalent_gap(plugin, defaults, plugin.defaults())
+    if gap > TOL:
+        equivalent = plugin.on_policy_equivalent
+        return [
+            f"loss {plugin.name!r} ({plugin.module}) declares on_policy_equivalent={equivalent!r}, but on an "
+            f"on-policy synthetic batch its gradient differs from TRL's {equivalent} by {gap:.2g} (TRL's and the "
+            "plugin's defaults); name the TRL loss whose gradient it has when every ratio is 1 (its "
+            "reduction's, for a plain policy gradient), or leave on_policy_equivalent None."
+        ], False
+    stage.what = f"TRL's {plugin.on_policy_equivalent} at the run's settings"
+    return [], _equivalent_gap(plugin, settings, hparams) <= TOL
 
 
-@functools.lru_cache(maxsize=256)
-def _declaration_problems(name: str, hparams_json: str) -> tuple[str, ...]:
+def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any]) -> dict[str, Any]:
     from harness.trl_boundary import grpo_config_defaults
 
     plugin = losses.REGISTRY[name]
-    base = {**grpo_config_defaults(), "beta": 0.0}
-    hparams = json.loads(hparams_json)
-    where = f"loss {plugin.name!r} ({plugin.module}.{plugin.function.__qualname__})"
+    defaults = {k: v for k, v in grpo_config_defaults().items() if k not in IRRELEVANT}
+    stage = _Stage()
     try:
-        out = _reads_problems(plugin, base, hparams) + _off_policy_problems(plugin, base, hparams)
-        problem = _equivalent_problem(plugin, hparams) if plugin.on_policy_equivalent else None
+        problems = [*_reads_problems(plugin, settings, hparams, stage)]
+        problems += _off_policy_problems(plugin, settings, hparams, stage)
+        more, here = _equivalence(plugin, settings, hparams, defaults, stage)
     except losses.PluginError as e:
-        return (f"{e} (found while checking its declarations on a synthetic batch)",)
+        return {
+            "problems": [f"{e} (found while checking its declarations, trying {stage.what})"],
+            "here": False,
+        }
     except Exception as e:
-        return (
-            f"{where} raised {type(e).__name__}: {e}{losses._where(e)} while its declarations were checked "
-            "on a synthetic batch; fix the function.",
+        where = f"loss {plugin.name!r} ({plugin.module}.{plugin.function.__qualname__})"
+        return {
+            "problems": [
+                f"{where} raised {type(e).__name__}: {e}{losses._where(e)} while its declarations were checked "
+                f"on a synthetic batch of B={B}, T={T}, trying {stage.what}; fix the function (or the "
+                "declaration that made the harness try this)."
+            ],
+            "here": False,
+        }
+    return {"problems": problems + more, "here": here}
+
+
+def check(name: str, config: Mapping[str, Any] | None, hparams: Mapping[str, Any] | None = None) -> Verdict:
+    """The checks of the module docstring for the registered plugin ``name`` at a run's settings:
+    ``config`` is the run's resolved ``GRPOConfig`` values (TRL's defaults when None), ``hparams``
+    its hyperparameter values (the plugin's defaults when None). Memoised in memory and on disk."""
+    from harness.trl_boundary import grpo_config_defaults
+
+    plugin = losses.REGISTRY[name]
+    settings = {**grpo_config_defaults(), **dict(config or {})}
+    settings = {k: v for k, v in settings.items() if k not in IRRELEVANT}
+    values = plugin.defaults() if hparams is None else {**plugin.defaults(), **dict(hparams)}
+    source = losses.source_record(plugin)["sha256"]
+    key = json.dumps(
+        [name, plugin.module, source, _checker_source(), settings, values], sort_keys=True, default=str
+    )
+    return _check(key, source is not None)
+
+
+@functools.cache
+def _checker_source() -> str:
+    """SHA-256 of this module's and the plugin path's source: a changed check is asked again."""
+    import hashlib
+    from pathlib import Path
+
+    from harness.losses import compute
+
+    digest = hashlib.sha256()
+    for path in (__file__, compute.__file__):
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _check(key: str, memo_on_disk: bool) -> Verdict:
+    from harness import verdicts
+
+    name, _, _, _, settings, values = json.loads(key)
+
+    def compute() -> dict[str, Any]:
+        return _verdict(name, settings, values)
+
+    if memo_on_disk:
+        stack = verdicts.versions(*verdicts.TRL_STACK)
+        found = verdicts.memo(
+            "loss-declarations",
+            {"check": key, "versions": stack},
+            compute,
+            valid=lambda v: isinstance(v, dict),
         )
-    return tuple(out + ([problem] if problem else []))
+    else:
+        found = compute()
+    return Verdict(tuple(found["problems"]), bool(found["here"]))
+
+
+def declaration_problems(name: str, config: Mapping[str, Any] | None = None, hparams=None) -> tuple[str, ...]:
+    """The errors of :func:`check` (empty when the declarations hold or none is made)."""
+    return check(name, config, hparams).problems

@@ -193,7 +193,7 @@ def check_run(settings: Mapping[str, Any], config: Mapping[str, Any] | None = No
         return [problem]
     from harness.losses.declarations import declaration_problems
 
-    return list(declaration_problems(plugin.name, losses.plugin_settings(plugin, trainer)))
+    return list(declaration_problems(plugin.name, config, losses.plugin_settings(plugin, trainer)))
 
 
 @functools.lru_cache(maxsize=256)

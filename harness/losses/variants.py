@@ -30,7 +30,9 @@ Neither reads ``epsilon``, ``epsilon_high``, ``delta`` or ``importance_sampling_
 ``mean_t d l_t``, GRPO's per-completion token mean; KL-Cov's ``|log r|`` is 0 with zero gradient
 (``sign(0) = 0``), leaving ``-r A`` under the dapo reduction, which is TRL's dapo. Their
 hyperparameters are therefore declared off-policy only, and ``on_policy_equivalent`` says whose
-gradient each equals.
+gradient each equals. (With TRL's entropy mask, ``top_entropy_quantile`` < 1, GMPO's sequence ratio
+still spreads its gradient over every token while grpo trains the masked ones only: the
+equivalence is then checked per run and not claimed, :mod:`harness.losses.declarations`.)
 
 Both follow verl's registry semantics (``verl/trainer/ppo/core_algos.py``: ``geo_mean``,
 ``kl_cov``); the code is this project's.
