@@ -17,7 +17,7 @@ EXPECTED_RUNS = {
     "clip_range.yaml": 36,  # 3 clip pairs x (3 num_iterations + the GA4/spg2/mu2 control) x 3 seeds
     "vespo.yaml": 24,  # 4 (k, lambda) settings x 3 staleness levels x 2 seeds
     "ref_sync.yaml": 21,  # (no sync + 2 periods x 2 alphas + per epoch x 2 alphas) x 3 seeds
-    "plugins.yaml": 12,  # grpo, dapo and the gmpo and kl_cov plugins, x 3 seeds
+    "plugins.yaml": 15,  # grpo, dapo and the gmpo, kl_cov and clip_cov plugins, x 3 seeds
 }
 
 

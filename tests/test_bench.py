@@ -270,7 +270,7 @@ def test_bench_losses_covers_every_loss_type(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     rows = {row[0]: row[1:] for row in table_rows(out)}
     expected = {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo", "gspo"}
-    expected |= {"gmpo", "kl_cov", "grpo_mirror"}  # loss plugins, timed beside the built-ins
+    expected |= {"gmpo", "kl_cov", "clip_cov", "grpo_mirror"}  # loss plugins, timed beside the built-ins
     assert expected <= set(rows)
     assert rows["loss"] == ["TRL loss_type", "IS level", "2 x 8", "3 x 16"]
     assert rows["grpo"][:2] == ["grpo", "token"] and all(c.endswith("(1.00x)") for c in rows["grpo"][2:])

@@ -280,9 +280,9 @@ def test_plugin_source_recorded_and_a_change_warned_of(tmp_path, monkeypatch, ca
     assert "--results DIR" in warning and str(run_dir) in warning
 
 
-def test_project_entry_points_register_gmpo_and_kl_cov():
+def test_project_entry_points_register_the_variants():
     names = losses.entry_point_names()
-    assert {"gmpo", "kl_cov"} <= set(names)
+    assert {"gmpo", "kl_cov", "clip_cov"} <= set(names)
 
 
 # --- hand-computed values of the variants ---------------------------------------------------------
@@ -300,7 +300,7 @@ def variant_inputs(log_ratio, advantages, logps=None, mask=None, **hparams):
     adv = torch.tensor(advantages).unsqueeze(1)
     return LossInputs(
         logps, old, None, adv, mask, logps - old, logps - old, None, torch.zeros_like(lr), 0.2, 0.2,
-        SimpleNamespace(), hparams,
+        SimpleNamespace(delta=None), hparams,
     )  # fmt: skip
 
 
@@ -352,6 +352,57 @@ def test_kl_cov_ignores_masked_tokens():
         mask=[[1, 0], [0, 0]], kl_cov_ratio=1.0, kl_cov_coef=1.0,
     )  # fmt: skip
     assert kl_cov(inputs).metrics["kl_cov/selected_frac"].tolist() == [[1.0, 0.0], [0.0, 0.0]]
+
+
+CLIP_COV = {"clip_cov_ratio": 0.25, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}
+
+
+def test_clip_cov_by_hand():
+    from harness.losses.variants import clip_cov
+
+    # the centred products of test_kl_cov_by_hand: only token (1, 0), 1.375, lies in the band (1, 5);
+    # its ratio e^0.3 is not PPO-clipped for A = -1 (the unclipped term is the active one), so it is cut
+    inputs = variant_inputs(
+        [[0.1, -0.2], [0.3, 0.05]], [1.0, -1.0], logps=[[-1.0, -2.0], [-3.0, -0.5]], **CLIP_COV
+    )
+    out = clip_cov(inputs)
+    expected = [[-math.exp(0.1), -math.exp(-0.2)], [0.0, math.exp(0.05)]]
+    assert out.loss.tolist() == [pytest.approx(row, abs=1e-6) for row in expected]
+    out.loss.sum().backward()
+    assert inputs.per_token_logps.grad[1, 0].item() == 0.0 and inputs.per_token_logps.grad[1, 1].item() != 0.0
+    assert out.metrics["clip_cov/cut_frac"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
+    assert out.metrics["clip_cov/band_frac"].tolist() == [[0.0, 0.0], [1.0, 0.0]]
+    # a ratio e^-0.5 below 1 - 0.2 with A = -1 is PPO-clipped already: nothing is left to cut
+    clipped = clip_cov(
+        variant_inputs(
+            [[0.1, -0.2], [-0.5, 0.05]], [1.0, -1.0], logps=[[-1.0, -2.0], [-3.0, -0.5]], **CLIP_COV
+        )
+    )
+    assert clipped.loss[1].tolist() == pytest.approx([0.8, math.exp(0.05)], abs=1e-6)
+    assert clipped.metrics["clip_cov/cut_frac"].sum().item() == 0.0
+    assert clipped.metrics["clip_ratio/low_mean"][1, 0].item() == 1.0
+
+
+def test_clip_cov_draws_k_of_the_band_with_torch_generator():
+    from harness.losses.variants import clip_cov
+
+    # advantages (1, -1), log-probs [[-1, -1, -1], [-4, -4, -4]]: every centred product is 1.5 * 1.5 = 2.25
+    args = ([[0.0] * 3, [0.0] * 3], [1.0, -1.0])
+    kw = {"logps": [[-1.0] * 3, [-4.0] * 3], **CLIP_COV, "clip_cov_ratio": 0.2}  # int(6 * 0.2) = 1 token
+    cuts = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        cuts.append(clip_cov(variant_inputs(*args, **kw)).metrics["clip_cov/cut_frac"])
+    assert cuts[0].sum().item() == 1.0 and torch.equal(cuts[0], cuts[1])
+    kw["clip_cov_ratio"] = 0.5
+    assert clip_cov(variant_inputs(*args, **kw)).metrics["clip_cov/cut_frac"].sum().item() == 3.0
+
+
+def test_clip_cov_empty_band_is_refused_at_plan(tmp_path):
+    (err,) = plan_errors(
+        tmp_path, "harness.losses.mirrors", "clip_cov", ", clip_cov_lb: 5.0, clip_cov_ub: 1.0"
+    )
+    assert "clip_cov_lb = 5.0 must be below clip_cov_ub = 1.0" in err and "before anything ran" in err
 
 
 # --- the doc's example, as a new user would run it -------------------------------------------------

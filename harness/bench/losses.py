@@ -28,7 +28,7 @@ from harness.bench.probe import (
 
 BASELINE = "grpo"
 
-#: Loss plugins timed beside TRL's built-ins (``loss_type`` is the plugin's name): the two variants
+#: Loss plugins timed beside TRL's built-ins (``loss_type`` is the plugin's name): the three variants
 #: TRL lacks, and the grpo mirror, whose time against grpo is the cost of the plugin path itself.
 PLUGIN_VARIANTS: dict[str, LossVariant] = {
     v.name: v
@@ -36,6 +36,9 @@ PLUGIN_VARIANTS: dict[str, LossVariant] = {
         LossVariant("gmpo", "gmpo", source="plugin: GMPO (arXiv:2507.20673); log-ratio clip 0.4"),
         LossVariant(
             "kl_cov", "kl_cov", source="plugin: KL-Cov (arXiv:2505.22617); top 0.2% of tokens, coef 1"
+        ),
+        LossVariant(
+            "clip_cov", "clip_cov", source="plugin: Clip-Cov (arXiv:2505.22617); 0.02% of the band (1, 5) cut"
         ),
         LossVariant(
             "grpo_mirror", "grpo_mirror", source="plugin: TRL's grpo through the plugin interface (mirror)"
@@ -49,7 +52,7 @@ def plugin_stand_in(variant: LossVariant, batch: LossBatch) -> tuple[LossProbe, 
     """The stand-in of a plugin variant (``GRPOConfig`` as a plugin run gets it) and its loss call."""
     from harness.losses import REGISTRY
     from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
-    from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
+    from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov, clip_cov)
     from harness.losses.compute import plugin_loss
 
     plugin = REGISTRY[variant.loss_type]

@@ -151,6 +151,28 @@ def clip_metrics(coef_1: torch.Tensor, advantages: torch.Tensor, inputs: LossInp
     }
 
 
+def ppo_clipped_surrogate(inputs: LossInputs, log_weights: torch.Tensor | None = None) -> LossOutput:
+    """TRL's clipped surrogate, ``-min(r A, clip(r, 1 - epsilon_low, 1 + epsilon_high) A)`` with ``r``
+    capped at ``delta`` when set (Schulman et al. 2017, arXiv:1707.06347 eq. 7; TRL's grpo, bnpo,
+    dr_grpo, dapo and luspo branches), and TRL's clip metrics (:func:`clip_metrics`): a building
+    block for plugins (``harness.losses.mirrors`` shows it gives TRL's loss).
+
+    Args:
+        inputs: the micro-batch.
+        log_weights: log r, (B, T) or (B, 1); ``inputs.log_importance_weights`` (the run's
+            ``importance_sampling_level``) when None.
+
+    Returns:
+        The loss, shaped like ``log_weights``, and the metrics ``clip_ratio/...``.
+    """
+    coef_1 = torch.exp(inputs.log_importance_weights if log_weights is None else log_weights)
+    coef_2 = torch.clamp(coef_1, 1 - inputs.epsilon_low, 1 + inputs.epsilon_high)
+    if inputs.config.delta is not None:
+        coef_1 = torch.clamp(coef_1, max=inputs.config.delta)
+    loss = -torch.min(coef_1 * inputs.advantages, coef_2 * inputs.advantages)
+    return LossOutput(loss, clip_metrics(coef_1, inputs.advantages, inputs))
+
+
 def _forward(trainer: Any, model: Any, inputs: Mapping[str, Any]):
     """TRL's forward of ``_compute_loss``: ``(per_token_logps, entropies, aux_loss, mask)``."""
     completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]

@@ -23,17 +23,12 @@ from __future__ import annotations
 import torch
 
 from harness.losses import register_loss
-from harness.losses.compute import LossInputs, LossOutput, clip_metrics
+from harness.losses.compute import LossInputs, LossOutput, ppo_clipped_surrogate
 
 
 def clipped_surrogate(inputs: LossInputs) -> LossOutput:
     """PPO's clipped surrogate on the importance weights ((B, T) or (B, 1)), TRL's clip metrics."""
-    coef_1 = torch.exp(inputs.log_importance_weights)
-    coef_2 = torch.clamp(coef_1, 1 - inputs.epsilon_low, 1 + inputs.epsilon_high)
-    if inputs.config.delta is not None:
-        coef_1 = torch.clamp(coef_1, max=inputs.config.delta)
-    loss = -torch.min(coef_1 * inputs.advantages, coef_2 * inputs.advantages)
-    return LossOutput(loss, clip_metrics(coef_1, inputs.advantages, inputs))
+    return ppo_clipped_surrogate(inputs)
 
 
 for _reduction in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):

@@ -1,4 +1,4 @@
-"""Two GRPO loss variants TRL 1.16 does not have, as loss plugins (entry points of the project).
+"""Three GRPO loss variants TRL 1.16 does not have, as loss plugins (entry points of the project).
 
 ``gmpo``: Geometric-Mean Policy Optimization (Zhao et al. 2025, "Geometric-Mean Policy Optimization",
 arXiv:2507.20673, Section 3, the GMPO objective). GRPO maximises the arithmetic mean over a
@@ -34,16 +34,24 @@ gradient each equals. (With TRL's entropy mask, ``top_entropy_quantile`` < 1, GM
 still spreads its gradient over every token while grpo trains the masked ones only: the
 equivalence is then checked per run and not claimed, :mod:`harness.losses.declarations`.)
 
-Both follow verl's registry semantics (``verl/trainer/ppo/core_algos.py``: ``geo_mean``,
-``kl_cov``); the code is this project's.
+``clip_cov``: Clip-Cov (the same paper, Section 4, Clip-Cov): PPO's clipped surrogate on the token
+ratios (TRL's, :func:`harness.losses.compute.ppo_clipped_surrogate`), except that a random
+``max(1, floor(k N))`` of the tokens whose centred covariance ``Cov_t`` (as above) lies strictly
+between ``clip_cov_lb`` and ``clip_cov_ub``, among those the PPO clip leaves active, lose their
+gradient (their loss is set to 0); the paper's defaults k = 2e-4, band (1, 5). Reduction: dapo. The
+covariance does not involve the ratio, so unlike KL-Cov it acts on on-policy steps too; the random
+choice uses torch's global generator (seeded by the run).
+
+The three follow verl's registry semantics (``verl/trainer/ppo/core_algos.py``: ``geo_mean``,
+``kl_cov``, ``clip_cov``); the code is this project's.
 """
 
 from __future__ import annotations
 
 import torch
 
-from harness.losses import Hyperparameter, register_loss
-from harness.losses.compute import LossInputs, LossOutput
+from harness.losses import Hyperparameter, PluginError, register_loss
+from harness.losses.compute import LossInputs, LossOutput, ppo_clipped_surrogate
 
 
 def _sequence_advantages(inputs: LossInputs) -> torch.Tensor:
@@ -96,6 +104,16 @@ def gmpo(inputs: LossInputs) -> LossOutput:
     return LossOutput(-advantages * ratio, metrics)
 
 
+def _centred_covariance(inputs: LossInputs, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) ``(A_t - mean A) * (log pi_t - mean log pi)``, means over the micro-batch's unmasked
+    tokens, no gradient; zeros when every token is masked."""
+    a = inputs.advantages.expand_as(inputs.per_token_logps).detach()
+    logp = inputs.per_token_logps.detach()
+    if not mask.any():
+        return torch.zeros_like(logp)
+    return (a - a[mask].mean()) * (logp - logp[mask].mean())
+
+
 @register_loss(
     "kl_cov",
     reduction="dapo",
@@ -128,8 +146,7 @@ def kl_cov(inputs: LossInputs) -> LossOutput:
     cov_mean = torch.zeros((), device=policy.device)
     n = int(mask.sum())
     if n > 0:
-        a, logp = advantages.detach(), inputs.per_token_logps.detach()
-        cov = (a - a[mask].mean()) * (logp - logp[mask].mean())
+        cov = _centred_covariance(inputs, mask)
         cov_mean = cov[mask].mean()
         k = max(1, int(n * inputs.hparams["kl_cov_ratio"]))
         top = torch.topk(cov.masked_fill(~mask, float("-inf")).flatten(), k).indices
@@ -141,3 +158,57 @@ def kl_cov(inputs: LossInputs) -> LossOutput:
         "kl_cov/cov_mean": cov_mean,
     }
     return LossOutput(loss, metrics)
+
+
+@register_loss(
+    "clip_cov",
+    reduction="dapo",
+    paper="Clip-Cov, Cui et al. 2025, arXiv:2505.22617, Section 4",
+    hyperparameters=[
+        Hyperparameter(
+            "clip_cov_ratio", float, 2e-4, "fraction of tokens whose gradient is cut (drawn in the band)",
+            minimum=0.0, maximum=1.0, exclusive_minimum=True,
+        ),
+        Hyperparameter("clip_cov_lb", float, 1.0, "lower bound of the covariance band (exclusive)"),
+        Hyperparameter("clip_cov_ub", float, 5.0, "upper bound of the covariance band (exclusive)"),
+    ],
+    reads=("epsilon", "epsilon_high", "delta"),
+)  # fmt: skip
+def clip_cov(inputs: LossInputs) -> LossOutput:
+    """Clip-Cov's per-token loss (B, T) (module docstring).
+
+    Metrics: TRL's ``clip_ratio/...`` of the PPO clip, ``clip_cov/cut_frac`` (fraction of tokens
+    whose gradient is cut), ``clip_cov/band_frac`` (fraction in the covariance band and not
+    PPO-clipped), ``clip_cov/cov_mean`` (mean centred covariance over the micro-batch's tokens).
+
+    Raises:
+        PluginError: ``clip_cov_lb >= clip_cov_ub`` (an empty band).
+    """
+    low, high = inputs.hparams["clip_cov_lb"], inputs.hparams["clip_cov_ub"]
+    if low >= high:
+        raise PluginError(
+            f"clip_cov: clip_cov_lb = {low} must be below clip_cov_ub = {high} (the band the cut tokens are drawn from)."
+        )
+    base = ppo_clipped_surrogate(inputs, inputs.log_ratio)
+    mask = inputs.mask.bool()
+    advantages = inputs.advantages.expand_as(inputs.per_token_logps)
+    ratio = torch.exp(inputs.log_ratio)
+    clipped = ratio if inputs.config.delta is None else torch.clamp(ratio, max=inputs.config.delta)
+    clipped_active = (-advantages * torch.clamp(ratio, 1 - inputs.epsilon_low, 1 + inputs.epsilon_high)) > (
+        -advantages * clipped
+    )
+    cov = _centred_covariance(inputs, mask)
+    band = (cov > low) & (cov < high) & mask & ~clipped_active
+    keep = torch.ones_like(base.loss)
+    candidates = band.flatten().nonzero().squeeze(-1)
+    if candidates.numel() > 0:
+        k = max(1, int(int(mask.sum()) * inputs.hparams["clip_cov_ratio"]))
+        chosen = candidates[torch.randperm(candidates.numel(), device=candidates.device)[:k]]
+        keep.view(-1)[chosen] = 0.0
+    metrics = {
+        **base.metrics,
+        "clip_cov/cut_frac": 1.0 - keep,
+        "clip_cov/band_frac": band.float(),
+        "clip_cov/cov_mean": cov[mask].mean() if mask.any() else torch.zeros(()),
+    }
+    return LossOutput(base.loss * keep, metrics)
