@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from analysis import stats, style
 from analysis.aggregate import robust_limits
@@ -236,6 +237,8 @@ def plot_aggregate(
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
+            else:  # narrow panels beside long labels: few ticks, or close values run together
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
             ax.set_title(title)
             ax.set_xlabel(metric_label(metric) if column != "p_improve" else "probability")
             ax.grid(axis="y", visible=False)

@@ -81,16 +81,15 @@ class Validation:
         return not self.errors
 
     def format(self, source: str = "") -> str:
-        """Human-readable listing, errors first, one line per finding (warnings deduplicated)."""
+        """Human-readable listing, errors first: one line per distinct message (a message several
+        runs share lists their ids; one run's gives its varying values), then the warnings, also
+        one line per distinct message."""
         lines = []
         head = f"{source}: " if source else ""
         if self.errors:
             n = len(self.errors)
             lines.append(f"{head}{n} error{'s' if n != 1 else ''}; nothing was run or written:")
-            for f in self.errors:
-                lines.append(
-                    f"  - run {f.run_id} ({f.where}): {f.message}" if f.run_id else f"  - {f.message}"
-                )
+            lines += [f"  - {line}" for line in _error_lines(self.errors)]
         seen = set()
         for f in self.warnings:
             if f.message in seen:
@@ -101,6 +100,23 @@ class Validation:
             which = f" [{', '.join(ids[:6])}{', ...' if len(ids) > 6 else ''}]" if ids else ""
             lines.append(f"warning ({n} run{'s' if n != 1 else ''}{which}): {f.message}")
         return "\n".join(lines)
+
+
+def _error_lines(errors: Sequence[Finding]) -> list[str]:
+    by_message: dict[str, list[Finding]] = {}
+    for f in errors:
+        by_message.setdefault(f.message, []).append(f)
+    lines = []
+    for message, found in by_message.items():
+        ids = [f.run_id for f in found if f.run_id]
+        if len(ids) > 1:
+            shown = ", ".join(ids[:6]) + (", ..." if len(ids) > 6 else "")
+            lines.append(f"{len(ids)} runs [{shown}]: {message}")
+        elif ids:
+            lines.append(f"run {ids[0]} ({found[0].where}): {message}")
+        else:
+            lines.append(message)
+    return lines
 
 
 @dataclass(frozen=True)

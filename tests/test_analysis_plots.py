@@ -126,3 +126,37 @@ def test_colours_are_consistent(frame):
     by_label = {line.get_label(): line.get_color() for line in axes[0, 0].get_lines()}
     for lab in LABELS:
         assert by_label[lab] == colors[lab]
+
+
+def test_aggregate_ticks_stay_apart_for_close_scores(tmp_path):
+    """Final scores 0.3490-0.3593 beside long variant names: the Mean and IQM panels carry at most
+    four ticks, whose labels do not overlap once drawn."""
+    import pandas as pd
+
+    from analysis.finals import plot_aggregate
+
+    values = [0.3593, 0.3490, 0.3541]
+    table = pd.DataFrame({c: values for c in ("mean", "iqm")})
+    table["p_improve"] = [float("nan"), 0.0, 0.0]
+    for c in ("mean", "iqm", "p_improve"):
+        table[f"{c}_lo"] = table[f"{c}_hi"] = float("nan")
+    names = ["grpo", "my_reinforce, my_reinforce_scale=0.5", "my_reinforce, my_reinforce_scale=1"]
+    fig, axes = plot_aggregate(
+        table, metric="reward", names=names, colors=["C0", "C1", "C2"], baseline="grpo"
+    )
+    assert len(axes[0]) == 3
+    seen = []  # the tick labels as the saved PNG draws them (style.save: 200 dpi, the style's fonts)
+
+    def capture(event):
+        for ax in axes[0]:
+            lo, hi = ax.get_xlim()
+            labels = [t for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
+            seen.append([(t.get_text(), t.get_window_extent(event.renderer)) for t in labels])
+
+    fig.canvas.mpl_connect("draw_event", capture)
+    style.save(fig, tmp_path / "aggregate", formats=("png",))
+    assert len(seen) >= 3
+    for k, labels in enumerate(seen[-3:]):  # the last draw is the one written
+        assert 2 <= len(labels) <= (4 if k < 2 else 5)
+        boxes = sorted((box for _, box in labels), key=lambda b: b.x0)
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [text for text, _ in labels]

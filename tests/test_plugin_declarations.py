@@ -175,7 +175,7 @@ def test_plan_shows_the_declarations(tmp_path):
     out = cli("plan", str(path)).stdout
     assert "kl_cov_coef: float = 1.0, >= 0 (off-policy only)" in out
     assert "reads: none of epsilon, epsilon_high, delta, importance_sampling_level" in out
-    assert "on-policy (every ratio 1) its gradient is dapo's" in out
+    assert "on-policy equivalent: dapo (declared; validation says so of each on-policy run where" in out
 
 
 def test_an_equivalence_is_claimed_only_where_it_holds(tmp_path, registry):

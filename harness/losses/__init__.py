@@ -505,5 +505,8 @@ def _declaration_lines(p: LossPlugin) -> list[str]:
         ignored = f"; ignores {', '.join(ignored_fields(p))}" if ignored_fields(p) else ""
         lines = [f"  reads: {', '.join(p.reads)}{ignored}"]
     if p.on_policy_equivalent:
-        lines.append(f"  on-policy (every ratio 1) its gradient is {p.on_policy_equivalent}'s")
+        lines.append(
+            f"  on-policy equivalent: {p.on_policy_equivalent} (declared; validation says so of each on-policy "
+            "run where the check at its settings confirms it)"
+        )
     return lines
