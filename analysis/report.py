@@ -958,6 +958,27 @@ def plugin_metrics(work: pd.DataFrame) -> list[str]:
     return out
 
 
+def merge_plugin_metrics(listed: Sequence[str], found: Sequence[str]) -> list[str]:
+    """The dynamics panels: ``listed`` (``report: metrics:``, in its order) with each plugin metric of
+    ``found`` (:func:`plugin_metrics`) not listed placed beside its plugin's listed ones, after the
+    nearest that precedes it alphabetically (else before the first of them), or at the end (in
+    ``found``'s order) when none of its plugin's metrics is listed: ``[gmpo/clip_ratio/high, gmpo/ratio_mean]`` with
+    ``gmpo/clip_ratio/low`` found becomes ``[gmpo/clip_ratio/high, gmpo/clip_ratio/low, gmpo/ratio_mean]``."""
+    out = list(listed)
+    rank = {m: i for i, m in enumerate(sorted(found))}
+    for m in found:
+        if m in out:
+            continue
+        prefix = m.partition("/")[0] + "/"
+        same = [i for i, x in enumerate(out) if x.startswith(prefix)]
+        if not same:
+            out.append(m)
+            continue
+        before = [i for i in same if rank.get(out[i], len(found)) < rank[m]]
+        out.insert(max(before) + 1 if before else min(same), m)
+    return out
+
+
 def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> tuple[list[str], list[str]]:
     """The curve and dynamics metrics the runs logged (returned), with a note on each asked-for
     metric or split that none did, and on runs without the x axis's values."""
@@ -968,7 +989,7 @@ def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> t
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
     data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
-    dyn_metrics += [m for m in plugin_metrics(work) if m not in dyn_metrics]
+    dyn_metrics = merge_plugin_metrics(dyn_metrics, plugin_metrics(work))
     if s.x != "step":
         x_missing = runs.index[runs["included"]].difference(
             pd.Index(work.loc[~np.isnan(x_values(work, s.x)), layout.RUN_ID].astype(str).unique())

@@ -202,3 +202,14 @@ def test_trl_loss_types_agree_with_the_boundary():
     from harness.trl_boundary import KNOWN_LOSS_TYPES
 
     assert frozenset(KNOWN_LOSS_TYPES) == report.TRL_LOSS_TYPES
+
+
+def test_unlisted_plugin_metrics_sit_beside_their_plugins_listed_ones():
+    listed = ["eval/accuracy", "gmpo/clip_ratio/high", "gmpo/ratio_mean", "kl_cov/selected_frac", "entropy"]
+    found = ["gmpo/clip_ratio/high", "gmpo/clip_ratio/low", "gmpo/ratio_mean", "kl_cov/cov_mean",
+             "kl_cov/selected_frac", "my_pg/logp"]  # fmt: skip
+    assert report.merge_plugin_metrics(listed, found) == [
+        "eval/accuracy", "gmpo/clip_ratio/high", "gmpo/clip_ratio/low", "gmpo/ratio_mean",
+        "kl_cov/cov_mean", "kl_cov/selected_frac", "entropy", "my_pg/logp",
+    ]  # fmt: skip
+    assert report.merge_plugin_metrics([], found) == found
