@@ -125,6 +125,22 @@ def missing_private_names() -> list[str]:
     return missing
 
 
+def reuses_current_logps(value: Any) -> bool:
+    """TRL's condition for using the current log-probs as the old ones (every ratio exactly 1):
+    ``gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0`` and no vLLM
+    importance-sampling correction (TRL ``GRPOTrainer._generate_and_score_completions``).
+
+    Args:
+        value: ``name -> GRPOConfig`` value (a callable, or a mapping; None reads as the default).
+    """
+    get = value if callable(value) else value.get
+    ga = get("gradient_accumulation_steps") or 1
+    spg = get("steps_per_generation") or ga
+    mu = get("num_iterations") or 1
+    vllm_is = bool(get("use_vllm")) and bool(get("vllm_importance_sampling_correction"))
+    return ga % (spg * mu) == 0 and not vllm_is
+
+
 def resolve_device(device: str, executor: ExecutorSettings) -> str:
     """The device a run will execute on: "cpu" or "cuda".
 

@@ -303,11 +303,9 @@ def is_on_policy(ctx: RunContext) -> bool:
     ``gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0`` and no vLLM
     importance-sampling correction (TRL ``_generate_and_score_completions``).
     """
-    ga = ctx.value("gradient_accumulation_steps") or 1
-    spg = ctx.value("steps_per_generation") or ga
-    mu = ctx.value("num_iterations") or 1
-    vllm_is = bool(ctx.value("use_vllm")) and bool(ctx.value("vllm_importance_sampling_correction"))
-    return ga % (spg * mu) == 0 and not vllm_is
+    from harness.trl_boundary import reuses_current_logps
+
+    return reuses_current_logps(ctx.value)
 
 
 def _off_policy_keys() -> tuple[str, ...]:
@@ -326,6 +324,11 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
         return []
     keys = _off_policy_keys()
     if ctx.trainer.get("loss_type") not in loss_types():  # a plugin: only what it declares off-policy only
+        from harness import losses
+
+        plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
+        if plugin is None or ctx.config is None or _verdict(ctx, plugin).problems:
+            return []
         keys = keys[len(OFF_POLICY_KEYS) :]
     names = ", ".join(k.split(".", 1)[1] for k in keys if k in ctx.varying_keys)
     if not names:
@@ -370,24 +373,20 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
     from harness import losses
 
     plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
-    if plugin is None:
-        return []
+    if plugin is None or ctx.config is None or _verdict(ctx, plugin).problems:
+        return []  # a false declaration is an error (rule_loss_type): say nothing built on it
     out: list[Finding] = []
-    unread = [k for k in losses.ignored_fields(plugin) if k in ctx.trainer]
+    unread = [k for k in losses.ignored_fields(plugin) if k in ctx.trainer and k not in _path_reads(ctx)]
     if unread:
         shown = ", ".join(f"trainer.{k}" for k in unread)
         reads = ", ".join(plugin.reads or ()) or "none of them"
         out += _warn(
             f"{shown} set with loss_type {plugin.name}: the plugin declares the loss fields it reads "
             f"({reads}; {plugin.module}), so this has no effect on its runs and cells that differ "
-            "only here differ only in name. Drop it from these cells (set it in the other sub-grids)."
+            "only here differ only in name. Drop it from these cells (in a grid of several losses, set "
+            "it only in the sub-grids of the losses that read it)."
         )
-    if (
-        plugin.on_policy_equivalent
-        and ctx.config is not None
-        and is_on_policy(ctx)
-        and _equivalent_here(ctx, plugin)
-    ):
+    if plugin.on_policy_equivalent and is_on_policy(ctx) and _verdict(ctx, plugin).equivalent_here:
         out += _warn(
             f"loss_type {plugin.name} in on-policy cells (gradient_accumulation_steps % (steps_per_generation "
             "* num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
@@ -398,15 +397,22 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
     return out
 
 
-def _equivalent_here(ctx: RunContext, plugin: Any) -> bool:
-    """Whether the plugin's declared on-policy equivalence holds at this run's settings (checked on
-    a synthetic batch: :func:`harness.losses.declarations.check`; TRL options such as
-    ``top_entropy_quantile`` can break it)."""
+def _verdict(ctx: RunContext, plugin: Any) -> Any:
+    """The checks of the plugin's declarations at this run's settings
+    (:func:`harness.losses.declarations.check`, memoised)."""
     from harness import losses
     from harness.losses.declarations import check
 
-    verdict = check(plugin.name, ctx.config, losses.plugin_settings(plugin, ctx.trainer))
-    return verdict.equivalent_here and not verdict.problems
+    return check(plugin.name, ctx.config, losses.plugin_settings(plugin, ctx.trainer))
+
+
+def _path_reads(ctx: RunContext) -> set[str]:
+    """The loss fields the plugin path itself reads at this run's settings, whatever the plugin
+    reads: ``importance_sampling_level`` weights the KL term under ``use_bias_correction_kl`` (with
+    beta > 0) and shapes vLLM's importance-sampling ratio (harness.losses.compute, as TRL)."""
+    kl = bool(ctx.value("beta")) and bool(ctx.value("use_bias_correction_kl"))
+    vllm = bool(ctx.value("use_vllm")) and bool(ctx.value("vllm_importance_sampling_correction"))
+    return {"importance_sampling_level"} if kl or vllm else set()
 
 
 def rule_trl_warnings(ctx: RunContext) -> list[Finding]:

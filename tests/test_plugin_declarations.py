@@ -119,20 +119,23 @@ def test_register_loss_refuses_unknown_declarations(registry):
 
 
 def test_a_false_declaration_is_a_plan_error(tmp_path, registry):
-    """A token-mean policy gradient under the dapo reduction is dapo on-policy, not grpo."""
+    """A token-mean policy gradient under the dapo reduction is dapo on-policy, not grpo: refused for
+    on-policy runs, the only ones the equivalence is said of (off-policy runs are not checked)."""
 
     @register_loss("pg_as_grpo_d", reduction="dapo", reads=(), on_policy_equivalent="grpo")
     def pg(inputs):
         return LossOutput(-inputs.advantages * torch.exp(inputs.log_ratio))
 
-    report = _plan(tmp_path, {"loss_type": "pg_as_grpo_d", **OFF_POLICY})
+    report = _plan(tmp_path, {"loss_type": "pg_as_grpo_d"})
     assert not report.ok
     (error,) = [e.message for e in report.errors]
     assert "declares on_policy_equivalent='grpo'" in error and "differs from TRL's grpo" in error
+    assert not any("grpo runs" in w for w in _warnings(report))  # nothing said on the false declaration
+    assert _plan(tmp_path, {"loss_type": "pg_as_grpo_d", **OFF_POLICY}).ok
     registry["pg_as_dapo_d"] = dataclasses.replace(
         registry["pg_as_grpo_d"], name="pg_as_dapo_d", on_policy_equivalent="dapo"
     )
-    assert _plan(tmp_path, {"loss_type": "pg_as_dapo_d", **OFF_POLICY}).ok
+    assert _plan(tmp_path, {"loss_type": "pg_as_dapo_d"}).ok
 
 
 def test_on_policy_plugin_runs_are_told_whose_gradient_they_have(tmp_path):
@@ -289,3 +292,40 @@ def test_a_plugin_raising_in_a_check_says_what_was_tried(registry):
     (problem,) = declaration_problems("level_d")
     assert "raised ValueError: token weights only" in problem
     assert "B=8, T=16, trying importance_sampling_level = 'sequence'" in problem
+
+
+def test_a_nan_in_the_empty_row_neither_hides_a_change_nor_passes_the_probe(tmp_path, registry):
+    """A per-sequence mean without clamp is NaN in a row with no tokens: the probe refuses it (the
+    reduced loss would be NaN), and the declaration checks count a NaN that appears as a change."""
+
+    @register_loss(
+        "nan_d", reduction="grpo", reads=(),
+        hyperparameters=[Hyperparameter("nan_d_c", float, 1.0, "scale", off_policy_only=True)],
+    )  # fmt: skip
+    def nan_loss(inputs):
+        t = -torch.exp(inputs.log_ratio) * inputs.advantages * inputs.hparams["nan_d_c"]
+        return LossOutput((t * inputs.mask).sum(-1, keepdim=True) / inputs.mask.sum(-1, keepdim=True))
+
+    report = _plan(tmp_path, {"loss_type": "nan_d"}, grid={"nan_d_c": [0.5, 1.0]})
+    assert any(
+        "returned NaN or inf in row(s) [2]" in e.message and "clamp(min=1)" in e.message
+        for e in report.errors
+    )
+    assert not any("no effect" in w for w in _warnings(report))
+    from harness.losses.declarations import _moved
+
+    nan = torch.tensor([1.0, float("nan")])
+    assert _moved((nan, nan), (nan, nan)) == 0.0
+    assert _moved((nan, nan), (torch.tensor([1.0, 2.0]), nan)) == float("inf")
+
+
+def test_the_kl_correction_reads_the_level_whatever_the_plugin_reads(tmp_path):
+    """Under use_bias_correction_kl with beta > 0 the KL term is weighted by the level's ratio: an
+    importance_sampling_level axis matters even for gmpo, which reads none of the loss fields."""
+    grid = {"importance_sampling_level": ["token", "sequence"]}
+    plain = _plan(tmp_path, {"loss_type": "gmpo", **OFF_POLICY}, grid=grid)
+    assert any("trainer.importance_sampling_level set with loss_type gmpo" in w for w in _warnings(plain))
+    kl = _plan(
+        tmp_path, {"loss_type": "gmpo", "beta": 0.04, "use_bias_correction_kl": True, **OFF_POLICY}, grid=grid
+    )
+    assert kl.ok and not any("importance_sampling_level set" in w for w in _warnings(kl))

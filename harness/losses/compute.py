@@ -473,8 +473,9 @@ def probe(plugin: LossPlugin, settings: Mapping[str, Any], level: str = "token")
     (``GRPOConfig`` values over TRL's defaults); the problem, with its fix, or None.
 
     Checked: the function does not raise, returns a floating (B, T) or (B, 1) tensor (or a
-    :class:`LossOutput`) that depends on ``per_token_logps``, with metrics of the documented kinds,
-    and a callable reduction returns a scalar.
+    :class:`LossOutput`), finite everywhere (row 2 has no tokens), that depends on
+    ``per_token_logps``, with metrics of the documented kinds, and a callable reduction returns a
+    scalar.
     """
     from harness import losses
     from harness.trl_boundary import grpo_config_defaults
@@ -484,6 +485,17 @@ def probe(plugin: LossPlugin, settings: Mapping[str, Any], level: str = "token")
     where = f"loss {plugin.name!r} ({plugin.module}.{plugin.function.__qualname__})"
     try:
         out = check_output(plugin, plugin.function(batch), batch)
+        bad = sorted({int(r) for r in (~torch.isfinite(out.loss.detach())).nonzero()[:, 0].tolist()})
+        if bad:
+            empty = (
+                " (row 2 has no tokens: divide by mask.sum(...).clamp(min=1), as TRL does)"
+                if 2 in bad
+                else ""
+            )
+            return (
+                f"{where} returned NaN or inf in row(s) {bad} of a synthetic batch of B=3, T=4{empty}; a "
+                "non-finite value anywhere, masked or not, makes the reduced loss NaN. Fix the function."
+            )
         if not out.loss.requires_grad:
             return (
                 f"{where} returned a loss that does not depend on LossInputs.per_token_logps (no gradient), "

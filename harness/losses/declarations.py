@@ -14,18 +14,20 @@ A plugin may declare (:func:`harness.losses.register_loss`):
 * ``on_policy_equivalent``: on an on-policy batch, the plugin path
   (:func:`harness.losses.compute.plugin_loss`) and TRL's own ``GRPOTrainer._compute_loss`` for that
   loss type, both on the bench's stand-in trainer (:class:`harness.bench.probe.LossProbe`), give
-  the same gradient into ``per_token_logps``. Checked at TRL's defaults with the plugin's defaults
-  (a failure there is an error: the declaration is false), and at each run's settings (a failure
-  there only withholds validation's "these runs are <loss> runs" warning: TRL options such as
-  ``top_entropy_quantile`` legitimately break an equivalence).
+  the same gradient into ``per_token_logps``. Checked for on-policy runs only (the only ones it is
+  said of), at TRL's defaults with the plugin's defaults (a failure there is an error: the
+  declaration is false) and at the run's settings (a failure there only withholds validation's
+  "these runs are <loss> runs" warning: TRL options such as ``top_entropy_quantile`` legitimately
+  break an equivalence).
 
 The batches are B=8 completions of up to T=16 tokens (one row empty), run's ``beta`` and masks
 included; the global RNG is seeded before every call, so a plugin drawing random numbers is
-compared with itself. A declaration a check falsifies would make validation's warnings ("has no
-effect", "these runs are grpo runs") false, so it is an error naming the fix. Passing is
-evidence, not proof: a branch the batches do not reach is not seen. Tolerance :data:`TOL`
-(absolute, float32, values of order 1). Verdicts are memoised on disk (:mod:`harness.verdicts`)
-by the plugin module's SHA-256, the settings and the library versions.
+compared with itself; a NaN or inf where the other call has none counts as a change. A
+declaration a check falsifies would make validation's warnings ("has no effect", "these runs are
+grpo runs") false, so it is an error naming the fix. Passing is evidence, not proof: a branch the
+batches do not reach is not seen. Tolerance :data:`TOL` (absolute, float32, values of order 1).
+Verdicts are memoised in memory only (per plugin function, settings and values): a plugin's code,
+or code it imports, may change between two ``plan`` calls.
 """
 
 from __future__ import annotations
@@ -121,7 +123,14 @@ def _loss_and_grad(
 
 
 def _moved(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+    """Max |difference| of losses and gradients; inf where only one is non-finite (NaN or inf in
+    the same place in both counts as equal)."""
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        same = (x == y) | (torch.isnan(x) & torch.isnan(y))
+        diff = torch.where(same, torch.zeros_like(x), (x - y).abs())
+        worst = max(worst, float(torch.nan_to_num(diff, nan=float("inf")).max()))
+    return worst
 
 
 def _other_value(h: losses.Hyperparameter) -> Any:
@@ -211,9 +220,11 @@ def _equivalent_gap(
 
 
 def _equivalence(plugin, settings, hparams, defaults, stage: _Stage) -> tuple[list[str], bool]:
-    """The error when the equivalence fails at TRL's and the plugin's defaults; whether it holds at
-    the run's settings."""
-    if not plugin.on_policy_equivalent:
+    """For an on-policy run: the error when the equivalence fails at TRL's and the plugin's
+    defaults, and whether it holds at the run's settings."""
+    from harness.trl_boundary import reuses_current_logps
+
+    if not plugin.on_policy_equivalent or not reuses_current_logps(settings):
         return [], False
     stage.what = f"TRL's {plugin.on_policy_equivalent} at the defaults"
     gap = _equivalent_gap(plugin, defaults, plugin.defaults())
@@ -260,53 +271,21 @@ def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any])
 def check(name: str, config: Mapping[str, Any] | None, hparams: Mapping[str, Any] | None = None) -> Verdict:
     """The checks of the module docstring for the registered plugin ``name`` at a run's settings:
     ``config`` is the run's resolved ``GRPOConfig`` values (TRL's defaults when None), ``hparams``
-    its hyperparameter values (the plugin's defaults when None). Memoised in memory and on disk."""
+    its hyperparameter values (the plugin's defaults when None). Memoised in memory."""
     from harness.trl_boundary import grpo_config_defaults
 
     plugin = losses.REGISTRY[name]
     settings = {**grpo_config_defaults(), **dict(config or {})}
     settings = {k: v for k, v in settings.items() if k not in IRRELEVANT}
     values = plugin.defaults() if hparams is None else {**plugin.defaults(), **dict(hparams)}
-    source = losses.source_record(plugin)["sha256"]
-    key = json.dumps(
-        [name, plugin.module, source, _checker_source(), settings, values], sort_keys=True, default=str
-    )
-    return _check(key, source is not None)
+    function = f"{plugin.module}.{plugin.function.__qualname__}"
+    return _check(json.dumps([name, function, settings, values], sort_keys=True, default=str))
 
 
-@functools.cache
-def _checker_source() -> str:
-    """SHA-256 of this module's and the plugin path's source: a changed check is asked again."""
-    import hashlib
-    from pathlib import Path
-
-    from harness.losses import compute
-
-    digest = hashlib.sha256()
-    for path in (__file__, compute.__file__):
-        digest.update(Path(path).read_bytes())
-    return digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=1024)
-def _check(key: str, memo_on_disk: bool) -> Verdict:
-    from harness import verdicts
-
-    name, _, _, _, settings, values = json.loads(key)
-
-    def compute() -> dict[str, Any]:
-        return _verdict(name, settings, values)
-
-    if memo_on_disk:
-        stack = verdicts.versions(*verdicts.TRL_STACK)
-        found = verdicts.memo(
-            "loss-declarations",
-            {"check": key, "versions": stack},
-            compute,
-            valid=lambda v: isinstance(v, dict),
-        )
-    else:
-        found = compute()
+@functools.lru_cache(maxsize=4096)
+def _check(key: str) -> Verdict:
+    name, _, settings, values = json.loads(key)
+    found = _verdict(name, settings, values)
     return Verdict(tuple(found["problems"]), bool(found["here"]))
 
 
