@@ -47,7 +47,14 @@ EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
 INFO_FILE = "tiny_model.json"
 # Bump when the build recipe changes in a way the spec does not capture, so old caches are not reused.
-BUILD_FORMAT = 2  # 2: byte-level symbols, so AutoTokenizer's Qwen2Tokenizer keeps spaces
+# 2: byte-level symbols, so AutoTokenizer's Qwen2Tokenizer keeps spaces; 3: the alphabet from
+# CORPUS_SPLITS, not the grid's split sizes (which are not in the cache key)
+BUILD_FORMAT = 3
+#: ``(generator seed, items)`` of the task items whose characters make the tiny model's alphabet and
+#: whose questions train the tiny chat model's BPE: the first 2,000 of the training split of seed 0
+#: and the eval split's first 200 (the smoke grid's sizes). Fixed, so that a build depends only on
+#: its cache key; a run's split sizes are not in it.
+CORPUS_SPLITS = ((0, 2000), (EVAL_SEED, 200))
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -119,12 +126,12 @@ def sft_pairs(spec: TinyModelSpec, task: TaskSpec) -> list[tuple[str, str]]:
 
 
 def task_alphabet(task: TaskSpec, extra_texts: Iterable[str] = ()) -> list[str]:
-    """Sorted characters of the task's bare prompts and answers (train split of seed 0 and eval split).
+    """Sorted characters of the task's bare prompts and answers (the items of :data:`CORPUS_SPLITS`).
 
     Characters outside it (e.g. a training seed that draws an unseen symbol) map to the unk token.
     """
     chars: set[str] = set()
-    for gen_seed, size in ((0, task.train_size), (EVAL_SEED, task.eval_size)):
+    for gen_seed, size in CORPUS_SPLITS:
         _, entries = generate_entries(task, gen_seed, size)
         for e in entries:
             chars.update(bare_prompt(e))
@@ -254,16 +261,28 @@ def _sft_data(
     return pairs, alphabet, tokenizer, prompt, longest
 
 
-def sft_lengths(spec: TinyModelSpec, task: TaskSpec) -> tuple[int, int]:
-    """``(longest prompt, longest prompt + answer + eos)`` in tokens of the tiny model's warm start
-    for ``task``: what :func:`build_tiny_model` checks against ``spec.max_position_embeddings``,
-    without building anything (about a second: the SFT data and the tokenizer).
+def split_entries(task: TaskSpec) -> list[dict]:
+    """The items a run's prompts come from: the training split of generator seed 0 (``train_size``
+    items; other seeds draw other items of the same kind) and the eval split."""
+    return [
+        e
+        for gen_seed, size in ((0, task.train_size), (EVAL_SEED, task.eval_size))
+        for e in generate_entries(task, gen_seed, size)[1]
+    ]
+
+
+def sft_lengths(spec: TinyModelSpec, task: TaskSpec) -> tuple[int, int, int]:
+    """``(longest SFT prompt, longest SFT prompt + answer + eos, longest prompt of a run's splits)``
+    in tokens of the tiny model for ``task`` (:func:`split_entries`, bare prompts): what
+    :func:`build_tiny_model` checks against ``spec.max_position_embeddings`` and what a run's
+    prompts take, without building anything (about a second: the data and the tokenizer).
 
     Raises:
         ValueError: the task spec is invalid.
     """
-    _, _, _, prompt, longest = _sft_data(spec, task, model_max_length=UNBOUNDED)
-    return prompt, longest
+    _, _, tokenizer, prompt, longest = _sft_data(spec, task, model_max_length=UNBOUNDED)
+    run_prompt = max(len(tokenizer(bare_prompt(e))["input_ids"]) for e in split_entries(task))
+    return prompt, longest, run_prompt
 
 
 def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:

@@ -40,15 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.models import (
+    CORPUS_SPLITS,
     UNBOUNDED,
     _library_versions,
     build_model,
     cached_build,
     noisy_answer,
+    split_entries,
     warm_start_and_save,
 )
-from harness.schema import EVAL_SEED, SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
-from harness.tasks import CHAT_SYSTEM_PROMPT, chat_prompt, check_task, generate_entries
+from harness.schema import SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
+from harness.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
 
 PAD_TOKEN = "<|pad|>"
 BOS_TOKEN = "<|bos|>"
@@ -77,7 +79,7 @@ CHAT_TEMPLATE = (
 #: (an unclosed ``<answer>7`` would share its first three tokens with ``<answer>7</answer>``).
 MALFORMED_ANSWERS = ("{}", "answer: {}", "[answer]{}[/answer]", "<ans>{}</ans>")
 # Bump when the build recipe changes in a way the spec and the recorded texts do not capture.
-CHAT_BUILD_FORMAT = 2
+CHAT_BUILD_FORMAT = 3  # 3: the BPE corpus from CORPUS_SPLITS, not the grid's split sizes
 
 
 def tiny_chat_model_key(spec: TinyChatModelSpec, task: TaskSpec) -> str:
@@ -128,11 +130,12 @@ def chat_sft_examples(spec: TinyChatModelSpec, task: TaskSpec) -> list[tuple[lis
 
 
 def tokenizer_corpus(task: TaskSpec, examples: list[tuple[list[dict[str, str]], str]]) -> list[str]:
-    """The texts the BPE learns its merges from: each message of the SFT conversations, the training
-    split's (seed 0) and the eval split's questions, as ``"<role>\\n<content>"``: the chat-formatted
-    text between its special tokens, which are never merged with anything."""
+    """The texts the BPE learns its merges from: each message of the SFT conversations and the
+    questions of :data:`harness.models.CORPUS_SPLITS` (not the grid's split sizes: the build depends
+    only on its cache key), as ``"<role>\\n<content>"``: the chat-formatted text between its special
+    tokens, which are never merged with anything."""
     texts = [f"system\n{CHAT_SYSTEM_PROMPT}"]
-    for gen_seed, size in ((0, task.train_size), (EVAL_SEED, task.eval_size)):
+    for gen_seed, size in CORPUS_SPLITS:
         _, entries = generate_entries(task, gen_seed, size)
         texts += [f"user\n{e['question']}" for e in entries]
     for prompt, answer in examples:
@@ -220,17 +223,28 @@ def _sft_data(
     )
 
 
-def sft_lengths(spec: TinyChatModelSpec, task: TaskSpec) -> tuple[int, int]:
-    """``(longest prompt with the generation prompt, longest conversation)`` in tokens of the tiny
-    chat model's warm start for ``task``: what :func:`build_tiny_chat_model` checks against
-    ``spec.max_position_embeddings``, without building the model (seconds: the SFT data and the
-    tokenizer's training).
+def sft_lengths(spec: TinyChatModelSpec, task: TaskSpec, template: str = "chat") -> tuple[int, int, int]:
+    """``(longest SFT prompt with the generation prompt, longest SFT conversation, longest prompt of
+    a run's splits in template)`` in tokens of the tiny chat model for ``task``
+    (:func:`harness.models.split_entries`; ``template`` "chat" or "bare"): what
+    :func:`build_tiny_chat_model` checks against ``spec.max_position_embeddings`` and what a run's
+    prompts take, without building the model (seconds: the data and the tokenizer's training).
 
     Raises:
         ValueError: the task spec is invalid.
     """
     examples, tokenizer = _sft_data(spec, task, model_max_length=UNBOUNDED)
-    return _sequence_lengths(tokenizer, examples)
+    prompt, longest = _sequence_lengths(tokenizer, examples)
+    entries = split_entries(task)
+    if template == "bare":
+        texts = [bare_prompt(e) for e in entries]
+    else:
+        texts = [
+            tokenizer.apply_chat_template(chat_prompt(e), tokenize=False, add_generation_prompt=True)
+            for e in entries
+        ]
+    run_prompt = max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    return prompt, longest, run_prompt
 
 
 def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:

@@ -552,51 +552,77 @@ def rule_tiny_template(ctx: RunContext) -> list[Finding]:
 def rule_context_length(ctx: RunContext) -> list[Finding]:
     """The embedded models' context, ``max_position_embeddings``: the warm start's longest sequence
     must fit it (else building the model fails at the start of every run), and the longest prompt
-    plus ``max_completion_length`` should (else completions reach positions the model was not built
-    for). Lengths from :func:`embedded_lengths`."""
+    plus the tokens generated (``max_completion_length``; ``harness.eval_max_new_tokens`` for the
+    greedy eval) should (else generation reaches positions the model was not built for). Lengths
+    from :func:`embedded_lengths`; the prompts are those of the training split of seed 0 and the
+    eval split, in the run's template (other seeds draw other prompts of the same kind)."""
     spec = ctx.run.tiny
     if ctx.run.model not in (TINY, TINY_CHAT) or spec is None or _cached_check_task(ctx.run.task):
         return []
-    prompt, longest = embedded_lengths(ctx.run.model, spec, ctx.run.task)
+    template = "bare" if ctx.run.model == TINY or ctx.run.task.template == "bare" else "chat"
+    sft_prompt, longest, prompt = embedded_lengths(ctx.run.model, spec, ctx.run.task, template)
     section, context = spec.SECTION, spec.max_position_embeddings
-    completion = ctx.value("max_completion_length") or 0
+    generated = {"trainer.max_completion_length": ctx.value("max_completion_length") or 0}
+    if ctx.run.harness.eval_max_new_tokens is not None:  # else the eval generates as many
+        generated["harness.eval_max_new_tokens"] = ctx.run.harness.eval_max_new_tokens
+    need = max(longest, prompt + max(generated.values()))
     if longest > context:
         return _err(
             f"{section}.max_position_embeddings = {context}, but the warm start's sequences for this task "
-            f"reach {longest} tokens (prompts up to {prompt}): building model {ctx.run.model!r} would fail "
-            f"at the start of every run. Raise {section}.max_position_embeddings to at least "
-            f"{max(longest, prompt + completion)} (prompts + max_completion_length included), or give the "
-            "task shorter prompts."
+            f"reach {longest} tokens (prompts up to {sft_prompt}): building model {ctx.run.model!r} would fail "
+            f"at the start of every run. Raise {section}.max_position_embeddings to at least {need} (the "
+            "prompts and the tokens generated included), or give the task shorter prompts."
         )
-    if prompt + completion > context:
+    over = [f"{key} = {n}" for key, n in generated.items() if prompt + n > context]
+    if over:
         return _warn(
-            f"trainer.max_completion_length = {completion} after prompts of up to {prompt} tokens (model "
-            f"{ctx.run.model!r}) reaches position {prompt + completion}, past {section}.max_position_embeddings "
-            f"= {context}: positions the model was not built for (its warm start's longest sequence is "
-            f"{longest}). Lower max_completion_length to {context - prompt}, or raise "
-            f"{section}.max_position_embeddings to {prompt + completion}."
+            f"{' and '.join(over)} after prompts of up to {prompt} tokens (model {ctx.run.model!r}, "
+            f"{template} prompts of the training split of seed 0 and the eval split) reach position "
+            f"{prompt + max(generated.values())}, past {section}.max_position_embeddings = {context}: "
+            f"positions the model was not built for (its warm start's longest sequence is {longest}). "
+            f"Generate at most {context - prompt} tokens, or raise {section}.max_position_embeddings to "
+            f"{need} (more if other seeds draw longer prompts)."
         )
     return []
 
 
-def embedded_lengths(model: str, spec: Any, task: Any) -> tuple[int, int]:
-    """``(longest prompt, longest warm-start sequence)`` in tokens of embedded ``model`` (tiny,
-    tiny-chat) for ``task`` (:func:`harness.models.sft_lengths`,
-    :func:`harness.tiny_chat.sft_lengths`), memoised on disk by the model's cache key
-    (:mod:`harness.verdicts`): a second or two once per model and task, nothing after."""
+#: The fields of the embedded models' specs that change their SFT data or tokenizer (so the lengths).
+_LENGTH_FIELDS = ("sft_examples", "seed", "label_noise", "format_noise", "vocab_size")
+
+
+def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[int, int, int]:
+    """``(longest SFT prompt, longest SFT sequence, longest prompt of a run's splits)`` in tokens of
+    embedded ``model`` (tiny, tiny-chat) for ``task`` in ``template``
+    (:func:`harness.models.sft_lengths`, :func:`harness.tiny_chat.sft_lengths`). Memoised in memory
+    and on disk (:mod:`harness.verdicts`), keyed by what changes them (the build format, the spec's
+    data fields, the task's dataset and split sizes, the template, the tokenizer and dataset
+    libraries' versions): a second or a few once, nothing after, and nothing imported."""
+    fields = {k: getattr(spec, k) for k in _LENGTH_FIELDS if hasattr(spec, k)}
+    task_key = {
+        "name": task.name,
+        "kwargs": dict(task.kwargs),
+        "train_size": task.train_size,
+        "eval_size": task.eval_size,
+    }
+    return _embedded_lengths(model, canonical_json({"spec": fields, "task": task_key}), template, spec, task)
+
+
+@functools.lru_cache(maxsize=256)
+def _embedded_lengths(model: str, key: str, template: str, spec: Any, task: Any) -> tuple[int, int, int]:
     from harness import models, tiny_chat, verdicts
 
     if model == TINY:
-        key, compute = models.tiny_model_key(spec, task), models.sft_lengths
+        fmt, compute = models.BUILD_FORMAT, lambda: list(models.sft_lengths(spec, task))
     else:
-        key, compute = tiny_chat.tiny_chat_model_key(spec, task), tiny_chat.sft_lengths
+        fmt, compute = tiny_chat.CHAT_BUILD_FORMAT, lambda: list(tiny_chat.sft_lengths(spec, task, template))
     value = verdicts.memo(
         "embedded-lengths",
-        {"model": key},
-        lambda: list(compute(spec, task)),
-        valid=lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v),
-    )
-    return value[0], value[1]
+        {"model": model, "format": fmt, "key": key, "template": template,
+         "versions": verdicts.versions("transformers", "tokenizers", "reasoning-gym")},
+        compute,
+        valid=lambda v: isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) for x in v),
+    )  # fmt: skip
+    return value[0], value[1], value[2]
 
 
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:

@@ -23,7 +23,7 @@ from harness.models import (
     tiny_model_key,
     tiny_model_path,
 )
-from harness.tasks import TaskSpec, build_task, greedy_accuracy
+from harness.tasks import TaskSpec, bare_prompt, build_task, greedy_accuracy
 
 TASK = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=16)
 # Small enough that the whole build (data, tokenizer, a few SFT steps, save) takes a few seconds.
@@ -99,7 +99,8 @@ def test_tiny_model_loads_locally(tiny_dir):
     # what validation checks without building (sft_lengths) is what the loaded tokenizer counts
     pairs = sft_pairs(SMALL, TASK)
     prompt = max(len(tok(p)["input_ids"]) for p, _ in pairs)
-    assert models.sft_lengths(SMALL, TASK) == (prompt, info["longest_sft_sequence"])
+    run_prompt = max(len(tok(bare_prompt(e))["input_ids"]) for e in models.split_entries(TASK))
+    assert models.sft_lengths(SMALL, TASK) == (prompt, info["longest_sft_sequence"], run_prompt)
 
 
 def test_a_run_tokenizes_as_the_warm_start_did(tiny_dir):

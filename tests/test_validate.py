@@ -327,7 +327,7 @@ def test_the_embedded_models_context_is_checked_before_anything_runs(tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump({**BASE, "tiny": tiny}))
     (run,) = expand_grid(load_grid(path)).runs
-    prompt, longest = sft_lengths(run.tiny, run.task)
+    _, longest, prompt = sft_lengths(run.tiny, run.task)
     assert 0 < prompt < longest
     at = report_for(tmp_path, tiny={**tiny, "max_position_embeddings": longest})
     assert at.ok
@@ -340,8 +340,8 @@ def test_the_embedded_models_context_is_checked_before_anything_runs(tmp_path):
     warned = report_for(tmp_path, {"max_completion_length": 64 - prompt + 1}, tiny=tiny)
     assert warned.ok
     (w,) = [w.message for w in warned.warnings if "max_position_embeddings" in w.message]
-    assert "reaches position 65, past tiny.max_position_embeddings = 64" in w
-    assert f"Lower max_completion_length to {64 - prompt}" in w
+    assert "reach position 65, past tiny.max_position_embeddings = 64" in w
+    assert f"Generate at most {64 - prompt} tokens" in w
     fits = report_for(tmp_path, {"max_completion_length": 64 - prompt}, tiny=tiny)
     assert not any("max_position_embeddings" in w.message for w in fits.warnings)
 
@@ -351,3 +351,40 @@ def test_the_tiny_chat_context_is_checked_too(tmp_path):
         tmp_path, model="tiny-chat", tiny_chat={"sft_examples": 256, "max_position_embeddings": 32}
     )
     assert "tiny_chat.max_position_embeddings = 32, but the warm start's sequences" in text
+
+
+def test_the_context_counts_the_runs_own_prompts_and_the_eval_budget(tmp_path):
+    """leg_counting's training prompts run longer than the warm start's (SFT draws other items), and
+    the greedy eval generates harness.eval_max_new_tokens; tiny-chat's bare prompts are short."""
+    from harness.grid import expand as expand_grid
+    from harness.models import sft_lengths
+
+    task = {"name": "leg_counting", "kwargs": {}}
+    tiny = {"sft_examples": 64}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "task": task, "tiny": tiny}))
+    (run,) = expand_grid(load_grid(path)).runs
+    sft_prompt, longest, prompt = sft_lengths(run.tiny, run.task)
+    assert prompt > sft_prompt
+    context = prompt + 10
+    fits = report_for(
+        tmp_path, {"max_completion_length": 10}, task=task, tiny={**tiny, "max_position_embeddings": context}
+    )
+    assert not any("max_position_embeddings" in w.message for w in fits.warnings)
+    over = report_for(
+        tmp_path, {"max_completion_length": 11}, task=task, tiny={**tiny, "max_position_embeddings": context}
+    )
+    assert any(f"after prompts of up to {prompt} tokens" in w.message for w in over.warnings)
+    evals = report_for(
+        tmp_path,
+        {"max_completion_length": 10},
+        task=task,
+        tiny={**tiny, "max_position_embeddings": context},
+        harness={"device": "cpu", "eval_max_new_tokens": 200},
+    )
+    (w,) = {w.message for w in evals.warnings if "max_position_embeddings" in w.message}
+    assert w.startswith("harness.eval_max_new_tokens = 200 after prompts")
+    chat = report_for(tmp_path, {"max_completion_length": 100}, model="tiny-chat",
+                      task={"name": "chain_sum", "kwargs": BASE["task"]["kwargs"], "template": "bare"},
+                      tiny_chat={"sft_examples": 256})  # fmt: skip
+    assert not any("max_position_embeddings" in w.message for w in chat.warnings)  # 5 + 100 < 128
