@@ -116,6 +116,8 @@ def test_register_loss_refuses_unknown_declarations(registry):
         register_loss("bad_reads_d", reads="epsilon")
     with pytest.raises(PluginError, match="on_policy_equivalent='reinforce'"):
         register_loss("bad_equiv_d", on_policy_equivalent="reinforce")
+    with pytest.raises(PluginError, match="'my.scale': a name is an identifier"):
+        Hyperparameter("my.scale", float, 1.0)
 
 
 def test_a_false_declaration_is_a_plan_error(tmp_path, registry):

@@ -82,6 +82,11 @@ class Hyperparameter:
     off_policy_only: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise PluginError(
+                f"hyperparameter {self.name!r}: a name is an identifier (a grid key, trainer.<name>), "
+                "e.g. my_loss_scale."
+            )
         if self.type not in _TYPES:
             raise PluginError(f"hyperparameter {self.name!r}: type must be bool, int, float or str.")
         problem = self.problem(self.default)
