@@ -73,7 +73,7 @@ def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_
     assert warm["imported"] == []
     assert warm["report"] == cold["report"]
     namespaces = sorted(p.name for p in memo.iterdir())
-    assert namespaces == ["grpo-config", "grpo-config-fields", "reasoning-gym-dataset"]
+    assert namespaces == ["embedded-lengths", "grpo-config", "grpo-config-fields", "reasoning-gym-dataset"]
 
 
 def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
