@@ -131,11 +131,9 @@ def task_alphabet(task: TaskSpec, extra_texts: Iterable[str] = ()) -> list[str]:
     Characters outside it (e.g. a training seed that draws an unseen symbol) map to the unk token.
     """
     chars: set[str] = set()
-    for gen_seed, size in CORPUS_SPLITS:
-        _, entries = generate_entries(task, gen_seed, size)
-        for e in entries:
-            chars.update(bare_prompt(e))
-            chars.update(str(e["answer"]))
+    for e in split_entries(task, CORPUS_SPLITS):
+        chars.update(bare_prompt(e))
+        chars.update(str(e["answer"]))
     for text in extra_texts:
         chars.update(text)
     return sorted(chars)
@@ -261,14 +259,12 @@ def _sft_data(
     return pairs, alphabet, tokenizer, prompt, longest
 
 
-def split_entries(task: TaskSpec) -> list[dict]:
-    """The items a run's prompts come from: the training split of generator seed 0 (``train_size``
-    items; other seeds draw other items of the same kind) and the eval split."""
-    return [
-        e
-        for gen_seed, size in ((0, task.train_size), (EVAL_SEED, task.eval_size))
-        for e in generate_entries(task, gen_seed, size)[1]
-    ]
+def split_entries(task: TaskSpec, splits: Iterable[tuple[int, int]] | None = None) -> list[dict]:
+    """The items of ``splits`` (``(generator seed, items)`` pairs); by default those a run's prompts
+    come from: the training split of generator seed 0 (``train_size`` items; other seeds draw other
+    items of the same kind) and the eval split."""
+    splits = ((0, task.train_size), (EVAL_SEED, task.eval_size)) if splits is None else splits
+    return [e for gen_seed, size in splits for e in generate_entries(task, gen_seed, size)[1]]
 
 
 def sft_lengths(spec: TinyModelSpec, task: TaskSpec) -> tuple[int, int, int]:

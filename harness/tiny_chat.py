@@ -135,9 +135,7 @@ def tokenizer_corpus(task: TaskSpec, examples: list[tuple[list[dict[str, str]], 
     only on its cache key), as ``"<role>\\n<content>"``: the chat-formatted text between its special
     tokens, which are never merged with anything."""
     texts = [f"system\n{CHAT_SYSTEM_PROMPT}"]
-    for gen_seed, size in CORPUS_SPLITS:
-        _, entries = generate_entries(task, gen_seed, size)
-        texts += [f"user\n{e['question']}" for e in entries]
+    texts += [f"user\n{e['question']}" for e in split_entries(task, CORPUS_SPLITS)]
     for prompt, answer in examples:
         texts += [f"{m['role']}\n{m['content']}" for m in prompt]
         texts.append(f"assistant\n{answer}")

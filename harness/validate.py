@@ -297,6 +297,13 @@ def rule_cispo_cap(ctx: RunContext) -> list[Finding]:
     return []
 
 
+#: Why a setting cannot matter in on-policy cells (the start of their warnings).
+ON_POLICY_CELLS = (
+    "in on-policy cells (gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0): "
+    "TRL then uses the current log-probs as the old ones, every ratio is exactly 1"
+)
+
+
 def is_on_policy(ctx: RunContext) -> bool:
     """TRL's condition for reusing the current log-probs as old ones (ratio exactly 1).
 
@@ -322,14 +329,12 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
     (every ratio exactly 1)."""
     if ctx.clip_siblings < 2:
         return []
-    keys = _off_policy_keys()
+    keys = OFF_POLICY_KEYS
     if ctx.trainer.get("loss_type") not in loss_types():  # a plugin: only what it declares off-policy only
-        from harness import losses
-
-        plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
-        if plugin is None or ctx.config is None or _verdict(ctx, plugin).problems:
+        plugin = _trusted_plugin(ctx)
+        if plugin is None:
             return []
-        keys = keys[len(OFF_POLICY_KEYS) :]
+        keys = tuple(f"trainer.{h.name}" for h in plugin.hyperparameters if h.off_policy_only)
     names = ", ".join(k.split(".", 1)[1] for k in keys if k in ctx.varying_keys)
     if not names:
         return []
@@ -340,9 +345,7 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
         )
     if is_on_policy(ctx):
         return _warn(
-            f"{names} {'vary' if ', ' in names else 'varies'} in on-policy cells (gradient_accumulation_steps % (steps_per_generation * "
-            "num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
-            "exactly 1, clipping never fires, VESPO's phi(1) = 1 for any (k, lambda) and a loss plugin's "
+            f"{names} {'vary' if ', ' in names else 'varies'} {ON_POLICY_CELLS}, clipping never fires, VESPO's phi(1) = 1 for any (k, lambda) and a loss plugin's "
             "off-policy-only hyperparameters act on nothing, so this axis has no effect there. To make it matter, reuse generation batches across optimizer steps: "
             "gradient_accumulation_steps must not be a multiple of steps_per_generation * num_iterations "
             "(e.g. num_iterations = 2 with the default steps_per_generation = gradient_accumulation_steps)."
@@ -372,9 +375,9 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
     ``on_policy_equivalent`` is told it trains with that TRL loss's gradient."""
     from harness import losses
 
-    plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
-    if plugin is None or ctx.config is None or _verdict(ctx, plugin).problems:
-        return []  # a false declaration is an error (rule_loss_type): say nothing built on it
+    plugin = _trusted_plugin(ctx)
+    if plugin is None:
+        return []
     out: list[Finding] = []
     unread = [k for k in losses.ignored_fields(plugin) if k in ctx.trainer and k not in _path_reads(ctx)]
     if unread:
@@ -388,13 +391,23 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
         )
     if plugin.on_policy_equivalent and is_on_policy(ctx) and _verdict(ctx, plugin).equivalent_here:
         out += _warn(
-            f"loss_type {plugin.name} in on-policy cells (gradient_accumulation_steps % (steps_per_generation "
-            "* num_iterations) == 0): TRL then uses the current log-probs as the old ones, every ratio is "
-            f"exactly 1, and {plugin.name}'s gradient is {plugin.on_policy_equivalent}'s (declared by "
+            f"loss_type {plugin.name} {ON_POLICY_CELLS}, and {plugin.name}'s gradient is {plugin.on_policy_equivalent}'s (declared by "
             f"{plugin.module}), so these runs are {plugin.on_policy_equivalent} runs up to rounding. To "
             "train the variant itself, reuse generation batches across optimizer steps (e.g. num_iterations = 2)."
         )
     return out
+
+
+def _trusted_plugin(ctx: RunContext) -> Any:
+    """The run's loss plugin when its declarations hold at the run's settings; None for a built-in
+    loss, for settings TRL refused, and for a refused declaration (an error of rule_loss_type:
+    nothing is said on top of it)."""
+    from harness import losses
+
+    plugin = losses.REGISTRY.get(ctx.trainer.get("loss_type"))
+    if plugin is None or ctx.config is None or _verdict(ctx, plugin).problems:
+        return None
+    return plugin
 
 
 def _verdict(ctx: RunContext, plugin: Any) -> Any:
@@ -590,6 +603,7 @@ def rule_context_length(ctx: RunContext) -> list[Finding]:
 _LENGTH_FIELDS = ("sft_examples", "seed", "label_noise", "format_noise", "vocab_size")
 
 
+@functools.lru_cache(maxsize=256)
 def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[int, int, int]:
     """``(longest SFT prompt, longest SFT sequence, longest prompt of a run's splits)`` in tokens of
     embedded ``model`` (tiny, tiny-chat) for ``task`` in ``template``
@@ -597,27 +611,18 @@ def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[i
     and on disk (:mod:`harness.verdicts`), keyed by what changes them (the build format, the spec's
     data fields, the task's dataset and split sizes, the template, the tokenizer and dataset
     libraries' versions): a second or a few once, nothing after, and nothing imported."""
-    fields = {k: getattr(spec, k) for k in _LENGTH_FIELDS if hasattr(spec, k)}
-    task_key = {
-        "name": task.name,
-        "kwargs": dict(task.kwargs),
-        "train_size": task.train_size,
-        "eval_size": task.eval_size,
-    }
-    return _embedded_lengths(model, canonical_json({"spec": fields, "task": task_key}), template, spec, task)
-
-
-@functools.lru_cache(maxsize=256)
-def _embedded_lengths(model: str, key: str, template: str, spec: Any, task: Any) -> tuple[int, int, int]:
     from harness import models, tiny_chat, verdicts
 
     if model == TINY:
         fmt, compute = models.BUILD_FORMAT, lambda: list(models.sft_lengths(spec, task))
     else:
         fmt, compute = tiny_chat.CHAT_BUILD_FORMAT, lambda: list(tiny_chat.sft_lengths(spec, task, template))
+    fields = {k: getattr(spec, k) for k in _LENGTH_FIELDS if hasattr(spec, k)}
+    sizes = {"train_size": task.train_size, "eval_size": task.eval_size}
     value = verdicts.memo(
         "embedded-lengths",
-        {"model": model, "format": fmt, "key": key, "template": template,
+        {"model": model, "format": fmt, "template": template,
+         "key": canonical_json({"spec": fields, "task": {"name": task.name, "kwargs": dict(task.kwargs), **sizes}}),
          "versions": verdicts.versions("transformers", "tokenizers", "reasoning-gym")},
         compute,
         valid=lambda v: isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) for x in v),

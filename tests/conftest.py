@@ -12,6 +12,18 @@ REPO = Path(__file__).resolve().parent.parent
 # Fast settings for end-to-end runs: a barely warm-started tiny model and a few short steps.
 FAST_TINY = {"sft_steps": 30, "sft_examples": 512}
 FAST_OVERRIDES = [f"-o tiny.{k}={v}" for k, v in FAST_TINY.items()]
+#: A small task and model fields whose whole build (data, tokenizer, a few SFT steps, save) takes a
+#: few seconds: the unit tests of both embedded models build with them.
+SMALL_TASK = {
+    "name": "chain_sum",
+    "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
+    "train_size": 64,
+    "eval_size": 16,
+}
+SMALL_MODEL = {
+    "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2, "intermediate_size": 64,
+    "sft_steps": 4, "sft_batch_size": 16, "sft_examples": 64,
+}  # fmt: skip
 
 
 #: Lines tests report for the session's terminal summary (the ``summary`` fixture).
@@ -74,6 +86,17 @@ def tiny_model(model_cache, chain_sum_task) -> str:
     from harness.models import TinyModelSpec, tiny_model_path
 
     return str(tiny_model_path(TinyModelSpec(**FAST_TINY), chain_sum_task, model_cache))
+
+
+def require_cluster(reason: str | None, *, in_ci: str, otherwise: str) -> None:
+    """At a SLURM test module's top: nothing when ``reason`` is None (the cluster is there); else fail
+    under CI=true (``in_ci``: CI starts the cluster, so a missing one is a fault) or skip the module
+    (``otherwise``, with the command that starts it)."""
+    if not reason:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(in_ci, pytrace=False)
+    pytest.skip(otherwise, allow_module_level=True)
 
 
 def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 900):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SMALL_MODEL, SMALL_TASK
 
 from harness import models
 from harness.models import (
@@ -25,18 +26,8 @@ from harness.models import (
 )
 from harness.tasks import TaskSpec, bare_prompt, build_task, greedy_accuracy
 
-TASK = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=16)
-# Small enough that the whole build (data, tokenizer, a few SFT steps, save) takes a few seconds.
-SMALL = TinyModelSpec(
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=2,
-    intermediate_size=64,
-    sft_steps=4,
-    sft_batch_size=16,
-    sft_examples=64,
-)
+TASK = TaskSpec(**SMALL_TASK)
+SMALL = TinyModelSpec(**SMALL_MODEL)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import FAST_TINY, cli
+from conftest import FAST_TINY, cli, require_cluster
 
 from harness import checkpoints, layout, slurm, status
 
@@ -45,13 +45,11 @@ def _two_nodes() -> str | None:
 
 
 _reason = _two_nodes()
-if _reason:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"a two-node SLURM cluster is required in CI: {_reason}", pytrace=False)
-    pytest.skip(
-        f"no two-node SLURM cluster ({_reason}); run `bash scripts/slurm-cluster.sh up --nodes 2`",
-        allow_module_level=True,
-    )
+require_cluster(
+    _reason,
+    in_ci=f"a two-node SLURM cluster is required in CI: {_reason}",
+    otherwise=f"no two-node SLURM cluster ({_reason}); run `bash scripts/slurm-cluster.sh up --nodes 2`",
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -15,18 +15,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import FAST_TINY, REPO, cli
+from conftest import FAST_TINY, REPO, cli, require_cluster
 
 from harness import layout, slurm, status
 
 _reason = slurm.slurm_available()
-if _reason:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"SLURM is required in CI but not reachable: {_reason}", pytrace=False)
-    pytest.skip(
-        f"no SLURM cluster reachable ({_reason}); run `bash scripts/slurm-cluster.sh up`",
-        allow_module_level=True,
-    )
+require_cluster(
+    _reason,
+    in_ci=f"SLURM is required in CI but not reachable: {_reason}",
+    otherwise=f"no SLURM cluster reachable ({_reason}); run `bash scripts/slurm-cluster.sh up`",
+)
 
 pytestmark = pytest.mark.slurm
 FAST = [f"-otiny.{k}={v}" for k, v in FAST_TINY.items()] + [

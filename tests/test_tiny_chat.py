@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from conftest import cli
+from conftest import SMALL_MODEL, SMALL_TASK, cli
 
 from harness import layout, models, tiny_chat
 from harness.grid import expand
@@ -35,19 +35,8 @@ from harness.tiny_chat import (
 from harness.validate import validate_plan
 
 REPO = Path(__file__).resolve().parent.parent
-TASK = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=16)
-# Small enough that the whole build (data, BPE, a few SFT steps, save) takes a few seconds.
-SMALL = TinyChatModelSpec(
-    vocab_size=320,
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=2,
-    intermediate_size=64,
-    sft_steps=4,
-    sft_batch_size=16,
-    sft_examples=64,
-)
+TASK = TaskSpec(**SMALL_TASK)
+SMALL = TinyChatModelSpec(vocab_size=320, **SMALL_MODEL)
 HUB_FILES = (
     "config.json",
     "generation_config.json",

@@ -225,15 +225,7 @@ def _prepare(trainer: Any, inputs: Mapping[str, Any], forward, hparams: Mapping[
             off_policy_threshold=trainer.off_policy_mask_threshold,
         )
     log_ratio = logps - old
-    level = trainer.importance_sampling_level
-    if level == "token":
-        log_weights = log_ratio
-    elif level == "sequence":
-        log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    else:
-        raise ValueError(
-            f"Unknown importance sampling level: {level}. Possible values are 'token' and 'sequence'."
-        )
+    log_weights = level_log_weights(log_ratio, mask, trainer.importance_sampling_level)
     ref, per_token_kl = None, None
     if trainer.beta != 0.0:
         ref = inputs["ref_per_token_logps"]
@@ -446,25 +438,54 @@ def plugin_loss(
     return loss
 
 
-def _probe_inputs(settings: Mapping[str, Any], level: str, hparams: Mapping[str, Any]) -> LossInputs:
-    """A seeded synthetic batch: B=3 completions, T=4 tokens, the last row empty, off-policy."""
+def level_log_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """The importance-sampling level's log weights, as TRL's ``_compute_loss`` computes them: (B, T)
+    ``log_ratio`` at ``token``; (B, 1) its masked mean per sequence at ``sequence`` (GSPO,
+    arXiv:2507.18071 eq. 7; 0 for a row with no tokens).
+
+    Raises:
+        ValueError: another level.
+    """
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        return ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    raise ValueError(
+        f"Unknown importance sampling level: {level}. Possible values are 'token' and 'sequence'."
+    )
+
+
+def synthetic_inputs(
+    settings: Mapping[str, Any], hparams: Mapping[str, Any], level: str, **tensors: torch.Tensor | None
+) -> LossInputs:
+    """:class:`LossInputs` around drawn tensors (``per_token_logps`` with grad,
+    ``old_per_token_logps``, ``ref_per_token_logps`` or None, ``advantages``, ``mask``,
+    ``entropies``), with the log-ratio, the level's log weights, TRL's clip range and the read-only
+    config from ``settings``: the batches that check a plugin before anything runs."""
     from types import SimpleNamespace
 
+    logps, old, mask = tensors["per_token_logps"], tensors["old_per_token_logps"], tensors["mask"]
+    log_ratio = logps - old
+    epsilon, high = settings.get("epsilon", 0.2), settings.get("epsilon_high")
+    return LossInputs(
+        logps, old, tensors["ref_per_token_logps"], tensors["advantages"], mask, log_ratio,
+        level_log_weights(log_ratio, mask, level), None, tensors["entropies"], epsilon,
+        epsilon if high is None else high, ReadOnlyConfig(SimpleNamespace(**settings)),
+        MappingProxyType(dict(hparams)),
+    )  # fmt: skip
+
+
+def _probe_inputs(settings: Mapping[str, Any], level: str, hparams: Mapping[str, Any]) -> LossInputs:
+    """A seeded synthetic batch: B=3 completions, T=4 tokens, the last row empty, off-policy."""
     gen = torch.Generator().manual_seed(0)
     logps = (-3.0 * torch.rand(3, 4, generator=gen)).requires_grad_(True)
     old = logps.detach() + 0.1 * torch.randn(3, 4, generator=gen)
-    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.int32)
-    log_ratio = logps - old
-    weights = log_ratio
-    if level == "sequence":
-        weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    epsilon = settings.get("epsilon", 0.2)
-    high = settings.get("epsilon_high")
-    ref = logps.detach() + 0.05 if settings.get("beta") else None
-    return LossInputs(
-        logps, old, ref, torch.tensor([[1.0], [-0.5], [0.3]]), mask, log_ratio, weights, None,
-        2.0 * torch.rand(3, 4, generator=gen), epsilon, epsilon if high is None else high,
-        ReadOnlyConfig(SimpleNamespace(**settings)), MappingProxyType(dict(hparams)),
+    return synthetic_inputs(
+        settings, hparams, level, per_token_logps=logps, old_per_token_logps=old,
+        ref_per_token_logps=logps.detach() + 0.05 if settings.get("beta") else None,
+        advantages=torch.tensor([[1.0], [-0.5], [0.3]]),
+        mask=torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.int32),
+        entropies=2.0 * torch.rand(3, 4, generator=gen),
     )  # fmt: skip
 
 

@@ -36,13 +36,12 @@ import functools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import torch
 
 from harness import losses
-from harness.losses.compute import LossInputs, ReadOnlyConfig, check_output
+from harness.losses.compute import LossInputs, check_output, synthetic_inputs
 
 TOL = 1e-6
 B, T = 8, 16
@@ -86,20 +85,13 @@ def _inputs(settings: Mapping[str, Any], hparams: Mapping[str, Any], on_policy: 
     gen = torch.Generator().manual_seed(0)
     logps = (-3.0 * torch.rand(B, T, generator=gen)).requires_grad_(True)
     drift = 0.3 * torch.randn(B, T, generator=gen)
-    old = logps.detach() if on_policy else logps.detach() + drift
-    mask = (torch.arange(T).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).to(torch.int32)
-    log_ratio = logps - old
-    weights = log_ratio
-    if settings.get("importance_sampling_level") == "sequence":
-        weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    epsilon, high = settings.get("epsilon", 0.2), settings.get("epsilon_high")
     ref = logps.detach() + 0.2 * torch.randn(B, T, generator=gen) if settings.get("beta") else None
-    advantages = torch.randn(B, 1, generator=gen)
-    entropies = 2.0 * torch.rand(B, T, generator=gen)
-    return LossInputs(
-        logps, old, ref, advantages, mask, log_ratio, weights, None, entropies, epsilon,
-        epsilon if high is None else high, ReadOnlyConfig(SimpleNamespace(**settings)),
-        MappingProxyType(dict(hparams)),
+    return synthetic_inputs(
+        settings, hparams, settings.get("importance_sampling_level", "token"),
+        per_token_logps=logps, old_per_token_logps=logps.detach() if on_policy else logps.detach() + drift,
+        ref_per_token_logps=ref, advantages=torch.randn(B, 1, generator=gen),
+        mask=(torch.arange(T).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).to(torch.int32),
+        entropies=2.0 * torch.rand(B, T, generator=gen),
     )  # fmt: skip
 
 
@@ -240,7 +232,7 @@ def _equivalence(plugin, settings, hparams, defaults, stage: _Stage) -> tuple[li
     return [], _equivalent_gap(plugin, settings, hparams) <= TOL
 
 
-def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any]) -> dict[str, Any]:
+def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any]) -> Verdict:
     from harness.trl_boundary import grpo_config_defaults
 
     plugin = losses.REGISTRY[name]
@@ -251,21 +243,18 @@ def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any])
         problems += _off_policy_problems(plugin, settings, hparams, stage)
         more, here = _equivalence(plugin, settings, hparams, defaults, stage)
     except losses.PluginError as e:
-        return {
-            "problems": [f"{e} (found while checking its declarations, trying {stage.what})"],
-            "here": False,
-        }
+        return Verdict((f"{e} (found while checking its declarations, trying {stage.what})",), False)
     except Exception as e:
         where = f"loss {plugin.name!r} ({plugin.module}.{plugin.function.__qualname__})"
-        return {
-            "problems": [
+        return Verdict(
+            (
                 f"{where} raised {type(e).__name__}: {e}{losses._where(e)} while its declarations were checked "
                 f"on a synthetic batch of B={B}, T={T}, trying {stage.what}; fix the function (or the "
-                "declaration that made the harness try this)."
-            ],
-            "here": False,
-        }
-    return {"problems": problems + more, "here": here}
+                "declaration that made the harness try this).",
+            ),
+            False,
+        )
+    return Verdict(tuple(problems + more), here)
 
 
 def check(name: str, config: Mapping[str, Any] | None, hparams: Mapping[str, Any] | None = None) -> Verdict:
@@ -285,8 +274,7 @@ def check(name: str, config: Mapping[str, Any] | None, hparams: Mapping[str, Any
 @functools.lru_cache(maxsize=4096)
 def _check(key: str) -> Verdict:
     name, _, settings, values = json.loads(key)
-    found = _verdict(name, settings, values)
-    return Verdict(tuple(found["problems"]), bool(found["here"]))
+    return _verdict(name, settings, values)
 
 
 def declaration_problems(name: str, config: Mapping[str, Any] | None = None, hparams=None) -> tuple[str, ...]:
