@@ -159,7 +159,7 @@ def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any], str | None]
         raise DamagedConfig(f"'config' is {type(cfg).__name__}, not an object")
     if not isinstance(varying, Mapping):
         raise DamagedConfig(f"'varying' is {type(varying).__name__}, not an object")
-    for section in ("task", "tiny", "tiny_chat", "trainer", "harness"):
+    for section in ("task", "tiny", "tiny_chat", "tiny_steps", "trainer", "harness"):
         if section in cfg and not isinstance(cfg[section], Mapping):
             raise DamagedConfig(f"'config.{section}' is {type(cfg[section]).__name__}, not an object")
     flat = flatten_config(cfg)

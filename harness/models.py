@@ -36,9 +36,11 @@ from harness.schema import (
     SFT_SEED_BASE,
     TINY,
     TINY_CHAT,
+    TINY_STEPS,
     TaskSpec,
     TinyChatModelSpec,
     TinyModelSpec,
+    TinyStepsModelSpec,
 )
 from harness.tasks import bare_prompt, check_task, generate_entries
 
@@ -413,11 +415,19 @@ def resolve_model(
         ValueError: an embedded model without task or cache_dir, ``"tiny-chat"`` with a spec that is
             not a :class:`TinyChatModelSpec`, an invalid task, or a problem reported by :func:`check_model`.
     """
-    if model in (TINY, TINY_CHAT):
+    if model in (TINY, TINY_CHAT, TINY_STEPS):
         if task is None or cache_dir is None:
             raise ValueError(f"model {model!r} needs the task and a cache_dir to build it in")
         if model == TINY:
             return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir))
+        if model == TINY_STEPS:
+            if tiny_spec is not None and not isinstance(tiny_spec, TinyStepsModelSpec):
+                raise ValueError(
+                    f"model 'tiny-steps' takes a TinyStepsModelSpec, got {type(tiny_spec).__name__}"
+                )
+            from harness.tiny_steps import tiny_steps_model_path  # it imports this module
+
+            return str(tiny_steps_model_path(tiny_spec or TinyStepsModelSpec(), task, cache_dir))
         if tiny_spec is not None and not isinstance(tiny_spec, TinyChatModelSpec):
             raise ValueError(f"model 'tiny-chat' takes a TinyChatModelSpec, got {type(tiny_spec).__name__}")
         from harness.tiny_chat import tiny_chat_model_path  # it imports this module
@@ -439,7 +449,7 @@ def check_model(model: str) -> list[str]:
     """
     if not isinstance(model, str) or not model.strip():
         return [f"model must be a non-empty string, got {model!r}"]
-    if model in (TINY, TINY_CHAT):
+    if model in (TINY, TINY_CHAT, TINY_STEPS):
         return []
     local = Path(model).expanduser()
     if local.is_dir():

@@ -39,7 +39,7 @@ EPOCH = "epoch"
 EXECUTORS = ("local", "debug", "slurm")
 DEVICES = ("cpu", "cuda", "auto")
 #: Prompt templates of a task (see :mod:`harness.tasks`).
-TEMPLATES = ("auto", "bare", "chat")
+TEMPLATES = ("auto", "bare", "chat", "steps")
 #: Reward functions a task can give TRL (built by :data:`harness.tasks.REWARDS`, in this order).
 REWARD_NAMES = ("correctness", "format")
 #: The embedded default model, built by :mod:`harness.models`.
@@ -47,8 +47,11 @@ TINY = "tiny"
 #: The second embedded default, a chat model (byte-level BPE, chat template), built by
 #: :mod:`harness.tiny_chat`.
 TINY_CHAT = "tiny-chat"
+#: The reasoning testbed: a tiny model warm-started on worked chains of steps (``task.template:
+#: steps``), built by :mod:`harness.tiny_steps`.
+TINY_STEPS = "tiny-steps"
 #: The embedded models and the section of a grid file that holds each one's settings.
-EMBEDDED_MODEL_SECTIONS = {TINY: "tiny", TINY_CHAT: "tiny_chat"}
+EMBEDDED_MODEL_SECTIONS = {TINY: "tiny", TINY_CHAT: "tiny_chat", TINY_STEPS: "tiny_steps"}
 #: Byte tokens of a byte-level BPE: every byte is a token before any merge.
 BYTE_TOKENS = 256
 #: Special tokens of the tiny chat model's tokenizer (pad, bos, the role markers <|im_start|>, <|im_end|>).
@@ -500,6 +503,39 @@ class TinyChatModelSpec(TinyModelSpec):
     )
 
 
+def _fraction(what: str) -> Check:
+    return (lambda v: 0 <= v <= 1, f"is a fraction of {what}: use a value in [0, 1]")
+
+
+@dataclass(frozen=True)
+class TinyStepsModelSpec(TinyModelSpec):
+    """Everything that defines the reasoning testbed (``model: tiny-steps``); the grid's ``tiny_steps``
+    section.
+
+    The fields of :class:`TinyModelSpec` with the same meaning (other defaults: completions are
+    worked chains of tens of tokens), except that ``label_noise`` is the fraction of SFT chains in
+    which one step's result is off by ±1 or ±2 and the chain goes on from the wrong value. Three
+    more kinds of error, each drawn independently per chain, make length and correctness move apart:
+
+        skip_noise: fraction of chains that leave one term out (one step shorter, wrong unless the
+            term is 0).
+        repeat_noise: fraction of chains that apply one term twice (one step longer, wrong unless 0).
+        redundant_noise: fraction of chains that write one step twice (one step longer, still right).
+
+    Built by :mod:`harness.tiny_steps`.
+    """
+
+    SECTION: ClassVar[str] = "tiny_steps"
+
+    max_position_embeddings: int = checked(128, at_least(1))
+    sft_steps: int = checked(1500, at_least(1))
+    sft_examples: int = checked(8192, at_least(1))
+    label_noise: float = checked(0.25, _fraction("SFT chains"))
+    skip_noise: float = checked(0.15, _fraction("SFT chains"))
+    repeat_noise: float = checked(0.15, _fraction("SFT chains"))
+    redundant_noise: float = checked(0.15, _fraction("SFT chains"))
+
+
 @dataclass(frozen=True)
 class HarnessSettings(Section):
     """How the harness observes a run (none of this changes what TRL computes).
@@ -606,7 +642,11 @@ class ExecutorSettings(Section):
 
 
 #: The section class of each embedded model's section (:data:`EMBEDDED_MODEL_SECTIONS`).
-_EMBEDDED_SPECS: dict[str, type[TinyModelSpec]] = {"tiny": TinyModelSpec, "tiny_chat": TinyChatModelSpec}
+_EMBEDDED_SPECS: dict[str, type[TinyModelSpec]] = {
+    "tiny": TinyModelSpec,
+    "tiny_chat": TinyChatModelSpec,
+    "tiny_steps": TinyStepsModelSpec,
+}
 
 
 # --- a grid and its runs ------------------------------------------------------------------------
@@ -668,6 +708,7 @@ class GridSpec:
     profile: str | None = None
     profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
     report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
+    findings: Mapping[str, Any] = field(default_factory=dict)  # the checked findings: (harness.findings)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     model: tiny               # "tiny", "tiny-chat", a local path, or a Hugging Face model id
     tiny: {...}               # harness.schema.TinyModelSpec fields (model: tiny)
     tiny_chat: {...}          # harness.schema.TinyChatModelSpec fields (model: tiny-chat)
+    tiny_steps: {...}         # harness.schema.TinyStepsModelSpec fields (model: tiny-steps)
     trainer: {...}            # any TRL GRPOConfig field
     harness: {...}            # harness.schema.HarnessSettings fields
     executor: {...}           # harness.schema.ExecutorSettings fields
@@ -20,6 +21,8 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     profiles: {name: {key: value}}                  # named override sets, e.g. "paper"
     report: {hue, col, row, baseline, x, smoothing, metric, curves, metrics, target, lead, seeds}
                               # how the grid's report is laid out; no run setting (see REPORT_KEYS)
+    findings: {id: {claim, paper, metric, window, direction, baseline, variant, ...}}
+                              # papers' claims the runs test; no run setting (harness.findings)
     plugins: [mypackage.losses]   # modules of loss plugins (harness.losses), imported when loaded
 
 Keys in ``grid``/``zip``/``set``/overrides are dotted paths (``trainer.loss_type``,
@@ -52,6 +55,7 @@ from harness.schema import (
     TaskSpec,
     TinyChatModelSpec,
     TinyModelSpec,
+    TinyStepsModelSpec,
     deep_merge,
     describe_fields,
     hint_name,
@@ -69,6 +73,7 @@ TOP_LEVEL_KEYS = (
     "model",
     "tiny",
     "tiny_chat",
+    "tiny_steps",
     "trainer",
     "harness",
     "executor",
@@ -77,10 +82,11 @@ TOP_LEVEL_KEYS = (
     "subgrids",
     "profiles",
     "report",
+    "findings",
     "plugins",
 )
 #: Sections that hold run settings (what a dotted key may point into).
-SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "trainer", "harness", "executor")
+SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "tiny_steps", "trainer", "harness", "executor")
 SCALAR_SETTINGS = ("seed", "model")
 
 
@@ -98,6 +104,7 @@ def section_type(section: str) -> type:
         "task": TaskSpec,
         "tiny": TinyModelSpec,
         "tiny_chat": TinyChatModelSpec,
+        "tiny_steps": TinyStepsModelSpec,
         "harness": HarnessSettings,
         "executor": ExecutorSettings,
     }[section]
@@ -107,6 +114,7 @@ SECTION_CLASS_NAMES = {
     "task": "TaskSpec",
     "tiny": "TinyModelSpec",
     "tiny_chat": "TinyChatModelSpec",
+    "tiny_steps": "TinyStepsModelSpec",
     "trainer": "GRPOConfig",
     "harness": "HarnessSettings",
     "executor": "ExecutorSettings",
@@ -144,7 +152,7 @@ def _float_only(desc: Any) -> bool:
 
 #: Sections whose whole numbers become floats where the field is a float (task kwargs are left as
 #: written: they are the dataset's, whose types the harness does not know).
-COERCED_SECTIONS = ("trainer", "tiny", "tiny_chat", "harness")
+COERCED_SECTIONS = ("trainer", "tiny", "tiny_chat", "tiny_steps", "harness")
 
 
 def coerce_number(key: str, value: Any) -> Any:
@@ -214,6 +222,11 @@ def check_key(key: str, where: str) -> str | None:
         return (
             f"{where}: '{key}' lays out the report and is not a run setting; set it in the top-level "
             f"report: section (or with -o {key}=VALUE)."
+        )
+    if head == "findings":
+        return (
+            f"{where}: '{key}' states a paper's claim the runs test and is not a run setting; edit the "
+            "top-level findings: section of the grid file."
         )
     if head not in SETTING_SECTIONS:
         valid = [*SCALAR_SETTINGS, *SETTING_SECTIONS]
@@ -487,6 +500,9 @@ def _merge_files(base: Mapping, top: Mapping) -> dict:
     report, under = top.get("report"), base.get("report")
     if isinstance(report, Mapping) and "smoothing" in report and isinstance(under, Mapping):
         base = {**base, "report": {k: v for k, v in under.items() if k != "smoothing"}}
+    findings, included = top.get("findings"), base.get("findings")
+    if isinstance(findings, Mapping) and isinstance(included, Mapping):  # a finding is replaced whole
+        base = {**base, "findings": {k: {} if k in findings else v for k, v in included.items()}}
     return deep_merge(base, top)
 
 
@@ -616,6 +632,7 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
 
     expect(config.get("grid"), Mapping, "grid", "a mapping of key: [values]")
     expect(config.get("report"), Mapping, "report", f"a mapping of layout keys ({', '.join(REPORT_KEYS)})")
+    expect(config.get("findings"), Mapping, "findings", "a mapping of finding id -> {claim, paper, ...}")
     zip_groups(config.get("zip"), "zip")
     if expect(config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip}"):
         for name, sub in (config.get("subgrids") or {}).items():
@@ -933,6 +950,9 @@ def _checked_grid(
         problems += _given_twice(f"subgrids.{sub.name}", given)
         grid_keys += [a.key for a in given]
     report = check_report(config.get("report"), problems, report_where, grid_keys)
+    from harness.findings import check_findings
+
+    findings = check_findings(config.get("findings"), problems)
     if not any(p.startswith("executor") for p in problems):  # else its values are already refused
         executor = ExecutorSettings.build(config.get("executor") or {}, problems)
     if problems:
@@ -957,6 +977,7 @@ def _checked_grid(
         profile=profile,
         profile_settings=tuple((k, v) for k, v, given in pairs if given != "-o"),
         report=report,
+        findings=findings,
     )
 
 

@@ -5,6 +5,10 @@ A task is a reasoning-gym procedural dataset plus a prompt template:
 * ``"bare"``: the prompt is the problem written as tersely as possible (for arithmetic datasets the
   expression followed by ``=``, e.g. ``"4 - 1="``) and the completion is the answer followed by the
   tokenizer's eos token. This is what the character-level tiny model (``harness.models``) is trained on.
+* ``"steps"``: the prompt is the expression without spaces followed by ``=`` (``"0-4-8-7="``) and
+  the completion a worked chain of partial sums ending in ``#`` and the answer
+  (``"0-4=-4;-4-8=-12;-12-7=-19;#-19"``), what the reasoning testbed ``tiny-steps``
+  (:mod:`harness.tiny_steps`) writes; the answer is read after the last ``#``.
 * ``"chat"``: the prompt is a conversation (system instruction + reasoning-gym's English question) for an
   instruct model's chat template; the answer is read from ``<answer>...</answer>``.
 
@@ -39,6 +43,7 @@ CHAT_SYSTEM_PROMPT = (
 # Where a bare completion ends when it was decoded without skipping special tokens (or the model
 # kept writing past the answer).
 _BARE_END_MARKERS = ("\n", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
+_STEPS_ANSWER_MARKER = "#"  # harness.tiny_steps.ANSWER_MARKER
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
 
 
@@ -112,6 +117,15 @@ def bare_prompt(entry: Mapping[str, Any]) -> str:
     return str(entry["question"])
 
 
+def steps_prompt(entry: Mapping[str, Any]) -> str:
+    """The ``steps`` template's prompt: the item's expression without spaces, then ``=``
+    (``"0-4-8-7="``); the question when the item has no expression."""
+    expression = entry.get("metadata", {}).get("expression")
+    if isinstance(expression, str) and expression:
+        return expression.replace(" ", "") + "="
+    return str(entry["question"])
+
+
 def chat_prompt(entry: Mapping[str, Any]) -> list[dict[str, str]]:
     """The conversation prompt of a reasoning-gym item: system instruction, then the question as the user."""
     return [
@@ -125,12 +139,16 @@ def extract_answer(completion: str, template: str) -> str | None:
 
     Args:
         completion: generated text, with or without special tokens.
-        template: ``"bare"`` (answer = text up to the first newline or end marker, stripped) or
-            ``"chat"`` (answer = content of the last ``<answer>...</answer>``, stripped).
+        template: ``"bare"`` (answer = text up to the first newline or end marker, stripped),
+            ``"steps"`` (the same, after the last ``#``; None without one) or ``"chat"`` (answer =
+            content of the last ``<answer>...</answer>``, stripped).
 
     Raises:
-        ValueError: ``template`` is neither ``"bare"`` nor ``"chat"``.
+        ValueError: ``template`` is not ``"bare"``, ``"steps"`` or ``"chat"``.
     """
+    if template == "steps":
+        cut = completion.rfind(_STEPS_ANSWER_MARKER)
+        return None if cut == -1 else extract_answer(completion[cut + 1 :], "bare")
     if template == "bare":
         cut = len(completion)
         for marker in _BARE_END_MARKERS:
@@ -157,24 +175,52 @@ def _completion_text(completion: str | list[dict]) -> str:
 # Rewards
 
 
+#: Per-step metrics the correctness reward logs: the mean length (tokens, eos included, as TRL's
+#: ``completions/mean_length``) of the completions it scores 1 and of the others, pooled over every
+#: completion of the generation batch on every process (absent when there is none of that kind).
+#: What Dr. GRPO (arXiv:2503.20783, Fig. 1) reads: the length of incorrect responses.
+LENGTH_CORRECT = "completions/mean_length_correct"
+LENGTH_INCORRECT = "completions/mean_length_incorrect"
+
+
 def _correctness_reward(task: Task) -> Callable[..., list[float]]:
-    def correctness(prompts: list, completions: list, entry: list[str], **_: Any) -> list[float]:
-        return [
+    def correctness(
+        prompts: list,
+        completions: list,
+        entry: list[str],
+        completion_ids: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **_: Any,
+    ) -> list[float]:
+        scores = [
             task.score(_completion_text(c), json.loads(e)) for c, e in zip(completions, entry, strict=True)
         ]
+        if completion_ids is not None and log_metric is not None:
+            # TRL averages a logged metric over its calls on every process (total / count), so one
+            # call per completion makes the pooled mean over completions.
+            for score, ids in zip(scores, completion_ids, strict=True):
+                log_metric(LENGTH_CORRECT if score == 1.0 else LENGTH_INCORRECT, float(len(ids)))
+        return scores
 
     return correctness
 
 
 def _format_reward(task: Task) -> Callable[..., list[float]]:
     # Rewards a well-formed answer regardless of its value: bare = one non-empty line with nothing after,
-    # chat = an <answer> tag pair holding something.
+    # steps = a chain ending in "#<answer>" with nothing after (no step in the answer), chat = an <answer> tag pair holding something.
     def format_(prompts: list, completions: list, **_: Any) -> list[float]:
         out = []
         for c in completions:
             text = _completion_text(c)
             answer = extract_answer(text, task.template)
-            ok = answer is not None and (task.template == "chat" or text.strip() == answer)
+            if task.template == "steps":
+                ok = (
+                    answer is not None
+                    and not set(answer) & set(";=")
+                    and text.strip().endswith(_STEPS_ANSWER_MARKER + answer)
+                )
+            else:
+                ok = answer is not None and (task.template == "chat" or text.strip() == answer)
             out.append(1.0 if ok else 0.0)
         return out
 
@@ -268,7 +314,7 @@ def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
     if seed < 0 or seed + spec.train_size > SFT_SEED_BASE:
         raise ValueError(f"seed must be in [0, {SFT_SEED_BASE - spec.train_size}], got {seed}")
     template = resolve_template(spec.template, tokenizer)
-    make_prompt = bare_prompt if template == "bare" else chat_prompt
+    make_prompt = {"bare": bare_prompt, "steps": steps_prompt, "chat": chat_prompt}[template]
     dataset, train_entries = generate_entries(spec, seed, spec.train_size)
     _, eval_entries = generate_entries(spec, EVAL_SEED, spec.eval_size)
     import datasets
@@ -386,7 +432,7 @@ def greedy_accuracy(
     model.eval()
     try:
         completions = generate_completions(
-            model, tokenizer, texts, max_new_tokens, batch_size, add_special_tokens=task.template == "bare"
+            model, tokenizer, texts, max_new_tokens, batch_size, add_special_tokens=task.template != "chat"
         )
     finally:
         model.train(was_training)

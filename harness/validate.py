@@ -25,6 +25,7 @@ from harness.schema import (
     SFT_SEED_BASE,
     TINY,
     TINY_CHAT,
+    TINY_STEPS,
     ExecutorSettings,
     RunSpec,
     SpecError,
@@ -559,6 +560,17 @@ def rule_tiny_template(ctx: RunContext) -> list[Finding]:
             "task.template = 'bare' with model 'tiny-chat': it was warm-started on chat prompts only, so "
             "bare prompts are unlike anything it learnt; use 'chat' or 'auto'."
         )
+    if ctx.run.model == TINY_STEPS and ctx.run.task.template != "steps":
+        return _err(
+            f"task.template = {ctx.run.task.template!r} with model 'tiny-steps': it was warm-started on "
+            "worked chains ('0-4=-4;-4-8=-12;#-12'), whose answer only the 'steps' template reads; set "
+            "task.template: steps."
+        )
+    if ctx.run.model in (TINY, TINY_CHAT) and ctx.run.task.template == "steps":
+        return _err(
+            f"task.template = 'steps' with model {ctx.run.model!r}: it was warm-started on answers alone, "
+            "not on worked chains; use model: tiny-steps, or the template 'auto'."
+        )
     return []
 
 
@@ -570,9 +582,12 @@ def rule_context_length(ctx: RunContext) -> list[Finding]:
     from :func:`embedded_lengths`; the prompts are those of the training split of seed 0 and the
     eval split, in the run's template (other seeds draw other prompts of the same kind)."""
     spec = ctx.run.tiny
-    if ctx.run.model not in (TINY, TINY_CHAT) or spec is None or _cached_check_task(ctx.run.task):
+    if ctx.run.model not in (TINY, TINY_CHAT, TINY_STEPS) or spec is None or _cached_check_task(ctx.run.task):
         return []
-    template = "bare" if ctx.run.model == TINY or ctx.run.task.template == "bare" else "chat"
+    if ctx.run.model == TINY_STEPS:
+        template = "steps"
+    else:
+        template = "bare" if ctx.run.model == TINY or ctx.run.task.template == "bare" else "chat"
     sft_prompt, longest, prompt = embedded_lengths(ctx.run.model, spec, ctx.run.task, template)
     section, context = spec.SECTION, spec.max_position_embeddings
     generated = {"trainer.max_completion_length": ctx.value("max_completion_length") or 0}
@@ -600,7 +615,16 @@ def rule_context_length(ctx: RunContext) -> list[Finding]:
 
 
 #: The fields of the embedded models' specs that change their SFT data or tokenizer (so the lengths).
-_LENGTH_FIELDS = ("sft_examples", "seed", "label_noise", "format_noise", "vocab_size")
+_LENGTH_FIELDS = (
+    "sft_examples",
+    "seed",
+    "label_noise",
+    "format_noise",
+    "vocab_size",
+    "skip_noise",
+    "repeat_noise",
+    "redundant_noise",
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -611,10 +635,12 @@ def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[i
     and on disk (:mod:`harness.verdicts`), keyed by what changes them (the build format, the spec's
     data fields, the task's dataset and split sizes, the template, the tokenizer and dataset
     libraries' versions): a second or a few once, nothing after, and nothing imported."""
-    from harness import models, tiny_chat, verdicts
+    from harness import models, tiny_chat, tiny_steps, verdicts
 
     if model == TINY:
         fmt, compute = models.BUILD_FORMAT, lambda: list(models.sft_lengths(spec, task))
+    elif model == TINY_STEPS:
+        fmt, compute = tiny_steps.STEPS_BUILD_FORMAT, lambda: list(tiny_steps.sft_lengths(spec, task))
     else:
         fmt, compute = tiny_chat.CHAT_BUILD_FORMAT, lambda: list(tiny_chat.sft_lengths(spec, task, template))
     fields = {k: getattr(spec, k) for k in _LENGTH_FIELDS if hasattr(spec, k)}
