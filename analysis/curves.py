@@ -390,6 +390,30 @@ def _draw_panel_lines(
     return drawn, means, bands
 
 
+def fit_text(fig: Figure, text: str, width_pt: float, font: Any) -> str:
+    """``text`` broken between words so that no line is wider than ``width_pt`` points when drawn
+    in ``font`` (a :class:`matplotlib.font_manager.FontProperties`), measured with the figure's
+    renderer; its own line breaks are kept, and a single word wider than that stays whole."""
+    renderer = fig.canvas.get_renderer()
+    scale = 72.0 / fig.dpi  # the renderer measures pixels
+
+    def width(s: str) -> float:
+        return renderer.get_text_width_height_descent(s, font, ismath=False)[0] * scale
+
+    lines = []
+    for part in text.split("\n"):
+        line = ""
+        for word in part.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if line and width(candidate) > width_pt:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def wrap_title(text: str, width: int = 24) -> str:
     """A panel title or label broken at ", " (or, for a longer part, between words) so that it
     fits above a panel of a multi-panel figure or in a legend."""
@@ -667,9 +691,12 @@ def plot_panels(
     on_policy = set(on_policy)
     nc, nr, cells = _metric_cells(shown, col, col_values, ncols)
 
+    panel_height = 1.5 if col is not None else 1.7
     with style.context():
-        fig = style.figure(nc, nr, panel_height=1.5 if col is not None else 1.7)
+        fig = style.figure(nc, nr, panel_height=panel_height)
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True)
+        # a row's y label may take three quarters of the row, so neighbouring labels never meet
+        label_width = 0.75 * panel_height * 72.0
         drawn: list[str] = []
         row_curves: dict[int, list[np.ndarray]] = {}
         row_bands: dict[int, list[np.ndarray]] = {}
@@ -691,7 +718,7 @@ def plot_panels(
                     row_curves.setdefault(key, []).extend(ms)
                     row_bands.setdefault(key, []).extend(bs)
                 _note_coinciding(ax, a, hue)
-            _label_metric_panel(ax, m, col, cv, i, j, on_policy)
+            _label_metric_panel(ax, m, col, cv, i, j, on_policy, label_width)
         for i, j, m, _ in cells:
             key = i if col is not None else -1 - (i * nc + j)
             if key in row_curves:
@@ -733,16 +760,25 @@ def _metric_cells(
 
 
 def _label_metric_panel(
-    ax: Axes, metric: str, col: str | None, cv: Any, i: int, j: int, on_policy: set[Any]
+    ax: Axes,
+    metric: str,
+    col: str | None,
+    cv: Any,
+    i: int,
+    j: int,
+    on_policy: set[Any],
+    label_width: float = float("inf"),
 ) -> None:
     """Name a :func:`plot_panels` panel: its metric as the title, or with ``col`` the metric on
-    the first column's y axis and the ``col`` value above the first row."""
+    the first column's y axis (wrapped between words to at most ``label_width`` points, so the
+    labels of neighbouring rows do not run into each other) and the ``col`` value above the first
+    row."""
     label = metric_label(metric) + ("\n(off-policy steps)" if is_ratio_metric(metric) else "")
     if col is None:
         ax.set_title(label)
         return
     if j == 0:
-        ax.set_ylabel(label)
+        ax.set_ylabel(fit_text(ax.figure, label, label_width, ax.yaxis.label.get_fontproperties()))
     if i == 0:
         ax.set_title(wrap_title(str(cv) + (" (on-policy)" if cv in on_policy else "")))
 

@@ -6,7 +6,7 @@
 * :func:`plot_aggregate`: interval estimates of the mean and the IQM per variant, and the
   probability of improvement over the baseline with its interval.
 * :func:`plot_profile`: performance profiles, the fraction of runs whose final score exceeds each
-  threshold.
+  threshold, each with its stratified-bootstrap 95% band (as rliable's ``create_performance_profile``).
 
 The numbers come from :func:`analysis.tables.final_performance_table` and
 :func:`analysis.stats.performance_profile`; plots return ``(fig, axes)`` and never save.
@@ -262,33 +262,68 @@ def _draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence
             ax.plot([v], [y], marker="o", mfc="none", color=colors[k], markersize=4)
 
 
-def profile_frame(scores: pd.DataFrame, by: Sequence[str], points: int = 101) -> pd.DataFrame:
-    """Performance profiles of each group of runs over a common grid of thresholds.
+def profile_frame(
+    scores: pd.DataFrame,
+    by: Sequence[str],
+    points: int = 101,
+    *,
+    reps: int | None = None,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Performance profiles of each group of runs over a common grid of thresholds, with their
+    bootstrap bands.
 
     Args:
-        scores: one row per run with ``score`` and the ``by`` columns.
+        scores: one row per run with ``score`` and the ``by`` columns (a ``task.name`` or ``task``
+            column, when present, stratifies the bootstrap).
         by: grouping (label) columns.
         points: thresholds, evenly spaced over the range of all scores.
+        reps: bootstrap resamples per group (default :func:`analysis.tables.bootstrap_reps` of all
+            the runs: 50,000 up to 80 runs).
+        confidence, seed: the band's coverage and the bootstrap seed.
 
     Returns:
-        Columns ``*by``, ``tau``, ``fraction`` (share of the group's runs with score > tau) and
-        ``runs``.
+        Columns ``*by``, ``tau``, ``fraction`` (share of the group's runs with score > tau),
+        ``lo``, ``hi`` (the band: :func:`analysis.stats.performance_profile_ci`, NaN for a group
+        with one run per task) and ``runs``. ``attrs["reps"]`` holds the resamples.
     """
+    from analysis.tables import bootstrap_reps
+
     s = scores["score"].to_numpy(dtype=np.float64)
     s = s[np.isfinite(s)]
     if s.size == 0:
-        return pd.DataFrame(columns=[*by, "tau", "fraction", "runs"])
+        return pd.DataFrame(columns=[*by, "tau", "fraction", "lo", "hi", "runs"])
+    reps = bootstrap_reps(s.size) if reps is None else reps
     span = s.max() - s.min() or 1.0
     taus = np.linspace(s.min() - 0.02 * span, s.max() + 0.02 * span, points)
+    task = next((c for c in ("task.name", "task") if c in scores.columns and c not in by), None)
     parts = []
     for key, g in scores.groupby(list(by), observed=True, sort=False) if by else [((), scores)]:
         key = key if isinstance(key, tuple) else (key,)
-        frac = stats.performance_profile(g["score"].to_numpy(dtype=np.float64), taus)
-        part = pd.DataFrame({"tau": taus, "fraction": frac, "runs": int(g["score"].notna().sum())})
+        g = g[np.isfinite(g["score"].to_numpy(dtype=np.float64))]
+        frac, lo, hi = stats.performance_profile_ci(
+            _task_matrix(g, task), taus, reps=reps, confidence=confidence, seed=seed
+        )
+        part = pd.DataFrame({"tau": taus, "fraction": frac, "lo": lo, "hi": hi, "runs": len(g)})
         for b, v in zip(by, key, strict=True):
             part[b] = str(v)
         parts.append(part)
-    return pd.concat(parts, ignore_index=True)
+    out = pd.concat(parts, ignore_index=True)
+    out.attrs["reps"] = reps
+    return out
+
+
+def _task_matrix(runs: pd.DataFrame, task: str | None) -> np.ndarray:
+    """The ``score`` of ``runs`` as a ``(runs, tasks)`` matrix, NaN-padded (one column without
+    ``task``)."""
+    if task is None:
+        return runs["score"].to_numpy(dtype=np.float64)[:, None]
+    cols = [g.to_numpy(dtype=np.float64) for _, g in runs.groupby(task, observed=True)["score"]]
+    mat = np.full((max((c.size for c in cols), default=0), len(cols)), np.nan)
+    for j, c in enumerate(cols):
+        mat[: c.size, j] = c
+    return mat
 
 
 def plot_profile(
@@ -302,7 +337,8 @@ def plot_profile(
     col_values: Sequence[Any] | None = None,
     legend_title: str | None = None,
 ) -> tuple[Figure, np.ndarray]:
-    """Performance profiles (:func:`profile_frame`), one line per variant, faceted by ``col``.
+    """Performance profiles (:func:`profile_frame`), one line per variant, faceted by ``col``; where
+    the frame has ``lo``/``hi``, each line's bootstrap band is shaded in its colour.
 
     Returns:
         ``(fig, axes)`` with one row of panels.
@@ -328,9 +364,7 @@ def plot_profile(
             for lab in labels:
                 p = part if hue is None else part[(part[hue].astype(str) == lab).to_numpy()]
                 if len(p):
-                    ax.step(
-                        p["tau"], p["fraction"], where="post", color=colors.get(lab, "0.3"), linewidth=1.1
-                    )
+                    _draw_profile(ax, p, colors.get(lab, "0.3"))
                     drawn.append(p["fraction"].to_numpy())
             if len(drawn) > 1 and all(np.array_equal(d, drawn[0], equal_nan=True) for d in drawn):
                 ax.text(
@@ -349,3 +383,13 @@ def plot_profile(
         if hue is not None:
             fit_legend(fig, line_handles(labels, colors), legend_title)
     return fig, axes
+
+
+def _draw_profile(ax: Axes, part: pd.DataFrame, color: str) -> None:
+    """One variant's profile (``tau``, ``fraction``) as a step line, with its bootstrap band
+    (``lo``, ``hi``) shaded in the same colour where the frame has one."""
+    ax.step(part["tau"], part["fraction"], where="post", color=color, linewidth=1.1)
+    if {"lo", "hi"} <= set(part.columns) and part[["lo", "hi"]].notna().all(axis=None):
+        ax.fill_between(
+            part["tau"], part["lo"], part["hi"], step="post", color=color, alpha=0.18, linewidth=0
+        )

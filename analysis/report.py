@@ -13,7 +13,9 @@ other run is listed with its state and step (diverged at step s in which metric,
 stopped or running at step s of ``max_steps``), and ``include_unfinished`` adds them, marked. A run
 whose ``config.json`` is damaged is named and left out. A run that never had a learning signal
 is flagged and never counts as improved. Curves are smoothed by a stated rule; importance-ratio
-metrics are drawn over off-policy steps only.
+metrics are drawn over off-policy steps only. A grid with a ``findings:`` section gets the verdict
+on each finding (:mod:`analysis.findings`) near the top; every report states, under the final
+performance table, the smallest difference of final score its seeds can resolve.
 
 Layout comes, in order of precedence, from the command line, the grid file's ``report:``
 section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
@@ -38,6 +40,7 @@ from filelock import FileLock
 
 from analysis import aggregate as agg_mod
 from analysis import curves, finals, labels, states, style, tables
+from analysis import findings as findings_mod
 from analysis.aggregate import Curves, off_policy_rows, x_values
 from analysis.curves import DYNAMICS_METRICS
 from analysis.load import NONE_LABEL, SkippedFileWarning, list_runs, load, read_grid, seed_column
@@ -49,6 +52,7 @@ __all__ = [
     "ReportSettings",
     "add_arguments",
     "compute_report",
+    "findings_results",
     "load_report_inputs",
     "main",
     "make_report",
@@ -287,6 +291,8 @@ class ReportData:
         scores: final score per included run, with labels.
         timing, final, check, summary, ttt: tables.
         profile: :func:`analysis.finals.profile_frame`.
+        resolvable: :func:`analysis.tables.resolvable_differences` of the final scores per panel.
+        findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
     """
 
     title: str
@@ -321,6 +327,8 @@ class ReportData:
     summary: pd.DataFrame | None = None
     ttt: pd.DataFrame | None = None
     profile: pd.DataFrame | None = None
+    resolvable: pd.DataFrame | None = None
+    findings: pd.DataFrame | None = None
     empty: bool = False
 
     def panels(self) -> dict[str, Any]:
@@ -382,11 +390,12 @@ def load_report_inputs(
     *,
     all_runs: bool = False,
     settings: ReportSettings | None = None,
+    extra_columns: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None, str]:
     """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set.
 
-    With ``settings`` only the columns that report needs are read (:func:`report_columns`);
-    without, every column.
+    With ``settings`` only the columns that report needs are read (:func:`report_columns`, and
+    ``extra_columns``, e.g. the findings' metrics); without, every column.
 
     Raises:
         FileNotFoundError: no ``runs/`` folder.
@@ -418,7 +427,9 @@ def load_report_inputs(
             ids,
             columns=None
             if settings is None
-            else [*report_columns(settings), *_plugin_prefixes(grid_dir, ids)],
+            else list(
+                dict.fromkeys([*report_columns(settings), *extra_columns, *_plugin_prefixes(grid_dir, ids)])
+            ),
             cache_dir=grid_dir / layout.GRID_CACHE_DIR,
         )
     for w in caught:
@@ -477,14 +488,18 @@ def compute_report(
     title: str = "grid",
     strict_keys: Collection[str] = (),
     given: Collection[str] = (),
+    findings: Sequence[findings_mod.Finding] = (),
 ) -> ReportData:
-    """Every number of the report: curves, bands, w_seq bands, tables, final scores, profiles.
+    """Every number of the report: curves, bands, w_seq bands, tables, final scores, profiles,
+    and the verdict on each finding.
 
     Args:
         df: frame from :func:`analysis.load.load` (every requested run, finished or not).
         run_states: :func:`analysis.states.read_states` of the same runs.
         settings: the layout.
         title: the grid's name.
+        findings: the grid's findings (:func:`analysis.findings.read_findings`); their verdicts
+            count finished runs only, also with ``include_unfinished``.
         given: settings typed on the command line among ``"baseline"`` and ``"wseq_split"``: what
             they name must be in the results (a ``report:`` section's may not be: a note says so).
         strict_keys: layout keys that must name a column (typed on the command line); any other key
@@ -525,7 +540,15 @@ def compute_report(
     _check_wseq_split(work, data, strict="wseq_split" in given)
     off = _on_policy_panels(work, inc, data)
     _numbers(work, df, runs, flags, off, data, keys)
+    if findings:
+        data.findings = findings_mod.findings_table(df, findings, finished_run_ids(runs))
     return data
+
+
+def finished_run_ids(runs: pd.DataFrame) -> list[str]:
+    """The run ids of ``runs`` (:func:`_run_table`) that finished: a DONE marker that what is on
+    disk agrees with."""
+    return [str(r) for r in runs.index[(runs["state"] == states.DONE) & (runs["problem"] == "")]]
 
 
 @dataclass
@@ -1172,6 +1195,9 @@ def _finish_tables(
     sc["state"] = runs.loc[sc.index, "state"].astype(str)
     data.scores = sc.dropna(subset=["score"])
     data.profile = finals.profile_frame(data.scores, [b for b in (data.hue, data.col) if b])
+    data.resolvable = tables.resolvable_differences(
+        data.scores, data.hue, [b for b in (data.col, data.row) if b]
+    )
 
 
 def _done_problems(runs: pd.DataFrame, metric: str) -> list[str]:
@@ -1530,7 +1556,16 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     first, then = (
         (_final_section, _curve_sections) if s.lead == "final" else (_curve_sections, _final_section)
     )
-    for part in (first, then, _dynamics_section, _wseq_section, _aggregate_sections, _table_sections):
+    parts = (
+        _findings_section,
+        first,
+        then,
+        _dynamics_section,
+        _wseq_section,
+        _aggregate_sections,
+        _table_sections,
+    )
+    for part in parts:
         lines.extend(part(data, out))
     return lines
 
@@ -1767,8 +1802,11 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
         "performance profile",
         "Performance profile",
         f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
-        "further right is better across runs, not only on average. With few runs per variant the steps are "
-        "coarse; no interval is drawn. " + _scores_note(data),
+        "further right is better across runs, not only on average. Shaded: each curve's 95% "
+        f"stratified-bootstrap band ({data.profile.attrs.get('reps', 0):,} resamples of the variant's runs, "
+        "seed 0, the percentile interval at each τ; as rliable's create_performance_profile); none for a "
+        "variant with one run. With few runs per variant the steps are coarse and the bands wide. "
+        + _scores_note(data),
     )
     return lines
 
@@ -1810,6 +1848,56 @@ def _aggregate_caption(data: ReportData) -> str:
     )
 
 
+def power_lines(data: ReportData) -> list[str]:
+    """The line under the final-performance table, one per panel (or one overall): which
+    differences of final score the runs' seeds cannot resolve (``data.resolvable``, from
+    :func:`analysis.tables.resolvable_differences`, whose power and level it states)."""
+    table = data.resolvable
+    if table is None or table.empty:
+        return []
+    metric = data.settings.metric
+    power, alpha = table.attrs.get("power", 0.8), table.attrs.get("alpha", 0.05)
+    facets = [c for c in (data.col, data.row) if c]
+    out = []
+    for r in table.to_dict("records"):
+        where = ", ".join(str(r[c]) for c in facets)
+        head = f"Panel {where}: with" if facets else "With"
+        lo, hi = int(r["n_min"]), int(r["n_max"])
+        n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        seeds = f"{n} seed{'s' if hi != 1 else ''} per variant"
+        if lo < 2 or not np.isfinite(r["resolvable"]):
+            out.append(
+                f"{head} {seeds}, no difference in final {metric} can be resolved: a variant with one run has no "
+                "spread to test against (run at least 2 seeds)."
+            )
+            continue
+        if r["pooled_sd"] == 0:
+            out.append(
+                f"{head} {seeds}, final {metric} does not vary within any variant (pooled SD 0), so a t test "
+                "gives no resolution limit."
+            )
+            continue
+        at = f" (at the smallest, {lo})" if lo != hi else ""
+        out.append(
+            f"{head} {seeds}, differences in final {metric} smaller than {tables._fmt(r['resolvable'])} cannot be "
+            f"resolved{at} ({100 * power:g}% power, two-sided {100 * alpha:g}% t test, pooled SD "
+            f"{tables._fmt(r['pooled_sd'])} over the variants' final scores)."
+        )
+    return out
+
+
+def _findings_section(data: ReportData, out: Path) -> list[str]:
+    """The findings table, near the top of the report."""
+    if data.findings is None or data.findings.empty:
+        return []
+    shown = findings_mod.display_table(data.findings)
+    tables.write_table(shown, out / "findings", raw=data.findings)
+    lines: list[str] = []
+    _section(lines, "Findings", shown.attrs["caption"])
+    lines.extend([tables.to_markdown(shown), "Files: findings.md/.csv/.tex", ""])
+    return lines
+
+
 def _table_sections(data: ReportData, out: Path) -> list[str]:
     """The tables, written as markdown, CSV and LaTeX and shown in the index."""
     s = data.settings
@@ -1823,9 +1911,11 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
     tables.write_table(data.timing, out / "timing", caption=caption)
     _section(lines, "Timing", caption)
     lines.extend([tables.to_markdown(data.timing), "Files: timing.md, timing.csv, timing.tex", ""])
-    tables.write_table(data.final, out / "final_performance")
+    power = power_lines(data)
+    tables.write_table(data.final, out / "final_performance", notes=power)
     _section(lines, "Final performance", data.final.attrs["caption"])
-    lines.extend([tables.to_markdown(data.final), "Files: final_performance.md/.csv/.tex", ""])
+    lines.extend([tables.to_markdown(data.final), *(f"{line}\n" for line in power)])
+    lines.extend(["Files: final_performance.md/.csv/.tex", ""])
     tables.write_table(data.summary, out / "learning_check", extra_md={"Per run": data.check})
     data.check.to_csv(out / "learning_check_runs.csv", index=False)
     _section(lines, "Learning check", "Did each variant learn at all? " + data.summary.attrs["caption"])
@@ -1971,11 +2061,16 @@ def make_report(
         include_unfinished=include_unfinished,
         wseq_split=wseq_split,
     )
-    df, run_states, grid_info, _ = load_report_inputs(grid_dir, run_ids, all_runs=all_runs, settings=settings)
+    findings = _grid_findings(grid_dir)
+    df, run_states, grid_info, _ = load_report_inputs(
+        grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
+    )
     title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
     strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
     given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
-    data = compute_report(df, run_states, settings, title=str(title), strict_keys=strict, given=given)
+    data = compute_report(
+        df, run_states, settings, title=str(title), strict_keys=strict, given=given, findings=findings
+    )
     data.lines.insert(
         0,
         f"Runs: {df.attrs.get('run_set', '')}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
@@ -2007,6 +2102,64 @@ def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
             "`plan` again, or give the layout on the command line)"
         )
     return section if isinstance(section, Mapping) else None
+
+
+def _grid_findings(grid_dir: Path) -> list[findings_mod.Finding]:
+    """The findings recorded in the grid's ``grid.json`` (none without the file or the section,
+    or when the file cannot be read: :func:`load_report_inputs` names it then).
+
+    Raises:
+        ReportError: a damaged findings record, listing its problems.
+    """
+    try:
+        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
+    except ValueError:
+        return []
+    section = grid_info.get("findings") if isinstance(grid_info, dict) else None
+    try:
+        return findings_mod.read_findings(section, str(grid_dir / layout.GRID_FILE))
+    except ValueError as e:
+        raise ReportError(
+            f"{e} (fix the grid file's findings: section and record it again with `grpo-harness run` or "
+            "`submit`: done runs are skipped)"
+        ) from e
+
+
+def findings_results(grid_dir: str | Path) -> pd.DataFrame:
+    """The verdicts on a results folder's findings, as its report computes them
+    (:func:`analysis.findings.findings_table` over the grid's finished runs).
+
+    Args:
+        grid_dir: ``results/<grid>``, whose ``grid.json`` records a ``findings:`` section.
+
+    Returns:
+        The findings table.
+
+    Raises:
+        FileNotFoundError: no ``runs/`` folder.
+        ReportError: ``grid.json`` records no findings (the message says how to add them), or a
+            damaged record.
+    """
+    grid_dir = Path(grid_dir)
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
+        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
+    findings = _grid_findings(grid_dir)
+    if not findings:
+        raise ReportError(
+            f"{grid_dir / layout.GRID_FILE} records no findings: section; add one to the grid file (see the "
+            "README, Findings) and record it with `grpo-harness run GRID.yaml` (done runs are skipped), or "
+            "`grpo-harness submit`"
+        )
+    settings = ReportSettings.merged(_grid_section(grid_dir))
+    df, run_states, _, _ = load_report_inputs(
+        grid_dir, settings=settings, extra_columns=[f.metric for f in findings]
+    )
+    df, _, _ = _runs_without_metrics(df, run_states)
+    finished: list[str] = []
+    if not df.empty and settings.metric in df.columns:
+        runs, _, _ = _run_table(df, run_states, settings)
+        finished = finished_run_ids(runs)
+    return findings_mod.findings_table(df, findings, finished)
 
 
 def _write_report(data: ReportData, skipped: Sequence[tuple[str, str]], out: Path) -> None:

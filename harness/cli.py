@@ -1,4 +1,4 @@
-"""``grpo-harness``: plan / run / report / bench.
+"""``grpo-harness``: plan / run / submit / status / cancel / report / findings / bench.
 
 A small entry point: each subcommand hands off to one function. Bad input is reported before
 anything runs or is written, with exit status 2.
@@ -46,7 +46,12 @@ def _load_plan(args: argparse.Namespace):
     text = validation.format(str(args.grid))
     if text:
         print(text, file=sys.stderr if not validation.ok else sys.stdout)
-    return plan if validation.ok else None
+    from harness.findings import plan_problems
+
+    findings = plan_problems(plan)  # arms that select no run, or share one
+    if findings:
+        print(f"error: {SpecError(findings, args.grid)}", file=sys.stderr)
+    return plan if validation.ok and not findings else None
 
 
 def _results_problem(grid_dir: Path) -> bool:
@@ -106,9 +111,10 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
     if g.report:
         applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in g.report.items()))
     description = [g.description.strip()] if g.description else []
+    from harness.findings import plan_lines as finding_lines
     from harness.losses import plan_lines
 
-    return "\n".join([title, *description, *applied, *plan_lines(plan.runs), *lines])
+    return "\n".join([title, *description, *applied, *plan_lines(plan.runs), *finding_lines(plan), *lines])
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -360,6 +366,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report.main(args)
 
 
+def cmd_findings(args: argparse.Namespace) -> int:
+    """``grpo-harness findings results/GRID [...]``: the verdict on each finding of each folder, as
+    a compact table (plain text, or markdown with ``--markdown``); exit 2 when a folder is not a
+    results folder or records no findings."""
+    import pandas as pd
+
+    from analysis.findings import compact_table
+    from analysis.report import ReportError, findings_results
+    from analysis.tables import to_markdown
+
+    frames = []
+    for grid_dir in args.grid_dirs:
+        try:
+            frames.append(compact_table(findings_results(grid_dir)))
+        except (FileNotFoundError, NotADirectoryError, ReportError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    table = pd.concat(frames, ignore_index=True)
+    if args.markdown:
+        print(to_markdown(table), end="")
+    else:
+        print("\n".join(text_table(list(table.columns), table.to_numpy().tolist())))
+    return 0
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI parser. ``command`` (the first argument) lets other commands skip importing the
     report and bench modules (matplotlib, scipy, torch), which keeps ``plan``/``submit`` quick."""
@@ -418,6 +449,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         report.add_arguments(p)
     p.set_defaults(func=cmd_report)
 
+    p = sub.add_parser(
+        "findings", help="verdicts on the findings (papers' claims) of one or more results folders"
+    )
+    p.add_argument("grid_dirs", type=Path, nargs="+", metavar="GRID_DIR", help="results/<grid>, one or more")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table (as the README's)")
+    p.set_defaults(func=cmd_findings)
+
     p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")
     if command in (None, "bench"):
         from harness import bench
@@ -430,7 +468,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    known = {"plan", "run", "submit", "status", "cancel", "report", "bench"}
+    known = {"plan", "run", "submit", "status", "cancel", "report", "findings", "bench"}
     args = build_parser(command if command in known else None).parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -200,8 +200,11 @@ def expand(grid: GridSpec) -> Plan:
 
 def plan_record(plan: Plan) -> dict[str, Any]:
     """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
-    specified, so the report covers exactly these runs, and its ``report:`` layout (``{}`` when it
-    has none), so the report needs no YAML."""
+    specified, so the report covers exactly these runs, its ``report:`` layout (``{}`` when it
+    has none), so the report needs no YAML, and its ``findings:`` with each arm's run ids
+    (:func:`harness.findings.record`)."""
+    from harness.findings import record
+
     return {
         "name": plan.grid.name,
         "source": str(plan.grid.source),
@@ -211,4 +214,5 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "varying": list(plan.varying_keys),
         "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
         "report": dict(plan.grid.report),
+        "findings": record(plan),
     }

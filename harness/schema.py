@@ -519,7 +519,8 @@ class TinyStepsModelSpec(TinyModelSpec):
 
         skip_noise: fraction of chains that leave one term out (one step shorter, wrong unless the
             term is 0).
-        repeat_noise: fraction of chains that apply one term twice (one step longer, wrong unless 0).
+        repeat_noise: fraction of chains that apply one term again, 1 to 3 extra times (as many steps
+            longer, wrong unless the term is 0).
         redundant_noise: fraction of chains that write one step twice (one step longer, still right).
 
     Built by :mod:`harness.tiny_steps`.
@@ -530,9 +531,9 @@ class TinyStepsModelSpec(TinyModelSpec):
     max_position_embeddings: int = checked(128, at_least(1))
     sft_steps: int = checked(1500, at_least(1))
     sft_examples: int = checked(8192, at_least(1))
-    label_noise: float = checked(0.25, _fraction("SFT chains"))
-    skip_noise: float = checked(0.15, _fraction("SFT chains"))
-    repeat_noise: float = checked(0.15, _fraction("SFT chains"))
+    label_noise: float = checked(0.2, _fraction("SFT chains"))
+    skip_noise: float = checked(0.2, _fraction("SFT chains"))
+    repeat_noise: float = checked(0.2, _fraction("SFT chains"))
     redundant_noise: float = checked(0.15, _fraction("SFT chains"))
 
 

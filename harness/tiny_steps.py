@@ -18,7 +18,8 @@ per chain (fractions in :class:`harness.schema.TinyStepsModelSpec`):
 
 * a wrong step (``label_noise``): one partial sum off by ±1 or ±2, and the chain goes on from it;
 * a skipped term (``skip_noise``): one step shorter, wrong;
-* a repeated term (``repeat_noise``): one step longer, wrong;
+* a repeated term (``repeat_noise``): applied 1 to :data:`MAX_REPEATS` extra times, as many steps
+  longer, wrong;
 * a redundant step (``redundant_noise``): one step written twice, one step longer and still right.
 
 So the warm-started policy writes chains of several lengths, right and wrong at each length: length
@@ -53,8 +54,11 @@ from harness.tasks import check_task, generate_entries, steps_prompt
 #: What separates two steps, and what comes before the answer.
 STEP_SEPARATOR = ";"
 ANSWER_MARKER = "#"
+#: A repeated term is applied again 1 to this many times (uniformly): chains too long by up to as
+#: many steps, so that wrong chains span a wide range of lengths.
+MAX_REPEATS = 3
 # Bump when the build recipe changes in a way the spec does not capture.
-STEPS_BUILD_FORMAT = 1
+STEPS_BUILD_FORMAT = 2
 
 _TERM_RE = re.compile(r"([+-])(\d+)")
 
@@ -117,7 +121,7 @@ def noisy_chain(expression: str, spec: TinyStepsModelSpec, rng: random.Random) -
         del terms[rng.randrange(len(terms))]
     if rng.random() < spec.repeat_noise:
         i = rng.randrange(len(terms))
-        terms.insert(i, terms[i])
+        terms[i:i] = [terms[i]] * rng.randint(1, MAX_REPEATS)
     wrong = None
     if rng.random() < spec.label_noise:
         wrong = (rng.randrange(len(terms)), rng.choice((-2, -1, 1, 2)))

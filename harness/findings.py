@@ -1,0 +1,322 @@
+"""The ``findings:`` section of a grid file: claims of papers that the grid's runs put to the test.
+
+A grid may state, beside its runs, what a paper found and which of its runs test it::
+
+    findings:
+      F1_clip_higher:
+        claim: Under off-policy updates, epsilon_high = 0.28 keeps token entropy higher than 0.2.
+        paper: DAPO, arXiv:2503.14476, §3.1 and Fig. 2
+        metric: entropy              # a per-step metric column of the runs' parquet
+        window: [0.5, 1.0]           # fraction of each run's logged steps averaged (nan-mean)
+        direction: higher            # higher | lower: the variant's metric against the baseline's
+        baseline: {epsilon_high: 0.2, num_iterations: 4}    # settings that select the baseline's runs
+        variant: {epsilon_high: 0.28, num_iterations: 4}    # settings that select the variant's runs
+        scaled: "what was scaled from the paper's setting, and how"   # optional
+        off_policy_only: false       # optional: only rows with off_policy == 1 count
+
+Like ``report:``, the section is no run setting: no run id depends on it. It is checked in two
+steps, each listing every problem at once with the file, key, value and fix: its shape when the
+grid is loaded (:func:`check_findings`, called by :func:`harness.spec.load_grid`), and its arms
+against the expanded runs (:func:`plan_problems`: a selector that matches no run, arms that share
+a run). :func:`record` is what ``grid.json`` keeps of it (each arm's run ids, so the report and
+``grpo-harness findings`` need neither the YAML nor a second matching); the verdicts are computed
+in :mod:`analysis.findings`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.schema import canonical_json
+
+#: Keys of one finding, in the order they are shown.
+FINDING_KEYS = (
+    "claim",
+    "paper",
+    "metric",
+    "window",
+    "direction",
+    "baseline",
+    "variant",
+    "scaled",
+    "off_policy_only",
+)
+REQUIRED_KEYS = ("claim", "paper", "metric", "window", "direction", "baseline", "variant")
+DIRECTIONS = ("higher", "lower")
+ARMS = ("baseline", "variant")
+
+#: What to write for each required key left out.
+_MISSING_FIX = {
+    "claim": "give the paper's claim in one sentence, e.g. claim: epsilon_high = 0.28 keeps entropy higher",
+    "paper": "name the paper and where it says so, e.g. paper: DAPO, arXiv:2503.14476, §3.1",
+    "metric": "name a per-step metric column of the runs, e.g. metric: entropy",
+    "window": "give the fractions of each run's logged steps to average over, e.g. window: [0.5, 1.0]",
+    "direction": "say what the paper finds for the variant against the baseline: direction: higher or lower",
+    "baseline": "give the settings that select the baseline's runs, e.g. baseline: {epsilon_high: 0.2}",
+    "variant": "give the settings that select the variant's runs, e.g. variant: {epsilon_high: 0.28}",
+}
+
+_UNSET = object()
+
+
+def check_findings(section: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
+    """The ``findings:`` section checked and normalised, as JSON data; problems go to ``problems``.
+
+    Each finding becomes ``{claim, paper, metric, window: [a, b] (floats), direction, baseline,
+    variant (selectors: {dotted key: value}, bare GRPOConfig names as ``trainer.<name>``, numbers
+    coerced to their field's type as grid values are), scaled (``""`` when left out),
+    off_policy_only (bool)}``. A finding with any problem is left out of the result.
+
+    Args:
+        section: the file's ``findings:`` value (None: no findings).
+        problems: where each problem is added, as a sentence naming the key, the value and the fix.
+
+    Returns:
+        ``{finding id: finding}`` in the file's order.
+    """
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        problems.append(
+            f"findings = {_shown(section)}: findings is a mapping of finding id -> "
+            f"{{{', '.join(REQUIRED_KEYS)}}}; see the README's Findings section."
+        )
+        return {}
+    out = {}
+    for fid, finding in section.items():
+        where = f"findings.{fid}"
+        found: list[str] = []
+        checked = _check_finding(finding, where, found)
+        problems += found
+        if checked is not None and not found:
+            out[str(fid)] = checked
+    return out
+
+
+def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+    from harness.spec import _suggest
+
+    if not isinstance(finding, Mapping):
+        problems.append(
+            f"{where} = {_shown(finding)}: a finding is a mapping with {', '.join(REQUIRED_KEYS)} "
+            "(and optionally scaled, off_policy_only)."
+        )
+        return None
+    for key in finding:
+        if key not in FINDING_KEYS:
+            problems.append(
+                f"{where}: unknown key '{key}'.{_suggest(str(key), FINDING_KEYS)} A finding has "
+                f"{', '.join(FINDING_KEYS)}."
+            )
+    for key in REQUIRED_KEYS:
+        if finding.get(key) is None:
+            problems.append(f"{where}.{key} is not set: {_MISSING_FIX[key]}.")
+    out: dict[str, Any] = {}
+    for key in ("claim", "paper", "metric"):
+        value = finding.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str) and value.strip():
+            out[key] = " ".join(value.split())
+        else:
+            problems.append(f"{where}.{key} = {_shown(value)} is not a non-empty text: {_MISSING_FIX[key]}.")
+    if finding.get("window") is not None:
+        out["window"] = _window(finding["window"], f"{where}.window", problems)
+    direction = finding.get("direction")
+    if direction is not None:
+        if direction in DIRECTIONS:
+            out["direction"] = direction
+        else:
+            problems.append(
+                f"{where}.direction = {_shown(direction)}: the direction is higher or lower (what the paper "
+                "finds for the variant's metric relative to the baseline's); write e.g. direction: higher."
+            )
+    for arm in ARMS:
+        if finding.get(arm) is not None:
+            out[arm] = _selector(finding[arm], f"{where}.{arm}", problems)
+    scaled = finding.get("scaled")
+    if scaled is not None and not isinstance(scaled, str):
+        problems.append(
+            f"{where}.scaled = {_shown(scaled)}: give free text (quoted), what was scaled from the "
+            "paper's setting and how, or leave it out."
+        )
+    out["scaled"] = " ".join(scaled.split()) if isinstance(scaled, str) else ""
+    off = finding.get("off_policy_only", False)
+    if isinstance(off, bool):
+        out["off_policy_only"] = off
+    else:
+        problems.append(
+            f"{where}.off_policy_only = {_shown(off)}: true or false (true: only steps with off_policy == 1 "
+            "count)."
+        )
+    return {k: out[k] for k in FINDING_KEYS if k in out}
+
+
+def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
+    numbers = (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    )
+    if numbers and 0 <= value[0] < value[1] <= 1:
+        return [float(value[0]), float(value[1])]
+    problems.append(
+        f"{where} = {_shown(value)}: give [a, b] with 0 <= a < b <= 1, fractions of each run's logged "
+        "steps (e.g. [0.5, 1.0]: the second half of each run)."
+    )
+    return None
+
+
+def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """An arm's selector: ``{dotted key: value}``, keys written like grid keys, values type-checked
+    and coerced as grid values are; not ``seed`` (an arm pools its seeds)."""
+    from harness.spec import _run_setting_key, check_setting, coerce_number, normalize_key
+
+    if not isinstance(value, Mapping) or not value:
+        problems.append(
+            f"{where} = {_shown(value)}: give a non-empty mapping of settings that select the arm's runs, "
+            "written like grid keys, e.g. {epsilon_high: 0.28, num_iterations: 4}."
+        )
+        return None
+    out: dict[str, Any] = {}
+    ok = True
+    for raw, v in value.items():
+        key = normalize_key(str(raw))
+        if key == "seed" or key == "trainer.seed":
+            problems.append(
+                f"{where}.{raw}: an arm pools the runs of every seed, so seed cannot select one; drop it "
+                "(the verdict compares the arms over their seeds)."
+            )
+            ok = False
+            continue
+        problem = _run_setting_key(key, where) or check_setting(key, v, where)
+        if problem is None and key in out:
+            problem = f"{where}: {key} is given twice (bare and dotted names are one key); give it once."
+        if problem:
+            problems.append(problem)
+            ok = False
+            continue
+        out[key] = coerce_number(key, v)
+    return out if ok else None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- against the runs of a plan -------------------------------------------------------------------
+
+
+def selects(run: Any, selector: Mapping[str, Any]) -> bool:
+    """Whether ``run`` (a :class:`harness.schema.RunSpec`) belongs to the arm of ``selector``: every
+    selector key equals the run's resolved setting (compared as canonical JSON, so ``2`` and ``2.0``
+    differ exactly where the grid coerces them apart; a key the run leaves unset matches only
+    ``null``)."""
+    return all(_value(run, k) == canonical_json(v) for k, v in selector.items())
+
+
+def _value(run: Any, key: str) -> str:
+    value = run.get(key, _UNSET)
+    return canonical_json(None) if value is _UNSET else canonical_json(value)
+
+
+def arm_runs(runs: Sequence[Any], selector: Mapping[str, Any]) -> list[Any]:
+    """The runs of ``runs`` that :func:`selects` picks, in order."""
+    return [r for r in runs if selects(r, selector)]
+
+
+def _setting_text(selector: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k.removeprefix('trainer.')}={json.dumps(v)}" for k, v in selector.items())
+
+
+def plan_problems(plan: Any) -> list[str]:
+    """Problems of the grid's findings against its expanded runs (:class:`harness.grid.Plan`):
+
+    - an arm's selector that matches no run, naming the key (or the combination) that no run has
+      and the values the grid's runs have for it;
+    - baseline and variant arms that share a run (a run cannot be compared with itself).
+
+    Returns:
+        One sentence per problem, each with the fix; empty when every finding's arms hold runs.
+    """
+    problems = []
+    runs = list(plan.runs)
+    for fid, finding in plan.grid.findings.items():
+        where = f"findings.{fid}"
+        arms = {}
+        for arm in ARMS:
+            selector = finding[arm]
+            arms[arm] = arm_runs(runs, selector)
+            if not arms[arm]:
+                problems.append(_no_run_problem(f"{where}.{arm}", selector, runs))
+        shared = {r.run_id for r in arms["baseline"]} & {r.run_id for r in arms["variant"]}
+        if shared:
+            example = next(r for r in arms["baseline"] if r.run_id in shared)
+            keys = list(dict.fromkeys([*finding["baseline"], *finding["variant"]]))
+            problems.append(
+                f"{where}: baseline ({_setting_text(finding['baseline'])}) and variant "
+                f"({_setting_text(finding['variant'])}) share {len(shared)} run(s), e.g. run {example.run_id} "
+                f"({_setting_text({k: example.varying.get(k) for k in plan.varying_keys})}), and a run cannot "
+                f"be compared with itself; give both arms the keys {', '.join(k.removeprefix('trainer.') for k in keys)} "
+                "with a different value of one of them."
+            )
+    return problems
+
+
+def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any]) -> str:
+    """Why ``selector`` matches no run: the first key whose value no run has (with the values the
+    grid has), else the combination (with the values of the runs that match all but the last key)."""
+
+    def values_of(key: str, pool: Sequence[Any]) -> str:
+        seen = sorted({_value(r, key) for r in pool})
+        return ", ".join("unset" if v == "null" else v for v in seen) or "no runs"
+
+    for key, v in selector.items():
+        if not any(_value(r, key) == canonical_json(v) for r in runs):
+            return (
+                f"{where}: no run of the grid has {key} = {json.dumps(v)}; the grid has {key} = "
+                f"{values_of(key, runs)}. Use one of those values, or add {json.dumps(v)} to the grid's axes."
+            )
+    keys = list(selector)
+    partial = arm_runs(runs, {k: selector[k] for k in keys[:-1]})
+    last = keys[-1]
+    return (
+        f"{where}: no run has all of {_setting_text(selector)}; the runs with "
+        f"{_setting_text({k: selector[k] for k in keys[:-1]})} have {last} = {values_of(last, partial)}. "
+        "Pick values that occur together in the grid."
+    )
+
+
+def plan_lines(plan: Any, width: int = 72) -> list[str]:
+    """What ``grpo-harness plan`` prints of the findings: per finding its id, the claim (cut to
+    ``width`` characters), the metric, window and direction, and each arm with its run count."""
+    findings = plan.grid.findings
+    if not findings:
+        return []
+    lines = [f"findings ({len(findings)}):"]
+    for fid, f in findings.items():
+        claim = f["claim"] if len(f["claim"]) <= width else f["claim"][: width - 3].rstrip() + "..."
+        a, b = f["window"]
+        lines.append(f"  {fid}: {claim}")
+        arms = "; ".join(
+            f"{arm} {_setting_text(f[arm])}: {len(arm_runs(plan.runs, f[arm]))} run(s)" for arm in ARMS
+        )
+        lines.append(
+            f"    {f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps"
+            + (", off-policy steps only" if f["off_policy_only"] else "")
+            + f", {f['direction']} expected; {arms}"
+        )
+    return lines
+
+
+def record(plan: Any) -> dict[str, dict[str, Any]]:
+    """What ``grid.json`` keeps of the findings: each finding as checked, plus ``arms``:
+    ``{"baseline": [run ids], "variant": [run ids]}`` (the plan's runs each selector picks)."""
+    return {
+        fid: {**f, "arms": {arm: [r.run_id for r in arm_runs(plan.runs, f[arm])] for arm in ARMS}}
+        for fid, f in plan.grid.findings.items()
+    }

@@ -1,0 +1,336 @@
+"""Verdicts on a grid's findings (analysis.findings), the power calculations behind them
+(analysis.stats), the findings table of the report and the ``grpo-harness findings`` command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_helpers import md_rows, write_run
+from scipy import stats as st
+
+from analysis import findings as fm
+from analysis import report, stats
+from harness import cli, layout
+
+# --- the statistics ---------------------------------------------------------------------------------
+
+
+def test_welch_interval_is_scipy_s_and_the_textbook_formula():
+    v = np.array([1.0, 2.0, 3.0, 4.5])
+    b = np.array([0.0, 0.5, 1.2])
+    diff, lo, hi = stats.welch_interval(v, b)
+    ci = st.ttest_ind(v, b, equal_var=False).confidence_interval(0.95)
+    assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    # by hand: se and Welch-Satterthwaite dof
+    a1, a2 = v.var(ddof=1) / 4, b.var(ddof=1) / 3
+    se = math.sqrt(a1 + a2)
+    dof = (a1 + a2) ** 2 / (a1**2 / 3 + a2**2 / 2)
+    q = st.t.ppf(0.975, dof)
+    assert diff == pytest.approx(2.625 - 1.7 / 3)
+    assert (lo, hi) == pytest.approx((diff - q * se, diff + q * se), rel=1e-12)
+    assert stats.welch_interval([1.0, 1.0], [0.0, 0.0]) == (1.0, 1.0, 1.0)  # no spread: the difference
+    d, lo, hi = stats.welch_interval([1.0, np.nan, 2.0], [0.0])
+    assert d == 1.5 and math.isnan(lo) and math.isnan(hi)
+
+
+def power_by_hand(d: float, n: int) -> float:
+    """Two-sided 5% two-sample t test power at effect size d, n per group (noncentral t)."""
+    dof = 2 * n - 2
+    crit = st.t.ppf(0.975, dof)
+    nc = d * math.sqrt(n / 2)
+    return 1 - st.nct.cdf(crit, dof, nc) + st.nct.cdf(-crit, dof, nc)
+
+
+def test_min_detectable_effect_has_80_percent_power_at_n():
+    x = stats.min_detectable_effect(3, 1.0)
+    assert power_by_hand(x, 3) == pytest.approx(0.80, abs=1e-3)
+    assert x == pytest.approx(3.07, abs=0.01)  # Cohen's tables: d = 3.07 for n = 3 per group
+    assert stats.min_detectable_effect(3, 2.0) == pytest.approx(2 * x)  # scales with the SD
+    assert power_by_hand(stats.min_detectable_effect(10, 1.0), 10) == pytest.approx(0.80, abs=1e-3)
+    assert math.isnan(stats.min_detectable_effect(1, 1.0))
+    assert stats.min_detectable_effect(5, 0.0) == 0.0
+
+
+def test_seeds_for_power_is_the_smallest_n_with_80_percent_power():
+    assert stats.seeds_for_power(0.5, 1.0) == 64  # the classic d = 0.5: 64 per group
+    n = int(stats.seeds_for_power(0.3, 0.25))  # d = 1.2
+    assert power_by_hand(1.2, n) >= 0.8 > power_by_hand(1.2, n - 1)
+    assert stats.seeds_for_power(-0.3, 0.25) == n  # the sign does not matter
+    assert stats.seeds_for_power(10.0, 1.0) == 2
+    assert math.isnan(stats.seeds_for_power(0.0, 1.0))
+    assert math.isnan(stats.seeds_for_power(1.0, 0.0))
+    assert stats.seeds_for_power(1e-6, 1.0) == math.inf
+
+
+def test_pooled_sd_by_hand():
+    a, b = [1.0, 2.0, 3.0], [2.0, 4.0]
+    assert stats.pooled_sd(a, b) == pytest.approx(math.sqrt((2.0 + 2.0) / 3))
+    assert stats.pooled_sd([1.0], [5.0, np.nan, 7.0]) == pytest.approx(math.sqrt(2.0))
+    assert math.isnan(stats.pooled_sd([1.0], [2.0]))
+
+
+# --- windows and verdicts -----------------------------------------------------------------------------
+
+
+def test_window_values_average_a_fraction_of_each_run_s_logged_steps():
+    df = pd.DataFrame(
+        {
+            layout.RUN_ID: ["a"] * 4 + ["b"] * 5,
+            layout.STEP: [4, 3, 2, 1, 1, 2, 3, 4, 5],  # a's rows are not in step order
+            "m": [40.0, 30.0, 20.0, 10.0, 1.0, np.nan, 3.0, 4.0, 5.0],
+            layout.OFF_POLICY: [1, 0, 1, 0, 0, 1, 1, 0, 1],
+        }
+    )
+    # a: positions 0..3 / 4 -> steps 3, 4 in [0.5, 1); b: positions 0..4 / 5 -> 0.6, 0.8 (steps 4, 5)
+    assert fm.window_values(df, "m", (0.5, 1.0)).to_dict() == {"a": 35.0, "b": 4.5}
+    # the whole run, NaN skipped; the first half: a steps 1-2, b steps 1-3 (positions 0, 0.2, 0.4)
+    assert fm.window_values(df, "m", (0.0, 1.0)).to_dict() == {"a": 25.0, "b": 13.0 / 4}
+    assert fm.window_values(df, "m", (0.0, 0.5)).to_dict() == {"a": 15.0, "b": 2.0}
+    assert fm.window_values(df, "m", (0.0, 1.0), off_policy_only=True).to_dict() == {"a": 30.0, "b": 4.0}
+    assert fm.window_values(df, "missing", (0.0, 1.0)).isna().all()
+    with pytest.raises(ValueError, match="0 <= a < b <= 1"):
+        fm.window_values(df, "m", (0.5, 0.5))
+
+
+BASE3 = [1.0, 2.0, 3.0]
+
+
+def test_verdict_reproduced_opposite_and_not_resolved():
+    up = fm.verdict(BASE3, [11.0, 12.0, 13.0], "higher")
+    assert up["verdict"] == "reproduced"
+    assert up["effect"] == pytest.approx(10.0)
+    ci = st.ttest_ind([11.0, 12.0, 13.0], BASE3, equal_var=False).confidence_interval(0.95)
+    assert (up["effect_lo"], up["effect_hi"]) == pytest.approx((ci.low, ci.high))
+    assert (up["p_improve"], up["p_improve_lo"], up["p_improve_hi"]) == (1.0, 1.0, 1.0)
+    assert math.isnan(up["seeds_80"])
+    assert up["baseline_n"] == up["variant_n"] == 3
+    assert (up["baseline_mean"], up["variant_mean"]) == (2.0, 12.0)
+    assert up["pooled_sd"] == pytest.approx(1.0)
+    assert fm.verdict(BASE3, [11.0, 12.0, 13.0], "lower")["verdict"] == "opposite"
+    down = fm.verdict(BASE3, [-9.0, -8.0, -7.0], "lower")
+    assert down["verdict"] == "reproduced" and down["p_improve"] == 0.0
+
+
+def test_not_resolved_gives_the_seeds_that_would_resolve_the_observed_effect():
+    # effect 0.5 at pooled SD 1: d = 0.5, so 64 seeds per arm (power_by_hand checks the boundary)
+    out = fm.verdict(BASE3, [1.5, 2.5, 3.5], "higher")
+    assert out["verdict"] == "not resolved"
+    assert out["effect"] == pytest.approx(0.5) and out["pooled_sd"] == pytest.approx(1.0)
+    assert out["effect_lo"] < 0 < out["effect_hi"]
+    assert out["seeds_80"] == 64
+    assert power_by_hand(0.5, 64) >= 0.8 > power_by_hand(0.5, 63)
+    # P(variant > baseline) = (1 win of 1.5 ... ) by hand: pairs (v > b) + ties / 2 over 9 pairs
+    wins = sum((x > y) + 0.5 * (x == y) for x in (1.5, 2.5, 3.5) for y in BASE3)
+    assert out["p_improve"] == pytest.approx(wins / 9)
+    assert out["p_improve_lo"] <= out["p_improve"] <= out["p_improve_hi"]
+    same = fm.verdict(BASE3, BASE3, "higher")  # no effect: no number of seeds resolves it
+    assert same["verdict"] == "not resolved" and math.isnan(same["seeds_80"])
+
+
+def test_an_arm_with_fewer_than_two_runs_gets_no_verdict():
+    out = fm.verdict([1.0, np.nan], [2.0, 3.0, 4.0], "higher")
+    assert out["verdict"] == "not enough runs (baseline 1, variant 3; 2 per arm needed)"
+    assert out["effect"] == 2.0 and math.isnan(out["effect_lo"]) and math.isnan(out["p_improve_lo"])
+    out = fm.verdict([], [2.0], "lower")
+    assert out["verdict"].startswith("not enough runs (baseline 0, variant 1")
+    assert math.isnan(out["effect"])
+    with pytest.raises(ValueError, match="direction"):
+        fm.verdict(BASE3, BASE3, "up")
+
+
+def test_a_verdict_does_not_depend_on_the_bootstrap_seed():
+    b, v = [0.1, 0.3, 0.2, 0.25], [0.3, 0.45, 0.2, 0.5]
+    outs = [fm.verdict(b, v, "higher", seed=s) for s in range(4)]
+    assert len({(o["verdict"], o["effect_lo"], o["effect_hi"]) for o in outs}) == 1
+
+
+# --- the table and the report ---------------------------------------------------------------------
+
+
+FINDING = {
+    "claim": "clip-higher keeps entropy higher",
+    "paper": "DAPO, arXiv:2503.14476, §3.1",
+    "metric": "entropy",
+    "window": [0.5, 1.0],
+    "direction": "higher",
+    "baseline": {"trainer.epsilon_high": 0.2},
+    "variant": {"trainer.epsilon_high": 0.28},
+    "scaled": "",
+    "off_policy_only": False,
+}
+
+
+def write_findings_grid(grid_dir, findings=None, *, seeds=3, stopped=()):
+    """Two arms (epsilon_high 0.2 / 0.28) x ``seeds`` runs of 20 steps; the variant's entropy is
+    0.1 higher in the second half. Returns the run ids of each arm."""
+    arms = {"baseline": [], "variant": []}
+    runs = {}
+    for arm, eh in (("baseline", 0.2), ("variant", 0.28)):
+        for s in range(seeds):
+            rid = f"{arm}-s{s}"
+            step = np.arange(1, 21)
+            cfg = {
+                "task": {"name": "chain_sum"},
+                "model": "tiny",
+                "trainer": {"loss_type": "dapo", "seed": s},
+            }
+            cfg["trainer"].update({"epsilon_high": eh, "max_steps": 20})
+            entropy = 1.0 - 0.01 * step + 0.01 * s + (0.1 * (step > 10) if arm == "variant" else 0.0)
+            write_run(
+                grid_dir,
+                rid,
+                config=cfg,
+                varying={"trainer.epsilon_high": eh, "seed": s},
+                columns={layout.STEP: step, "reward": 0.1 + 0.01 * step + 0.005 * s, "entropy": entropy},
+                state="stopped" if rid in stopped else "done",
+            )
+            arms[arm].append(rid)
+            runs[rid] = {"trainer.epsilon_high": eh, "seed": s}
+    if findings is None:
+        findings = {"F1": {**FINDING, "arms": arms}}
+    record = {
+        "name": grid_dir.name,
+        "source": "g.yaml",
+        "run_ids": [*arms["baseline"], *arms["variant"]],
+        "varying": ["trainer.epsilon_high", "seed"],
+        "runs": runs,
+        "report": {"hue": ["trainer.epsilon_high"]},
+        "findings": findings,
+    }
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    (grid_dir / layout.GRID_FILE).write_text(json.dumps(record))
+    return arms
+
+
+def test_findings_table_counts_finished_runs_of_each_arm(tmp_path):
+    g = tmp_path / "g"
+    arms = write_findings_grid(g, stopped=("variant-s2",))
+    table = report.findings_results(g)
+    (row,) = table.to_dict("records")
+    # second half (steps 11-20): baseline 1 - 0.01 * 15.5 + 0.01 s; the variant 0.1 higher
+    assert (row["baseline_n"], row["variant_n"]) == (3, 2)  # the stopped run is not counted
+    assert row["baseline_mean"] == pytest.approx(0.845 + 0.01)
+    assert row["variant_mean"] == pytest.approx(0.945 + 0.005)
+    assert row["effect"] == pytest.approx(0.095)
+    assert row["verdict"] == "reproduced"
+    assert row["finding"] == "F1" and row["baseline"] == "epsilon_high=0.2"
+    assert "Welch" in table.attrs["caption"] and "undercovers" in table.attrs["caption"]
+    assert "50,000 resamples" in table.attrs["caption"]
+    assert arms["variant"][2] == "variant-s2"
+
+
+def test_read_findings_names_each_damaged_entry(tmp_path):
+    with pytest.raises(ValueError) as e:
+        fm.read_findings({"A": {**FINDING, "window": [1, 0]}, "B": "x", "C": FINDING}, "g/grid.json")
+    text = str(e.value)
+    assert "g/grid.json: findings.A: window, arms missing or malformed" in text
+    assert "g/grid.json: findings.B is str, not a mapping" in text
+    assert "findings.C: arms" in text
+    assert fm.read_findings(None, "x") == [] and fm.read_findings({}, "x") == []
+
+
+def test_report_shows_the_findings_near_the_top_in_three_formats(tmp_path):
+    g = tmp_path / "g"
+    write_findings_grid(g)
+    out = report.make_report(g)
+    index = (out / "index.md").read_text()
+    assert "## Findings" in index
+    assert index.index("## Findings") < index.index("![")  # before the first figure
+    assert "Files: findings.md/.csv/.tex" in index
+    rows = md_rows(index[index.index("## Findings") :])
+    assert rows[0] == [
+        "finding",
+        "claim",
+        "paper",
+        "metric (window)",
+        "baseline mean (n)",
+        "variant mean (n)",
+        "effect [95% CI]",
+        "P(variant > baseline) [95% CI]",
+        "verdict",
+        "seeds for 80% power",
+    ]
+    assert rows[2][0] == "F1" and rows[2][3] == "entropy (50-100% of steps)"
+    assert rows[2][4] == "0.855 (3)" and rows[2][8] == "reproduced" and rows[2][9] == "—"
+    assert rows[2][7] == "1 [1, 1]"
+    csv = pd.read_csv(out / "findings.csv")
+    assert csv.loc[0, "effect"] == pytest.approx(0.1)
+    assert "\\begin{tabular}" in (out / "findings.tex").read_text()
+    assert (out / "findings.md").read_text().startswith("Each finding")
+
+
+def test_report_without_findings_has_no_findings_section(tmp_path):
+    g = tmp_path / "g"
+    write_findings_grid(g, findings={})
+    out = report.make_report(g)
+    assert "## Findings" not in (out / "index.md").read_text()
+    assert not (out / "findings.md").exists()
+
+
+def test_findings_command_prints_the_compact_table(tmp_path, capsys):
+    g1, g2 = tmp_path / "a", tmp_path / "b"
+    write_findings_grid(g1)
+    write_findings_grid(g2, {"F2": {**FINDING, "direction": "lower", "arms": write_findings_grid(g2)}})
+    assert cli.main(["findings", str(g1), str(g2)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "claim",
+        "paper",
+        "metric",
+        "effect",
+        "[95%",
+        "CI]",
+        "P(>)",
+        "[CI]",
+        "verdict",
+    ]
+    assert len(lines) == 3
+    assert lines[1].rstrip().endswith("reproduced") and lines[2].rstrip().endswith("opposite")
+    assert cli.main(["findings", str(g1), "--markdown"]) == 0
+    rows = md_rows(capsys.readouterr().out)
+    assert rows[0] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
+    assert rows[2][0] == "clip-higher keeps entropy higher" and rows[2][5] == "reproduced"
+
+
+def test_findings_command_refuses_a_folder_without_findings(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g, findings={})
+    assert cli.main(["findings", str(g)]) == 2
+    err = capsys.readouterr().err
+    assert f"{g / layout.GRID_FILE} records no findings: section" in err
+    assert "grpo-harness run GRID.yaml" in err
+    assert cli.main(["findings", str(tmp_path / "nothing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_not_resolved_shows_the_seeds_needed(tmp_path):
+    table = pd.DataFrame(
+        [
+            {
+                "finding": "F",
+                "claim": "c",
+                "paper": "p",
+                "scaled": "60 steps",
+                "metric": "kl",
+                "window_lo": 0.0,
+                "window_hi": 1.0,
+                "off_policy_only": True,
+                "direction": "lower",
+                **fm.verdict(BASE3, [1.5, 2.5, 3.5], "lower"),
+            }
+        ]
+    )
+    shown = fm.display_table(table).iloc[0]
+    assert shown["paper"] == "p; scaled: 60 steps"
+    assert shown["metric (window)"] == "kl (0-100% of steps, off-policy)"
+    assert shown["verdict"] == "not resolved" and shown["seeds for 80% power"] == "64"
+    assert shown["baseline mean (n)"] == "2 (3)"
+    compact = fm.compact_table(table).iloc[0]
+    assert compact["verdict"] == "not resolved (64 seeds/arm for 80% power)"
+    same = table.assign(**fm.verdict(BASE3, BASE3, "lower"))
+    assert fm.compact_table(same).iloc[0]["verdict"] == "not resolved (the arms' means are equal)"
+    assert fm.display_table(same).iloc[0]["seeds for 80% power"] == "—"

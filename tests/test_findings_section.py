@@ -1,0 +1,261 @@
+"""The top-level ``findings:`` section of a grid file: papers' claims the runs test, checked before
+anything runs, recorded in grid.json, never a run setting."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import cli, findings
+from harness.grid import expand, plan_record
+from harness.spec import SpecError, load_grid
+
+BASE = {
+    "name": "g",
+    "task": {"name": "chain_sum", "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1}},
+    "trainer": {"max_steps": 3, "per_device_train_batch_size": 8, "num_generations": 4},
+    "grid": {"seed": [0, 1, 2], "epsilon_high": [0.2, 0.28], "num_iterations": [1, 4]},
+}
+
+F1 = {
+    "claim": "Under off-policy updates, epsilon_high = 0.28 keeps token entropy higher than 0.2.",
+    "paper": "DAPO, arXiv:2503.14476, §3.1 and Fig. 2",
+    "metric": "entropy",
+    "window": [0.5, 1.0],
+    "direction": "higher",
+    "baseline": {"epsilon_high": 0.2, "num_iterations": 4},
+    "variant": {"epsilon_high": 0.28, "num_iterations": 4},
+}
+
+
+def write(tmp_path: Path, data: dict, name: str = "g.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        load_grid(path)
+    assert str(path) in str(e.value)  # the file is named
+    return e.value.problems
+
+
+def test_a_finding_is_checked_and_normalised(tmp_path):
+    finding = {**F1, "baseline": {"epsilon_high": 0.2, "trainer.num_iterations": 4}, "scaled": " 60  steps "}
+    grid = load_grid(write(tmp_path, {**BASE, "findings": {"F1": finding}}))
+    assert grid.findings == {
+        "F1": {
+            "claim": F1["claim"],
+            "paper": F1["paper"],
+            "metric": "entropy",
+            "window": [0.5, 1.0],
+            "direction": "higher",
+            "baseline": {"trainer.epsilon_high": 0.2, "trainer.num_iterations": 4},
+            "variant": {"trainer.epsilon_high": 0.28, "trainer.num_iterations": 4},
+            "scaled": "60 steps",
+            "off_policy_only": False,
+        }
+    }
+    # an int in a float field is that float, as in the grid's axes (so it selects the run 1.0)
+    grid = load_grid(write(tmp_path, {**BASE, "findings": {"F": {**F1, "variant": {"epsilon_high": 1}}}}))
+    assert grid.findings["F"]["variant"] == {"trainer.epsilon_high": 1.0}
+    assert type(grid.findings["F"]["variant"]["trainer.epsilon_high"]) is float
+    assert load_grid(write(tmp_path, BASE)).findings == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"direciton": "higher"}, ["findings.F1: unknown key 'direciton'.", "Did you mean 'direction'?"]),
+        ({"window": [0.8, 0.5]}, ["findings.F1.window = [0.8, 0.5]", "0 <= a < b <= 1", "e.g. [0.5, 1.0]"]),
+        ({"window": [0.0, 1.5]}, ["findings.F1.window = [0.0, 1.5]", "0 <= a < b <= 1"]),
+        ({"window": 0.5}, ["findings.F1.window = 0.5", "give [a, b]"]),
+        ({"window": [0.2, 0.2]}, ["findings.F1.window = [0.2, 0.2]"]),
+        ({"direction": "up"}, ["findings.F1.direction = 'up'", "higher or lower", "direction: higher"]),
+        ({"claim": ""}, ["findings.F1.claim = ''", "non-empty text", "claim:"]),
+        ({"metric": 3}, ["findings.F1.metric = 3", "non-empty text", "metric: entropy"]),
+        (
+            {"baseline": "epsilon_high=0.2"},
+            ["findings.F1.baseline = 'epsilon_high=0.2'", "non-empty mapping"],
+        ),
+        ({"variant": {}}, ["findings.F1.variant = {}", "non-empty mapping"]),
+        ({"variant": {"seed": 1}}, ["findings.F1.variant.seed", "seed cannot select", "drop it"]),
+        (
+            {"variant": {"epsilon_hgh": 0.28}},
+            ["findings.F1.variant: unknown key 'epsilon_hgh'", "epsilon_high"],
+        ),
+        (
+            {"variant": {"epsilon_high": "0.28"}},
+            ["findings.F1.variant: trainer.epsilon_high = '0.28'", "bare"],
+        ),
+        (
+            {"variant": {"executor.nodes": 2}},
+            ["findings.F1.variant: 'executor.nodes'", "not one of its settings"],
+        ),
+        ({"scaled": 3}, ["findings.F1.scaled = 3", "free text"]),
+        ({"off_policy_only": "yes"}, ["findings.F1.off_policy_only = 'yes'", "true or false"]),
+    ],
+)
+def test_each_bad_value_is_one_problem_naming_key_value_and_fix(tmp_path, change, expected):
+    found = problems(write(tmp_path, {**BASE, "findings": {"F1": {**F1, **change}}}))
+    assert len(found) == 1, found
+    for part in expected:
+        assert part in found[0], found[0]
+
+
+def test_each_missing_required_key_is_named_with_what_to_write(tmp_path):
+    found = problems(write(tmp_path, {**BASE, "findings": {"F1": {"paper": "x"}}}))
+    assert len(found) == 6, found
+    for key, example in [
+        ("claim", "claim:"),
+        ("metric", "metric: entropy"),
+        ("window", "window: [0.5, 1.0]"),
+        ("direction", "higher or lower"),
+        ("baseline", "baseline: {"),
+        ("variant", "variant: {"),
+    ]:
+        (line,) = [p for p in found if p.startswith(f"findings.F1.{key} is not set")]
+        assert example in line, line
+
+
+def test_every_problem_of_every_finding_is_listed_at_once(tmp_path):
+    data = {
+        **BASE,
+        "findings": {
+            "A": {**F1, "direction": "up", "window": [1, 0]},
+            "B": {**F1, "variant": {"seed": 0}},
+            "C": "no",
+        },
+        "report": {"x": "steps"},
+    }
+    found = problems(write(tmp_path, data))
+    assert len(found) == 5, found
+    assert [p.split(" ")[0].split(":")[0] for p in found] == [
+        "report.x",
+        "findings.A.window",
+        "findings.A.direction",
+        "findings.B.variant.seed",
+        "findings.C",
+    ]
+    found = problems(write(tmp_path, {**BASE, "findings": ["F1"]}))
+    assert found == ["findings must be a mapping of finding id -> {claim, paper, ...}, got list ['F1']."]
+
+
+def test_findings_are_no_run_setting(tmp_path):
+    with_findings = load_grid(write(tmp_path, {**BASE, "findings": {"F1": F1}}))
+    without = load_grid(write(tmp_path, BASE, "h.yaml"))
+    assert [r.run_id for r in expand(with_findings).runs] == [r.run_id for r in expand(without).runs]
+    assert all("findings" not in r.settings for r in expand(with_findings).runs)
+    found = problems(write(tmp_path, {**BASE, "grid": {**BASE["grid"], "findings.F1.metric": ["kl"]}}))
+    assert any("is not a run setting" in p and "findings: section" in p for p in found), found
+    with pytest.raises(SpecError) as e:
+        load_grid(write(tmp_path, BASE), ["findings.F1.metric=kl"])
+    assert "findings.F1.metric" in str(e.value) and "not a run setting" in str(e.value)
+
+
+def test_an_included_finding_is_replaced_whole(tmp_path):
+    base = {**BASE, "findings": {"F1": {**F1, "scaled": "from the base"}, "F2": {**F1, "metric": "kl"}}}
+    write(tmp_path, base, "base.yaml")
+    top = {
+        "include": "base.yaml",
+        "name": "top",
+        "findings": {"F1": {**F1, "variant": {"epsilon_high": 0.28}}},
+    }
+    grid = load_grid(write(tmp_path, top, "top.yaml"))
+    assert list(grid.findings) == ["F1", "F2"]
+    assert grid.findings["F1"]["variant"] == {"trainer.epsilon_high": 0.28}  # not merged key by key
+    assert grid.findings["F1"]["scaled"] == ""
+    assert grid.findings["F2"]["metric"] == "kl"
+
+
+# --- arms against the runs --------------------------------------------------------------------------
+
+
+def plan_of(tmp_path, finding_map, **extra):
+    return expand(load_grid(write(tmp_path, {**BASE, **extra, "findings": finding_map})))
+
+
+def test_arms_select_the_runs_whose_settings_equal_every_selector_key(tmp_path):
+    plan = plan_of(tmp_path, {"F1": F1})
+    base = findings.arm_runs(plan.runs, plan.grid.findings["F1"]["baseline"])
+    var = findings.arm_runs(plan.runs, plan.grid.findings["F1"]["variant"])
+    assert [r.varying for r in base] == [
+        {"seed": s, "trainer.epsilon_high": 0.2, "trainer.num_iterations": 4} for s in (0, 1, 2)
+    ]
+    assert [r.varying for r in var] == [
+        {"seed": s, "trainer.epsilon_high": 0.28, "trainer.num_iterations": 4} for s in (0, 1, 2)
+    ]
+    run = plan.runs[0]
+    assert findings.selects(run, {"trainer.epsilon_high": 0.2})
+    assert not findings.selects(run, {"trainer.epsilon_high": 0.28})
+    assert findings.selects(run, {"trainer.epsilon": None})  # a key the run leaves unset is null
+    assert not findings.selects(run, {"trainer.epsilon": 0.2})
+    assert findings.selects(run, {"task.kwargs.max_digits": 1})
+    assert findings.plan_problems(plan) == []
+
+
+def test_a_selector_that_matches_no_run_names_the_key_and_the_values_the_grid_has(tmp_path):
+    plan = plan_of(tmp_path, {"F1": {**F1, "variant": {"epsilon_high": 0.3, "num_iterations": 4}}})
+    assert findings.plan_problems(plan) == [
+        "findings.F1.variant: no run of the grid has trainer.epsilon_high = 0.3; the grid has "
+        "trainer.epsilon_high = 0.2, 0.28. Use one of those values, or add 0.3 to the grid's axes."
+    ]
+    plan = plan_of(tmp_path, {"F1": {**F1, "baseline": {"epsilon": 0.2}}})
+    (problem,) = findings.plan_problems(plan)
+    assert "trainer.epsilon = 0.2" in problem and "the grid has trainer.epsilon = unset" in problem
+
+
+def test_a_combination_no_run_has_names_the_values_that_do_occur(tmp_path):
+    zipped = {"grid": {"seed": [0, 1]}, "zip": [{"epsilon_high": [0.2, 0.28], "num_iterations": [1, 4]}]}
+    plan = plan_of(tmp_path, {"F1": F1}, **zipped)  # baseline (0.2, mu 4) is not in the zip
+    assert findings.plan_problems(plan) == [
+        "findings.F1.baseline: no run has all of epsilon_high=0.2, num_iterations=4; the runs with "
+        "epsilon_high=0.2 have trainer.num_iterations = 1. Pick values that occur together in the grid."
+    ]
+
+
+def test_arms_that_share_a_run_are_refused(tmp_path):
+    plan = plan_of(
+        tmp_path, {"F1": {**F1, "baseline": {"num_iterations": 4}, "variant": {"epsilon_high": 0.28}}}
+    )
+    (problem,) = findings.plan_problems(plan)
+    assert problem.startswith(
+        "findings.F1: baseline (num_iterations=4) and variant (epsilon_high=0.28) share 3 run(s)"
+    )
+    assert "a run cannot be compared with itself" in problem
+    assert "give both arms the keys num_iterations, epsilon_high with a different value" in problem
+
+
+def test_plan_lists_findings_and_refuses_bad_arms_with_exit_2(tmp_path, capsys):
+    path = write(tmp_path, {**BASE, "findings": {"F1": F1}})
+    assert cli.main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "findings (1):" in out
+    assert "  F1_clip" not in out and "  F1: Under off-policy updates" in out
+    assert "entropy over 50-100% of each run's steps, higher expected" in out
+    assert "baseline epsilon_high=0.2, num_iterations=4: 3 run(s); variant epsilon_high=0.28" in out
+    bad = {
+        "F1": {**F1, "variant": {"epsilon_high": 0.3}},
+        "F2": {**F1, "baseline": {"num_iterations": 4}, "variant": {"epsilon_high": 0.28}},
+    }
+    path = write(tmp_path, {**BASE, "findings": bad}, "bad.yaml")
+    assert cli.main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}: 2 problems:" in err
+    assert "findings.F1.variant: no run of the grid" in err and "findings.F2: baseline" in err
+
+
+def test_grid_json_records_each_arm_s_run_ids(tmp_path):
+    plan = plan_of(tmp_path, {"F1": F1})
+    record = plan_record(plan)
+    assert json.loads(json.dumps(record)) == record
+    arms = record["findings"]["F1"]["arms"]
+    by_id = {r.run_id: r for r in plan.runs}
+    assert len(arms["baseline"]) == len(arms["variant"]) == 3
+    assert {by_id[r].varying["trainer.epsilon_high"] for r in arms["baseline"]} == {0.2}
+    assert {by_id[r].varying["trainer.epsilon_high"] for r in arms["variant"]} == {0.28}
+    assert {by_id[r].varying["trainer.num_iterations"] for r in [*arms["baseline"], *arms["variant"]]} == {4}
+    assert record["findings"]["F1"]["metric"] == "entropy"
+    assert plan_record(plan_of(tmp_path, {}))["findings"] == {}
