@@ -60,6 +60,10 @@ _MISSING_FIX = {
 }
 
 _UNSET = object()
+#: A selector key that is no setting: the name of the sub-grid a run came from (for a run that two
+#: sub-grids both make, the first of them, as the plan keeps it). It tells apart arms whose settings
+#: differ only through a profile, e.g. a control at learning rate 0 and a baseline at the grid's own.
+SUBGRID = "subgrid"
 
 
 def check_findings(section: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
@@ -184,6 +188,15 @@ def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | N
     out: dict[str, Any] = {}
     ok = True
     for raw, v in value.items():
+        if raw == SUBGRID:
+            if not isinstance(v, str) or not v:
+                problems.append(
+                    f"{where}.subgrid = {_shown(v)}: give the name of one of the grid's sub-grids."
+                )
+                ok = False
+            else:
+                out[SUBGRID] = v
+            continue
         key = normalize_key(str(raw))
         if key == "seed" or key == "trainer.seed":
             problems.append(
@@ -215,12 +228,12 @@ def selects(run: Any, selector: Mapping[str, Any]) -> bool:
     """Whether ``run`` (a :class:`harness.schema.RunSpec`) belongs to the arm of ``selector``: every
     selector key equals the run's resolved setting (compared as canonical JSON, so ``2`` and ``2.0``
     differ exactly where the grid coerces them apart; a key the run leaves unset matches only
-    ``null``)."""
+    ``null``); the key :data:`SUBGRID` compares the run's sub-grid name."""
     return all(_value(run, k) == canonical_json(v) for k, v in selector.items())
 
 
 def _value(run: Any, key: str) -> str:
-    value = run.get(key, _UNSET)
+    value = run.subgrid if key == SUBGRID else run.get(key, _UNSET)
     return canonical_json(None) if value is _UNSET else canonical_json(value)
 
 

@@ -259,3 +259,29 @@ def test_grid_json_records_each_arm_s_run_ids(tmp_path):
     assert {by_id[r].varying["trainer.num_iterations"] for r in [*arms["baseline"], *arms["variant"]]} == {4}
     assert record["findings"]["F1"]["metric"] == "entropy"
     assert plan_record(plan_of(tmp_path, {}))["findings"] == {}
+
+
+def test_an_arm_may_name_its_sub_grid(tmp_path):
+    """Two arms whose settings differ only through a profile (a control at learning rate 0 beside
+    the grid's own rate) are told apart by their sub-grid."""
+    data = {
+        **BASE,
+        "grid": {"seed": [0, 1]},
+        "subgrids": {"baseline": {"set": {"loss_type": "grpo"}}, "frozen": {"set": {"learning_rate": 0.0}}},
+    }
+    finding = {
+        **F1,
+        "baseline": {"subgrid": "baseline"},
+        "variant": {"subgrid": "frozen", "learning_rate": 0.0},
+    }
+    plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": finding}})))
+    f = plan.grid.findings["F"]
+    assert [r.get("trainer.learning_rate") for r in findings.arm_runs(plan.runs, f["variant"])] == [0.0, 0.0]
+    assert [r.subgrid for r in findings.arm_runs(plan.runs, f["baseline"])] == ["baseline", "baseline"]
+    assert findings.plan_problems(plan) == []
+    wrong = {**finding, "variant": {"subgrid": "frozn"}}
+    plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": wrong}})))
+    (problem,) = findings.plan_problems(plan)
+    assert 'no run of the grid has subgrid = "frozn"' in problem and '"baseline", "frozen"' in problem
+    with pytest.raises(SpecError, match="give the name of one of the grid's sub-grids"):
+        load_grid(write(tmp_path, {**data, "findings": {"F": {**finding, "variant": {"subgrid": 3}}}}))
