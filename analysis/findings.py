@@ -34,13 +34,17 @@ __all__ = [
     "compact_table",
     "display_table",
     "findings_table",
+    "note_lines",
     "read_findings",
     "verdict",
+    "window_stats",
     "window_values",
 ]
 
 DIRECTIONS = ("higher", "lower")
 REPRODUCED, OPPOSITE, NOT_RESOLVED = "reproduced", "opposite", "not resolved"
+#: Why an arm's run is left out when nothing else says: it is not among the runs read.
+NOT_READ = "not among the runs read (not in grid.json's run_ids, or not given to this report)"
 
 
 @dataclass(frozen=True)
@@ -94,35 +98,11 @@ def read_findings(section: Any, where: str) -> list[Finding]:
     out, problems = [], []
     for fid, f in section.items():
         here = f"{where}: findings.{fid}"
-        if not isinstance(f, Mapping):
-            problems.append(f"{here} is {type(f).__name__}, not a mapping")
+        problem = _record_problem(f, here)
+        if problem:
+            problems.append(problem)
             continue
-        bad = [k for k in ("claim", "paper", "metric", "direction") if not isinstance(f.get(k), str)]
-        window = f.get("window")
-        if not (
-            isinstance(window, list | tuple)
-            and len(window) == 2
-            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in window)
-            and 0 <= window[0] < window[1] <= 1
-        ):
-            bad.append("window")
-        if f.get("direction") not in DIRECTIONS:
-            bad.append("direction")
-        arms = f.get("arms")
-        if not (
-            isinstance(arms, Mapping)
-            and all(
-                isinstance(arms.get(a), list) and all(isinstance(r, str) for r in arms[a])
-                for a in ("baseline", "variant")
-            )
-        ):
-            bad.append("arms")
-        if bad:
-            problems.append(
-                f"{here}: {', '.join(dict.fromkeys(bad))} missing or malformed (arms: the run ids of each arm, "
-                "written by `grpo-harness run` or `submit`)"
-            )
-            continue
+        window, arms = f["window"], f["arms"]
         out.append(
             Finding(
                 id=str(fid),
@@ -134,13 +114,64 @@ def read_findings(section: Any, where: str) -> list[Finding]:
                 baseline=dict(f.get("baseline") or {}),
                 variant=dict(f.get("variant") or {}),
                 arms={a: tuple(arms[a]) for a in ("baseline", "variant")},
-                scaled=str(f.get("scaled") or ""),
-                off_policy_only=bool(f.get("off_policy_only", False)),
+                scaled=f.get("scaled") or "",
+                off_policy_only=f.get("off_policy_only", False),
             )
         )
     if problems:
         raise ValueError("; ".join(problems))
     return out
+
+
+def _record_problem(f: Any, here: str) -> str:
+    """What is wrong with one recorded finding ``f`` ("" when nothing), starting with ``here``:
+    every field :func:`read_findings` reads is checked, so a hand edit is named, never misread."""
+    if not isinstance(f, Mapping):
+        return f"{here} is {type(f).__name__}, not a mapping"
+    bad = [
+        k
+        for k in ("claim", "paper", "metric", "direction")
+        if not (isinstance(f.get(k), str) and f[k].strip())
+    ]
+    bad += [k for k in ("baseline", "variant") if not isinstance(f.get(k, {}), Mapping)]
+    if not isinstance(f.get("scaled", ""), str | None):
+        bad.append("scaled")
+    if not isinstance(f.get("off_policy_only", False), bool):
+        bad.append("off_policy_only")
+    window = f.get("window")
+    if not (
+        isinstance(window, list | tuple)
+        and len(window) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in window)
+        and 0 <= window[0] < window[1] <= 1
+    ):
+        bad.append("window")
+    if f.get("direction") not in DIRECTIONS:
+        bad.append("direction")
+    arms = f.get("arms")
+    if not (
+        isinstance(arms, Mapping)
+        and all(
+            isinstance(arms.get(a), list) and all(isinstance(r, str) for r in arms[a])
+            for a in ("baseline", "variant")
+        )
+    ):
+        bad.append("arms")
+    if bad:
+        why = (
+            " (arms: the run ids of each arm, written by `grpo-harness run` or `submit`)"
+            if "arms" in bad
+            else ""
+        )
+        return f"{here}: {', '.join(dict.fromkeys(bad))} missing or malformed{why}"
+    shared = sorted(set(arms["baseline"]) & set(arms["variant"]))
+    if shared:
+        more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
+        return (
+            f"{here}: arms baseline and variant share run(s) {', '.join(shared[:3])}{more} (a run cannot be "
+            "compared with itself)"
+        )
+    return ""
 
 
 def window_values(
@@ -173,21 +204,44 @@ def window_values(
     Raises:
         ValueError: if the window is not ``0 <= a < b <= 1``.
     """
+    return window_stats(df, metric, window, off_policy_only=off_policy_only)["value"].rename(metric)
+
+
+def window_stats(
+    df: pd.DataFrame,
+    metric: str,
+    window: tuple[float, float],
+    *,
+    off_policy_only: bool = False,
+) -> pd.DataFrame:
+    """:func:`window_values` with the counts behind each value, to say why a run has none.
+
+    Returns:
+        Indexed by run id (str, sorted): ``value`` (:func:`window_values`), ``rows`` (logged
+        steps), ``finite`` (steps with a finite value of the metric, anywhere in the run),
+        ``in_window`` (steps in the window), ``finite_in_window`` (of those, with a finite value)
+        and ``kept`` (the steps averaged: those, off-policy ones only with ``off_policy_only``).
+    """
     a, b = (float(w) for w in window)
     if not 0.0 <= a < b <= 1.0:
         raise ValueError(f"window must be 0 <= a < b <= 1, got {window!r}")
     codes, names = factorize_runs(df[layout.RUN_ID])
     index = pd.Index([str(n) for n in names], name=layout.RUN_ID, dtype=object)
-    if metric not in df.columns or len(df) == 0:
-        return pd.Series(np.nan, index=index, name=metric, dtype=np.float64).sort_index()
+    n = len(names)
+    rows = np.bincount(codes, minlength=n) if len(df) else np.zeros(n, dtype=np.int64)
+    if len(df) == 0:
+        return _stats_frame(index, np.full(n, np.nan), rows, *(np.zeros(n, dtype=np.int64),) * 4)
     steps = df[layout.STEP].to_numpy()
     order = np.lexsort((steps, codes))
     c = codes[order]
     counts = np.bincount(c, minlength=len(names))
     starts = np.r_[0, np.cumsum(counts)[:-1]]
     position = (np.arange(c.size) - np.repeat(starts, counts)) / np.maximum(counts[c], 1)
-    y = df[metric].to_numpy(dtype=np.float64)[order]
-    keep = (position >= a) & (position < b) & np.isfinite(y)
+    inside = (position >= a) & (position < b)
+    y = df[metric].to_numpy(dtype=np.float64)[order] if metric in df.columns else np.full(c.size, np.nan)
+    finite = np.isfinite(y)
+    keep = inside & finite
+    counts_of = [np.bincount(c[m], minlength=n) for m in (finite, inside, keep)]
     if off_policy_only:
         off = (
             df[layout.OFF_POLICY].to_numpy(dtype=np.float64)[order]
@@ -195,11 +249,26 @@ def window_values(
             else np.zeros(c.size)
         )
         keep &= off == 1
+    kept = np.bincount(c[keep], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(c[keep], weights=y[keep], minlength=len(names)) / np.bincount(
-            c[keep], minlength=len(names)
-        )
-    return pd.Series(mean, index=index, name=metric).sort_index()
+        mean = np.bincount(c[keep], weights=y[keep], minlength=n) / kept
+    return _stats_frame(index, mean, rows, *counts_of, kept)
+
+
+def _stats_frame(index: pd.Index, value: np.ndarray, rows: np.ndarray, *counts: np.ndarray) -> pd.DataFrame:
+    finite, in_window, finite_in_window, kept = counts
+    out = pd.DataFrame(
+        {
+            "value": np.asarray(value, dtype=np.float64),
+            "rows": rows,
+            "finite": finite,
+            "in_window": in_window,
+            "finite_in_window": finite_in_window,
+            "kept": kept,
+        },
+        index=index,
+    )
+    return out.sort_index()
 
 
 def verdict(
@@ -298,6 +367,8 @@ def findings_table(
     findings: Sequence[Finding],
     finished: Collection[str],
     *,
+    unfinished: Mapping[str, str] | None = None,
+    logged: Collection[str] = (),
     confidence: float = 0.95,
     reps: int | None = None,
     seed: int = 0,
@@ -310,28 +381,34 @@ def findings_table(
         findings: from :func:`read_findings`.
         finished: the run ids the verdicts may count (the report's finished runs); an arm's other
             runs are left out.
+        unfinished: why each run of an arm that is not in ``finished`` is not (its state, e.g.
+            "diverged at step 12 (loss)"); a run it does not name is :data:`NOT_READ`.
+        logged: metric names the runs log, to suggest one for a metric that no run logs.
         confidence, reps, seed: as in :func:`verdict`.
 
     Returns:
         Columns ``finding``, ``claim``, ``paper``, ``scaled``, ``metric``, ``window_lo``,
         ``window_hi``, ``off_policy_only``, ``direction``, ``baseline``, ``variant`` (the
-        selectors as ``key=value`` text), then :func:`verdict`'s keys. ``attrs["caption"]``:
-        :func:`caption`.
+        selectors as ``key=value`` text), then :func:`verdict`'s keys, then ``left_out`` (the
+        arms' runs without a value and why, as text: "" when none) and ``note`` (what else limits
+        the numbers: "" when nothing). ``attrs["caption"]``: :func:`caption`.
     """
     finished = {str(r) for r in finished}
+    unfinished = {str(k): str(v) for k, v in (unfinished or {}).items()}
     rows = []
-    cache: dict[tuple, pd.Series] = {}
+    cache: dict[tuple, pd.DataFrame] = {}
+    used: set[str] = set()
     for f in findings:
         key = (f.metric, f.window, f.off_policy_only)
         if key not in cache:
-            cache[key] = window_values(df, f.metric, f.window, off_policy_only=f.off_policy_only)
-        values = cache[key]
-        arm = {
-            name: values.reindex([r for r in f.arms.get(name, ()) if r in finished]).to_numpy(
-                dtype=np.float64
-            )
-            for name in ("baseline", "variant")
-        }
+            cache[key] = window_stats(df, f.metric, f.window, off_policy_only=f.off_policy_only)
+        st = cache[key]
+        arm, left = _arm_values(st, f, finished, unfinished)
+        left_ids = {r for _, r, _ in left}
+        used.update(r for name in ("baseline", "variant") for r in f.arms.get(name, ()) if r not in left_ids)
+        out = verdict(
+            arm["baseline"], arm["variant"], f.direction, confidence=confidence, reps=reps, seed=seed
+        )
         rows.append(
             {
                 "finding": f.id,
@@ -345,20 +422,92 @@ def findings_table(
                 "direction": f.direction,
                 "baseline": _selector_text(f.baseline),
                 "variant": _selector_text(f.variant),
-                **verdict(
-                    arm["baseline"], arm["variant"], f.direction, confidence=confidence, reps=reps, seed=seed
-                ),
+                **out,
+                "left_out": _left_out_text(left, f.metric, st, logged),
+                "note": _note(arm["baseline"], arm["variant"], out),
             }
         )
     table = pd.DataFrame(rows)
-    used = {
-        r for f in findings for name in ("baseline", "variant") for r in f.arms.get(name, ()) if r in finished
-    }
     drawn = sorted({int(n) for n in table.get("reps", []) if n})
     table.attrs["caption"] = caption(
         reps=drawn or [_default_reps(reps)], seed=seed, confidence=confidence, finished_runs=len(used)
     )
     return table
+
+
+def _arm_values(
+    st: pd.DataFrame, f: Finding, finished: Collection[str], unfinished: Mapping[str, str]
+) -> tuple[dict[str, np.ndarray], list[tuple[str, str, str]]]:
+    """Each arm's values (its finished runs with a value in the window; ``st``: :func:`window_stats`)
+    and the runs left out, ``(arm, run id, why)``."""
+    arm: dict[str, np.ndarray] = {}
+    left: list[tuple[str, str, str]] = []
+    for name in ("baseline", "variant"):
+        ids = list(dict.fromkeys(f.arms.get(name, ())))
+        counted = [r for r in ids if r in finished and r in st.index and np.isfinite(st.at[r, "value"])]
+        arm[name] = st["value"].reindex(counted).to_numpy(dtype=np.float64)
+        for r in ids:
+            if r not in finished:
+                left.append((name, r, unfinished.get(r, NOT_READ)))
+            elif r not in counted:
+                left.append((name, r, _why_no_value(st, r, f)))
+    return arm, left
+
+
+def _why_no_value(st: pd.DataFrame, run_id: str, f: Finding) -> str:
+    """Why a finished run has no value for finding ``f`` (``st``: :func:`window_stats`)."""
+    if run_id not in st.index or st.at[run_id, "rows"] == 0:
+        return "no logged step"
+    r = st.loc[run_id]
+    rows = int(r["rows"])
+    window = f"{100 * f.window[0]:g}-{100 * f.window[1]:g}% of its steps"
+    if r["finite"] == 0:
+        return f"no finite {f.metric} at any of its {rows} logged step(s)"
+    if r["in_window"] == 0:
+        return f"its {rows} logged step(s) put none in the window ({window})"
+    if r["finite_in_window"] == 0:
+        return (
+            f"no finite {f.metric} in the window ({window}: {int(r['in_window'])} step(s)); it has one at "
+            f"{int(r['finite'])} of its {rows} steps, all outside"
+        )
+    return f"no off-policy step (off_policy == 1) with a finite {f.metric} in the window ({window})"
+
+
+def _left_out_text(
+    left: Sequence[tuple[str, str, str]], metric: str, st: pd.DataFrame, logged: Collection[str]
+) -> str:
+    """The arms' runs left out, grouped by arm and reason: "variant: `a`, `b` (diverged ...)";
+    a metric that no run of the frame logs says so, with the closest logged names."""
+    if not left:
+        return ""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, rid, why in left:
+        groups.setdefault((name, why), []).append(rid)
+    parts = []
+    for (name, why), ids in groups.items():
+        shown = ", ".join(f"`{r}`" for r in ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+        parts.append(f"{name} {shown} ({why})")
+    text = "; ".join(parts)
+    if len(st) and int(st["finite"].sum()) == 0 and any(why.startswith("no finite") for *_, why in left):
+        import difflib
+
+        close = difflib.get_close_matches(metric, [str(c) for c in logged], n=3, cutoff=0.6)
+        text += f". No run logs {metric}" + (
+            f": did you mean {' or '.join(repr(c) for c in close)}?"
+            if close
+            else " (check the metric's name)"
+        )
+    return text
+
+
+def _note(baseline: np.ndarray, variant: np.ndarray, out: Mapping[str, Any]) -> str:
+    """What limits a verdict beyond its numbers: both arms without any run-to-run spread."""
+    if baseline.size >= 2 and variant.size >= 2 and out["pooled_sd"] == 0:
+        return (
+            "every run of each arm has the same value (no run-to-run spread), so the interval is the "
+            "difference itself: no test stands behind it; check that the metric varies with the seed"
+        )
+    return ""
 
 
 def _default_reps(reps: int | None) -> int:
@@ -388,9 +537,10 @@ def caption(
     return (
         "Each finding (a paper's claim, from the grid file's findings: section) tested on these runs. Per "
         "finding, one value per finished run"
-        + (f" ({finished_runs} in all)" if finished_runs is not None else "")
+        + (f" ({finished_runs} runs in all)" if finished_runs is not None else "")
         + ": the nan-mean of the metric over the window, a fraction of each run's logged steps (off-policy "
-        f"steps only where marked). Effect = variant mean - baseline mean with its {pct} Welch t interval "
+        "steps only where marked); the arms' other runs (not finished, or without a value in the window) are "
+        f"left out and listed under the table with why. Effect = variant mean - baseline mean with its {pct} Welch t interval "
         "(unequal variances, Welch-Satterthwaite degrees of freedom): exact under normal run-to-run noise and "
         "deterministic, where a percentile bootstrap over 3-5 seeds undercovers and could flip a verdict with "
         f"its seed. P(variant > baseline): the probability that a run of the variant has the larger value "
@@ -413,6 +563,15 @@ def _interval(v: float, lo: float, hi: float) -> str:
     if not np.isfinite(v):
         return "–"
     return _fmt(v) if math.isnan(lo) else f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def _shown_interval(r: Mapping[str, Any], key: str) -> str:
+    """``key`` (effect or p_improve) of a findings row with its interval, as text; "–" where an arm
+    has fewer than 2 runs: a difference of means with no spread behind it is no result (the CSV
+    keeps the number)."""
+    if str(r["verdict"]).startswith("not enough runs"):
+        return "–"
+    return _interval(r[key], r[f"{key}_lo"], r[f"{key}_hi"])
 
 
 def _seeds(n: float) -> str:
@@ -446,8 +605,8 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             "metric (window)": _metric_text(r),
             "baseline mean (n)": f"{_fmt(r['baseline_mean'])} ({r['baseline_n']})",
             "variant mean (n)": f"{_fmt(r['variant_mean'])} ({r['variant_n']})",
-            "effect [95% CI]": _interval(r["effect"], r["effect_lo"], r["effect_hi"]),
-            "P(variant > baseline) [95% CI]": _interval(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+            "effect [95% CI]": _shown_interval(r, "effect"),
+            "P(variant > baseline) [95% CI]": _shown_interval(r, "p_improve"),
             "verdict": r["verdict"],
             "seeds for 80% power": _seeds(r["seeds_80"]),
         }
@@ -472,6 +631,22 @@ _DISPLAY_COLUMNS = [
 ]
 
 
+def note_lines(table: pd.DataFrame, prefix: str = "") -> list[str]:
+    """One line per finding with runs left out or a note: "F1: left out variant `a` (why); note"
+    (``prefix`` before each, e.g. the results folder); none when every run counted."""
+    out = []
+    for r in table.to_dict("records"):
+        parts = []
+        if r.get("left_out"):
+            parts.append(f"left out {r['left_out']}")
+        if r.get("note"):
+            parts.append(r["note"])
+        if parts:
+            text = "; ".join(parts)
+            out.append(f"{prefix}{r['finding']}: {text}" + ("" if text.endswith((".", "?")) else "."))
+    return out
+
+
 def compact_table(table: pd.DataFrame) -> pd.DataFrame:
     """The findings in six text columns, what ``grpo-harness findings`` prints (and the README's
     findings table is pasted from): claim | paper | metric | effect [95% CI] | P(>) [CI] | verdict;
@@ -488,8 +663,8 @@ def compact_table(table: pd.DataFrame) -> pd.DataFrame:
                 "claim": r["claim"],
                 "paper": _paper_text(r),
                 "metric": _metric_text(r),
-                "effect [95% CI]": _interval(r["effect"], r["effect_lo"], r["effect_hi"]),
-                "P(>) [CI]": _interval(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                "effect [95% CI]": _shown_interval(r, "effect"),
+                "P(>) [CI]": _shown_interval(r, "p_improve"),
                 "verdict": text,
             }
         )

@@ -24,6 +24,7 @@ section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -39,7 +40,7 @@ import pandas as pd
 from filelock import FileLock
 
 from analysis import aggregate as agg_mod
-from analysis import curves, finals, labels, states, style, tables
+from analysis import curves, finals, labels, states, stats, style, tables
 from analysis import findings as findings_mod
 from analysis.aggregate import Curves, off_policy_rows, x_values
 from analysis.curves import DYNAMICS_METRICS
@@ -489,6 +490,7 @@ def compute_report(
     strict_keys: Collection[str] = (),
     given: Collection[str] = (),
     findings: Sequence[findings_mod.Finding] = (),
+    logged_metrics: Collection[str] = (),
 ) -> ReportData:
     """Every number of the report: curves, bands, w_seq bands, tables, final scores, profiles,
     and the verdict on each finding.
@@ -500,6 +502,8 @@ def compute_report(
         title: the grid's name.
         findings: the grid's findings (:func:`analysis.findings.read_findings`); their verdicts
             count finished runs only, also with ``include_unfinished``.
+        logged_metrics: metric names the runs log (to suggest one for a finding's metric that no
+            run logs).
         given: settings typed on the command line among ``"baseline"`` and ``"wseq_split"``: what
             they name must be in the results (a ``report:`` section's may not be: a note says so).
         strict_keys: layout keys that must name a column (typed on the command line); any other key
@@ -519,6 +523,8 @@ def compute_report(
     if df.empty:
         data.left_out.extend(f"`{rid}`: {what}" for rid, what in without.items())
         data.empty = True
+        if findings:
+            data.findings = findings_mod.findings_table(df, findings, [], unfinished=without)
         return data
     _check_axes(df, s)
     runs, first, flags = _run_table(df, run_states, s)
@@ -534,14 +540,17 @@ def compute_report(
     )
     _compared_lines(df, inc, data, keys, notes)
     data.variants = _variants_table(runs, keys.label, data, placed)
+    if findings:
+        finished, why = findings_runs(runs, without)
+        data.findings = findings_mod.findings_table(
+            df, findings, finished, unfinished=why, logged=logged_metrics
+        )
     if work.empty:
         data.empty = True
         return data
     _check_wseq_split(work, data, strict="wseq_split" in given)
     off = _on_policy_panels(work, inc, data)
     _numbers(work, df, runs, flags, off, data, keys)
-    if findings:
-        data.findings = findings_mod.findings_table(df, findings, finished_run_ids(runs))
     return data
 
 
@@ -549,6 +558,40 @@ def finished_run_ids(runs: pd.DataFrame) -> list[str]:
     """The run ids of ``runs`` (:func:`_run_table`) that finished: a DONE marker that what is on
     disk agrees with."""
     return [str(r) for r in runs.index[(runs["state"] == states.DONE) & (runs["problem"] == "")]]
+
+
+def findings_runs(
+    runs: pd.DataFrame, without: Mapping[str, str], df: pd.DataFrame | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The runs a finding may count, and why each other run may not.
+
+    A finding reads its own metric, so a run counts when it finished (:func:`finished_run_ids`)
+    whether or not it logged the report's score metric.
+
+    Args:
+        runs: :func:`_run_table` (the runs with metrics).
+        without: the requested runs without metrics, with why (:func:`_runs_without_metrics`).
+        df: the metrics, to find where a diverged run went non-finite (:func:`analysis.states.divergence_point`)
+            when ``runs`` does not say yet; None: as ``runs`` says.
+
+    Returns:
+        ``(finished run ids, {run id: why it is not counted})``.
+    """
+    problems = pd.Series(_done_problems(runs, None), index=runs.index, dtype=object)
+    done = (runs["state"] == states.DONE) & (problems == "")
+    why = dict(without)
+    for rid, r in runs[~done].iterrows():
+        if r["state"] == states.DONE:
+            why[str(rid)] = f"done, but {problems[rid]}"
+        else:
+            step = _as_int(r["marker_step"]) if r["state"] == states.DIVERGED else None
+            metric = r["diverged_metric"] if isinstance(r["diverged_metric"], str) else None
+            if r["state"] == states.DIVERGED and df is not None:
+                step, metric = states.divergence_point(df, rid, step, metric)
+            if step is None and not pd.isna(r["last_step"]):
+                step = int(r["last_step"])
+            why[str(rid)] = states.describe(r["state"], step=step, max_steps=r["max_steps"], metric=metric)
+    return [str(r) for r in runs.index[done]], why
 
 
 @dataclass
@@ -1200,10 +1243,11 @@ def _finish_tables(
     )
 
 
-def _done_problems(runs: pd.DataFrame, metric: str) -> list[str]:
+def _done_problems(runs: pd.DataFrame, metric: str | None) -> list[str]:
     """Why each run with a DONE marker is not a finished result ("" when it is one, or not DONE):
     contradicting markers, a DONE marker or metrics that stop before ``max_steps`` (unless DONE
-    lists the missing steps), or no value of the score ``metric`` at all."""
+    lists the missing steps), or no value of the score ``metric`` at all (not asked when
+    ``metric`` is None: a finding reads its own metric)."""
     done = (runs["state"] == states.DONE).to_numpy()
     max_steps = np.array([np.nan if v is None else float(v) for v in runs["max_steps"]], dtype=np.float64)
     marker = np.array([np.nan if (m := _as_int(v)) is None else float(m) for v in runs["marker_step"]])
@@ -1215,7 +1259,7 @@ def _done_problems(runs: pd.DataFrame, metric: str) -> list[str]:
             (runs["conflict"] != "").to_numpy()
             | (marker < max_steps)
             | ((last < max_steps) & (runs["missing_steps"] == 0).to_numpy())
-            | ~runs["scored"].to_numpy(dtype=bool)
+            | (~runs["scored"].to_numpy(dtype=bool) if metric is not None else False)
         )
     )
     for k in flagged:
@@ -1551,6 +1595,8 @@ def render_report(data: ReportData, out: Path) -> list[str]:
             if data.runs.empty
             else "No metrics of finished runs yet: nothing to plot."
         )
+        lines.append("")
+        lines.extend(_findings_section(data, out))  # each finding still says what it lacks
         return lines
 
     first, then = (
@@ -1865,25 +1911,87 @@ def power_lines(data: ReportData) -> list[str]:
         lo, hi = int(r["n_min"]), int(r["n_max"])
         n = f"{lo}" if lo == hi else f"{lo}-{hi}"
         seeds = f"{n} seed{'s' if hi != 1 else ''} per variant"
+        part = _panel_scores(data, r, facets)
+        unfinished = _unfinished_text(part)
         if lo < 2 or not np.isfinite(r["resolvable"]):
+            among = _among_the_others(data, part, metric, power, alpha)
+            if among:
+                out.append(f"{head} {seeds}, {among}{unfinished}")
+                continue
             out.append(
                 f"{head} {seeds}, no difference in final {metric} can be resolved: a variant with one run has no "
-                "spread to test against (run at least 2 seeds)."
+                f"spread to test against (run at least 2 seeds).{unfinished}"
             )
             continue
         if r["pooled_sd"] == 0:
             out.append(
                 f"{head} {seeds}, final {metric} does not vary within any variant (pooled SD 0), so a t test "
-                "gives no resolution limit."
+                f"gives no resolution limit.{unfinished}"
             )
             continue
         at = f" (at the smallest, {lo})" if lo != hi else ""
         out.append(
             f"{head} {seeds}, differences in final {metric} smaller than {tables._fmt(r['resolvable'])} cannot be "
             f"resolved{at} ({100 * power:g}% power, two-sided {100 * alpha:g}% t test, pooled SD "
-            f"{tables._fmt(r['pooled_sd'])} over the variants' final scores)."
+            f"{tables._fmt(r['pooled_sd'])} over the variants' final scores).{unfinished}"
         )
     return out
+
+
+def _panel_scores(data: ReportData, r: Mapping[str, Any], facets: Sequence[str]) -> pd.DataFrame | None:
+    """The rows of ``data.scores`` in the panel of ``r`` (a row of ``data.resolvable``); None
+    without scores."""
+    sc = data.scores
+    if sc is None or sc.empty or not all(c in sc.columns for c in facets):
+        return None
+    mask = np.ones(len(sc), dtype=bool)
+    for c in facets:
+        mask &= (sc[c].astype(str) == str(r[c])).to_numpy()
+    return sc[mask]
+
+
+def _unfinished_text(part: pd.DataFrame | None) -> str:
+    """A sentence on the unfinished runs a panel's final scores count (``--include-unfinished``)."""
+    if part is None or "state" not in part.columns:
+        return ""
+    k = int((part["state"].astype(str) != states.DONE).sum())
+    if not k:
+        return ""
+    return (
+        f" The seeds count {k} unfinished run(s) (--include-unfinished), each scored where it stopped; "
+        "finished runs alone may resolve less."
+    )
+
+
+def _among_the_others(
+    data: ReportData, part: pd.DataFrame | None, metric: str, power: float, alpha: float
+) -> str:
+    """For a panel where some variants have one run but at least two have more: which variants
+    no difference can involve, and what the others' seeds resolve among themselves ("" otherwise)."""
+    if part is None or not data.hue or data.hue not in part.columns:
+        return ""
+    sizes = part.groupby(data.hue, observed=True, sort=False)["score"].size()
+    multi, single = sizes[sizes >= 2], sizes[sizes < 2]
+    if len(multi) < 2 or single.empty:
+        return ""
+    groups = [part.loc[part[data.hue] == v, "score"].to_numpy(dtype=np.float64) for v in multi.index]
+    sd = stats.pooled_sd(*groups)
+    lo, hi = int(multi.min()), int(multi.max())
+    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    head = (
+        f"no difference involving {', '.join(map(str, single.index))} can be resolved (one run: no spread to "
+        f"test against; run at least 2 seeds); among the other {len(multi)} variants ({n} seeds each), "
+    )
+    if sd == 0:
+        return (
+            head
+            + f"final {metric} does not vary within any variant (pooled SD 0), so a t test gives no limit."
+        )
+    x = stats.min_detectable_effect(lo, sd, power, alpha)
+    return head + (
+        f"differences in final {metric} smaller than {tables._fmt(x)} cannot be resolved ({100 * power:g}% power, two-sided "
+        f"{100 * alpha:g}% t test, pooled SD {tables._fmt(sd)} over their final scores)."
+    )
 
 
 def _findings_section(data: ReportData, out: Path) -> list[str]:
@@ -1891,10 +1999,13 @@ def _findings_section(data: ReportData, out: Path) -> list[str]:
     if data.findings is None or data.findings.empty:
         return []
     shown = findings_mod.display_table(data.findings)
-    tables.write_table(shown, out / "findings", raw=data.findings)
+    notes = findings_mod.note_lines(data.findings)
+    tables.write_table(shown, out / "findings", raw=data.findings, notes=notes)
     lines: list[str] = []
     _section(lines, "Findings", shown.attrs["caption"])
-    lines.extend([tables.to_markdown(shown), "Files: findings.md/.csv/.tex", ""])
+    lines.extend(
+        [tables.to_markdown(shown), *(f"{line}\n" for line in notes), "Files: findings.md/.csv/.tex", ""]
+    )
     return lines
 
 
@@ -2069,7 +2180,14 @@ def make_report(
     strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
     given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
     data = compute_report(
-        df, run_states, settings, title=str(title), strict_keys=strict, given=given, findings=findings
+        df,
+        run_states,
+        settings,
+        title=str(title),
+        strict_keys=strict,
+        given=given,
+        findings=findings,
+        logged_metrics=_logged_for(grid_dir, df, findings),
     )
     data.lines.insert(
         0,
@@ -2143,10 +2261,22 @@ def findings_results(grid_dir: str | Path) -> pd.DataFrame:
     grid_dir = Path(grid_dir)
     if not (grid_dir / layout.RUNS_DIR).is_dir():
         raise FileNotFoundError(_not_a_grid_folder(grid_dir))
+    path = grid_dir / layout.GRID_FILE
+    if not path.is_file():
+        raise ReportError(
+            f"{path} does not exist, so nothing says which runs each finding compares; run `grpo-harness run "
+            "GRID.yaml` (done runs are skipped) or `grpo-harness submit` for the grid whose results these are"
+        )
+    try:
+        read_grid(grid_dir)
+    except ValueError as e:
+        raise ReportError(
+            f"{e}; write it again with `grpo-harness run GRID.yaml` (done runs are skipped) or `grpo-harness submit`"
+        ) from e
     findings = _grid_findings(grid_dir)
     if not findings:
         raise ReportError(
-            f"{grid_dir / layout.GRID_FILE} records no findings: section; add one to the grid file (see the "
+            f"{path} records no findings: section; add one to the grid file (see the "
             "README, Findings) and record it with `grpo-harness run GRID.yaml` (done runs are skipped), or "
             "`grpo-harness submit`"
         )
@@ -2154,12 +2284,31 @@ def findings_results(grid_dir: str | Path) -> pd.DataFrame:
     df, run_states, _, _ = load_report_inputs(
         grid_dir, settings=settings, extra_columns=[f.metric for f in findings]
     )
-    df, _, _ = _runs_without_metrics(df, run_states)
+    logged = _logged_for(grid_dir, df, findings)
+    df, _, without = _runs_without_metrics(df, run_states)
     finished: list[str] = []
-    if not df.empty and settings.metric in df.columns:
-        runs, _, _ = _run_table(df, run_states, settings)
-        finished = finished_run_ids(runs)
-    return findings_mod.findings_table(df, findings, finished)
+    if not df.empty:
+        # the report's score metric plays no part: a finding reads its own (the step is always there)
+        runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
+        finished, without = findings_runs(runs, without, df)
+    return findings_mod.findings_table(df, findings, finished, unfinished=without, logged=logged)
+
+
+def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
+    """The metric names a few runs' files hold, read only when no run of ``df`` has a value of a
+    finding's metric (to suggest the name meant); [] otherwise."""
+    if all(f.metric in df.columns and df[f.metric].notna().any() for f in findings):
+        return []
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names: set[str] = set()
+    ids = list(df[layout.RUN_ID].unique()[:8]) if len(df) else []
+    for rid in ids:
+        for path in layout.metric_paths(layout.run_dir(grid_dir, str(rid)))[:1]:
+            with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # the load names a damaged file
+                names.update(pq.read_schema(path).names)
+    return sorted(names - {layout.RUN_ID, layout.STEP})
 
 
 def _write_report(data: ReportData, skipped: Sequence[tuple[str, str]], out: Path) -> None:

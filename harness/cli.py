@@ -372,22 +372,29 @@ def cmd_findings(args: argparse.Namespace) -> int:
     results folder or records no findings."""
     import pandas as pd
 
-    from analysis.findings import compact_table
+    from analysis.findings import compact_table, note_lines
     from analysis.report import ReportError, findings_results
     from analysis.tables import to_markdown
 
-    frames = []
+    frames, notes, errors = [], [], []
     for grid_dir in args.grid_dirs:
         try:
-            frames.append(compact_table(findings_results(grid_dir)))
+            found = findings_results(grid_dir)
         except (FileNotFoundError, NotADirectoryError, ReportError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            errors.append(f"error: {e}")
+            continue
+        frames.append(compact_table(found))
+        notes += note_lines(found, prefix=f"{grid_dir}: " if len(args.grid_dirs) > 1 else "")
+    if errors:  # every folder's problem at once, and no table: a partial one would read as complete
+        print("\n".join(errors), file=sys.stderr)
+        return 2
     table = pd.concat(frames, ignore_index=True)
     if args.markdown:
         print(to_markdown(table), end="")
+        print("".join(f"\n{line}\n" for line in notes), end="")
     else:
         print("\n".join(text_table(list(table.columns), table.to_numpy().tolist())))
+        print("".join(f"{line}\n" for line in notes), end="")
     return 0
 
 

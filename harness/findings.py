@@ -66,7 +66,7 @@ _UNSET = object()
 SUBGRID = "subgrid"
 
 
-def check_findings(section: Any, problems: list[str]) -> dict[str, dict[str, Any]]:
+def check_findings(section: Any, problems: list[str], path: Any = None) -> dict[str, dict[str, Any]]:
     """The ``findings:`` section checked and normalised, as JSON data; problems go to ``problems``.
 
     Each finding becomes ``{claim, paper, metric, window: [a, b] (floats), direction, baseline,
@@ -77,6 +77,7 @@ def check_findings(section: Any, problems: list[str]) -> dict[str, dict[str, Any
     Args:
         section: the file's ``findings:`` value (None: no findings).
         problems: where each problem is added, as a sentence naming the key, the value and the fix.
+        path: the grid file, to name the included file a finding with a problem comes from.
 
     Returns:
         ``{finding id: finding}`` in the file's order.
@@ -94,19 +95,50 @@ def check_findings(section: Any, problems: list[str]) -> dict[str, dict[str, Any
         where = f"findings.{fid}"
         found: list[str] = []
         checked = _check_finding(finding, where, found)
+        if found and path is not None:
+            found = [p + _origin_text(path, str(fid)) for p in found]
         problems += found
         if checked is not None and not found:
             out[str(fid)] = checked
     return out
 
 
+def _origin_text(path: Any, fid: str) -> str:
+    """Where finding ``fid`` of grid file ``path`` is stated, when an included file states it (a
+    sentence to add to its problems; "" when only the file itself does)."""
+    from pathlib import Path
+
+    from harness.spec import finding_origins
+
+    files = finding_origins(Path(path)).get(fid) or []
+    if not files:
+        return ""
+    *included, last = files
+    if last.resolve() != Path(path).resolve():
+        return (
+            f" (findings.{fid} comes from the included file {last}: fix it there, or drop it from this grid "
+            f"with findings: {{{fid}: null}}.)"
+        )
+    if included:
+        return (
+            f" (this file's findings.{fid} replaces the one of the included file {included[-1]} whole, not key "
+            "by key: give every key here.)"
+        )
+    return ""
+
+
 def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
     from harness.spec import _suggest
 
     if not isinstance(finding, Mapping):
+        drop = (
+            " (null drops a finding of an included file; this one is in no included file)"
+            if finding is None
+            else ""
+        )
         problems.append(
             f"{where} = {_shown(finding)}: a finding is a mapping with {', '.join(REQUIRED_KEYS)} "
-            "(and optionally scaled, off_policy_only)."
+            f"(and optionally scaled, off_policy_only){drop}."
         )
         return None
     for key in finding:
@@ -167,9 +199,16 @@ def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
     )
     if numbers and 0 <= value[0] < value[1] <= 1:
         return [float(value[0]), float(value[1])]
+    text = isinstance(value, list | tuple) and any(isinstance(v, str) for v in value)
     problems.append(
         f"{where} = {_shown(value)}: give [a, b] with 0 <= a < b <= 1, fractions of each run's logged "
-        "steps (e.g. [0.5, 1.0]: the second half of each run)."
+        "steps (e.g. [0.5, 1.0]: the second half of each run)"
+        + (
+            "; an entry is text, not a number: write numbers bare, with a dot (YAML reads 1e-1 as text, "
+            "1.0e-1 as a number)."
+            if text
+            else "."
+        )
     )
     return None
 
@@ -206,6 +245,11 @@ def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | N
             ok = False
             continue
         problem = _run_setting_key(key, where) or check_setting(key, v, where)
+        if problem is None and isinstance(v, float) and not math.isfinite(v):
+            problem = (
+                f"{where}: {key} = {v!r}: a setting is a finite number, so no run can have it; give one of "
+                "the values the grid's runs have."
+            )
         if problem is None and key in out:
             problem = f"{where}: {key} is given twice (bare and dotted names are one key); give it once."
         if problem:
@@ -265,7 +309,11 @@ def plan_problems(plan: Any) -> list[str]:
             selector = finding[arm]
             arms[arm] = arm_runs(runs, selector)
             if not arms[arm]:
-                problems.append(_no_run_problem(f"{where}.{arm}", selector, runs))
+                problems.append(
+                    _no_run_problem(f"{where}.{arm}", selector, runs, plan)
+                    + _applied_text(plan.grid, selector)
+                    + _origin_text(plan.grid.source, fid)
+                )
         shared = {r.run_id for r in arms["baseline"]} & {r.run_id for r in arms["variant"]}
         if shared:
             example = next(r for r in arms["baseline"] if r.run_id in shared)
@@ -275,12 +323,28 @@ def plan_problems(plan: Any) -> list[str]:
                 f"({_setting_text(finding['variant'])}) share {len(shared)} run(s), e.g. run {example.run_id} "
                 f"({_setting_text({k: example.varying.get(k) for k in plan.varying_keys})}), and a run cannot "
                 f"be compared with itself; give both arms the keys {', '.join(k.removeprefix('trainer.') for k in keys)} "
-                "with a different value of one of them."
+                "with a different value of one of them." + _origin_text(plan.grid.source, fid)
             )
     return problems
 
 
-def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any]) -> str:
+def _applied_text(grid: Any, selector: Mapping[str, Any]) -> str:
+    """A sentence naming the profile settings and ``-o`` overrides that set a key ``selector``
+    selects by ("" when none does): they apply before the arms select runs."""
+    from harness.spec import normalize_key
+
+    given = [(k, f"--profile {grid.profile} ({k}={json.dumps(v)})") for k, v in grid.profile_settings]
+    given += [(o.split("=", 1)[0].strip(), f"-o {o}") for o in grid.overrides]
+    hits = [text for key, text in given if normalize_key(key.removeprefix("grid.")) in selector]
+    if not hits:
+        return ""
+    return (
+        f" ({' and '.join(dict.fromkeys(hits))} applies before the arms select runs: an arm that selects by "
+        "a key it sets must use the value it gives, or select by other keys or by subgrid.)"
+    )
+
+
+def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any], plan: Any = None) -> str:
     """Why ``selector`` matches no run: the first key whose value no run has (with the values the
     grid has), else the combination (with the values of the runs that match all but the last key)."""
 
@@ -289,10 +353,17 @@ def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any]
         return ", ".join("unset" if v == "null" else v for v in seen) or "no runs"
 
     for key, v in selector.items():
+        if key == SUBGRID and not any(r.subgrid == v for r in runs):
+            return _no_subgrid_problem(where, v, plan)
         if not any(_value(r, key) == canonical_json(v) for r in runs):
+            unset = (
+                " (null selects the runs that leave it unset, at its default)"
+                if any(_value(r, key) == "null" for r in runs)
+                else ""
+            )
             return (
                 f"{where}: no run of the grid has {key} = {json.dumps(v)}; the grid has {key} = "
-                f"{values_of(key, runs)}. Use one of those values, or add {json.dumps(v)} to the grid's axes."
+                f"{values_of(key, runs)}{unset}. Use one of those values, or add {json.dumps(v)} to the grid's axes."
             )
     keys = list(selector)
     partial = arm_runs(runs, {k: selector[k] for k in keys[:-1]})
@@ -302,6 +373,39 @@ def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any]
         f"{_setting_text({k: selector[k] for k in keys[:-1]})} have {last} = {values_of(last, partial)}. "
         "Pick values that occur together in the grid."
     )
+
+
+def _no_subgrid_problem(where: str, name: str, plan: Any) -> str:
+    """Why no run has sub-grid ``name``: the grid has no such sub-grid (naming those it has), or
+    every cell of it duplicates a run of an earlier sub-grid, which keeps the run under its name."""
+    names = [sub.name for sub in plan.grid.subgrids] if plan is not None else []
+    if not names:
+        return (
+            f"{where}.subgrid = {json.dumps(name)}: the grid has no sub-grids (no subgrids: section), so no "
+            "run comes from one; drop subgrid from the arm and select by settings."
+        )
+    if name not in names:
+        return (
+            f"{where}.subgrid = {json.dumps(name)}: the grid has no sub-grid of that name; its sub-grids are "
+            f"{', '.join(names)}.{_suggest_name(name, names)}"
+        )
+    firsts = sorted({kept.subgrid for dropped, kept in plan.duplicates if dropped.subgrid == name})
+    if not firsts:
+        return (
+            f"{where}.subgrid = {json.dumps(name)}: sub-grid {name} makes no run (every cell of it breaks a rule, "
+            "listed above); fix its settings."
+        )
+    return (
+        f"{where}.subgrid = {json.dumps(name)}: every cell of sub-grid {name} is also a run of sub-grid "
+        f"{', '.join(firsts)}, which keeps the run under its own name (a run is made "
+        "once); select those runs by their settings, or give the sub-grid a setting of its own."
+    )
+
+
+def _suggest_name(word: str, options: Sequence[str]) -> str:
+    from harness.spec import _suggest
+
+    return _suggest(word, options)
 
 
 def plan_lines(plan: Any, width: int = 72) -> list[str]:
@@ -315,14 +419,18 @@ def plan_lines(plan: Any, width: int = 72) -> list[str]:
         claim = f["claim"] if len(f["claim"]) <= width else f["claim"][: width - 3].rstrip() + "..."
         a, b = f["window"]
         lines.append(f"  {fid}: {claim}")
-        arms = "; ".join(
-            f"{arm} {_setting_text(f[arm])}: {len(arm_runs(plan.runs, f[arm]))} run(s)" for arm in ARMS
-        )
+        counts = {arm: len(arm_runs(plan.runs, f[arm])) for arm in ARMS}
+        arms = "; ".join(f"{arm} {_setting_text(f[arm])}: {counts[arm]} run(s)" for arm in ARMS)
         lines.append(
             f"    {f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps"
             + (", off-policy steps only" if f["off_policy_only"] else "")
             + f", {f['direction']} expected; {arms}"
         )
+        if min(counts.values()) < 2:
+            lines.append(
+                "    warning: an arm with fewer than 2 runs gets no verdict (no spread to test against); "
+                "add seeds (e.g. grid: {seed: [0, 1, 2]})."
+            )
     return lines
 
 

@@ -494,6 +494,37 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     return _merge_files(merged, {k: v for k, v in data.items() if k != "include"})
 
 
+def finding_origins(path: Path) -> dict[str, list[Path]]:
+    """For each finding a grid file ends up with, the files that state it, in merge order: its
+    included files that do, then the file itself if it does (the last one's finding is the one
+    used: a finding is replaced whole). Files that cannot be read give nothing (:func:`read_yaml`
+    has named them)."""
+    path = Path(path)
+    try:
+        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, Mapping):
+        return {}
+    includes = data.get("include") or []
+    includes = [includes] if isinstance(includes, str) else includes
+    out: dict[str, list[Path]] = {}
+    for inc in includes if isinstance(includes, list) else []:
+        if isinstance(inc, str) and (path.parent / inc).resolve() != path.resolve():
+            for k, files in finding_origins(path.parent / inc).items():
+                out[k] = [*out.get(k, []), *files]
+    own = data.get("findings")
+    if isinstance(own, Mapping):
+        for k, v in own.items():
+            if v is None and str(k) in out:
+                del out[str(k)]
+            else:
+                out[str(k)] = [*out.get(str(k), []), path]
+    elif "findings" in data:
+        out = {}
+    return out
+
+
 def _merge_files(base: Mapping, top: Mapping) -> dict:
     """One grid file's keys over another's: :func:`deep_merge`, except that ``report.smoothing`` is
     one choice (``{window: n}`` or ``{ema: a}``) and replaces the other file's whole."""
@@ -503,6 +534,11 @@ def _merge_files(base: Mapping, top: Mapping) -> dict:
     findings, included = top.get("findings"), base.get("findings")
     if isinstance(findings, Mapping) and isinstance(included, Mapping):  # a finding is replaced whole
         base = {**base, "findings": {k: {} if k in findings else v for k, v in included.items()}}
+        # ``F1: null`` drops an included finding (as null unsets an included report key)
+        dropped = [k for k, v in findings.items() if v is None and k in included]
+        if dropped:
+            top = {**top, "findings": {k: v for k, v in findings.items() if k not in dropped}}
+            base["findings"] = {k: v for k, v in base["findings"].items() if k not in dropped}
     return deep_merge(base, top)
 
 
@@ -952,7 +988,7 @@ def _checked_grid(
     report = check_report(config.get("report"), problems, report_where, grid_keys)
     from harness.findings import check_findings
 
-    findings = check_findings(config.get("findings"), problems)
+    findings = check_findings(config.get("findings"), problems, path)
     if not any(p.startswith("executor") for p in problems):  # else its values are already refused
         executor = ExecutorSettings.build(config.get("executor") or {}, problems)
     if problems:

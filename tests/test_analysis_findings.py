@@ -334,3 +334,268 @@ def test_not_resolved_shows_the_seeds_needed(tmp_path):
     same = table.assign(**fm.verdict(BASE3, BASE3, "lower"))
     assert fm.compact_table(same).iloc[0]["verdict"] == "not resolved (the arms' means are equal)"
     assert fm.display_table(same).iloc[0]["seeds for 80% power"] == "—"
+
+
+# --- what a verdict leaves out, and why ---------------------------------------------------------------
+
+
+def rewrite_run(grid_dir, rid, *, state="done", **columns):
+    """Replace run ``rid`` of :func:`write_findings_grid` (its arm's config kept): 20 steps with the
+    given ``columns`` (a column given as None is not written) and the end marker of ``state``."""
+    import shutil
+
+    rdir = layout.run_dir(grid_dir, rid)
+    cfg = json.loads((rdir / layout.CONFIG_FILE).read_text())
+    shutil.rmtree(rdir)
+    step = np.arange(1, 21)
+    cols = {layout.STEP: step, "reward": 0.1 + 0.01 * step, "entropy": 1.0 - 0.01 * step}
+    cols.update({k: v for k, v in columns.items() if v is not None})
+    for k in [k for k, v in columns.items() if v is None]:
+        del cols[k]
+    write_run(grid_dir, rid, config=cfg["config"], varying=cfg["varying"], columns=cols, state=state)
+
+
+def test_each_run_a_finding_leaves_out_is_named_with_why(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g, seeds=4, stopped=("variant-s3",))
+    rewrite_run(g, "variant-s2", state="diverged")
+    rewrite_run(g, "baseline-s3", entropy=None)  # never logs the metric
+    rewrite_run(g, "variant-s1", entropy=[np.nan] * 20)  # logs it, never finite
+    table = report.findings_results(g)
+    (row,) = table.to_dict("records")
+    assert (row["baseline_n"], row["variant_n"]) == (3, 1)
+    left = row["left_out"]
+    assert "baseline `baseline-s3` (no finite entropy at any of its 20 logged step(s))" in left
+    assert "variant `variant-s1` (no finite entropy at any of its 20 logged step(s))" in left
+    assert "variant `variant-s2` (diverged at step 20 (loss))" in left
+    assert "variant `variant-s3` (stopped at step 20 of 20" in left
+    assert "(4 runs in all)" in table.attrs["caption"]  # runs with a value, not runs finished
+    assert "listed under the table" in table.attrs["caption"]
+    # the report shows the same under its findings table, in index.md and findings.md
+    out = report.make_report(g)
+    index = (out / "index.md").read_text()
+    section = index[index.index("## Findings") : index.index("Files: findings")]
+    (line,) = [x for x in section.splitlines() if x.startswith("F1: left out")]
+    assert "`variant-s2` (diverged at step 20" in line and "`baseline-s3`" in line
+    assert line in (out / "findings.md").read_text()
+    assert pd.read_csv(out / "findings.csv").loc[0, "left_out"] == left
+    # and the command prints it under its table
+    assert cli.main(["findings", str(g)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1].startswith("F1: left out baseline `baseline-s3`")
+
+
+def test_a_window_that_holds_no_logged_step_says_so():
+    df = pd.DataFrame(
+        {layout.RUN_ID: ["a", "b", "c", "d"], layout.STEP: [1, 1, 1, 1], "m": [1.0, 2.0, 3.0, 4.0]}
+    )
+    f = fm.Finding(
+        id="F",
+        claim="c",
+        paper="p",
+        metric="m",
+        window=(0.5, 1.0),
+        direction="higher",
+        arms={"baseline": ("a", "b"), "variant": ("c", "d")},
+    )
+    (row,) = fm.findings_table(df, [f], finished=["a", "b", "c", "d"]).to_dict("records")
+    assert row["verdict"].startswith("not enough runs (baseline 0, variant 0")
+    assert row["left_out"] == (
+        "baseline `a`, `b` (its 1 logged step(s) put none in the window (50-100% of its steps)); "
+        "variant `c`, `d` (its 1 logged step(s) put none in the window (50-100% of its steps))"
+    )
+    stats_ = fm.window_stats(df, "m", (0.5, 1.0))
+    assert stats_["rows"].tolist() == [1, 1, 1, 1] and stats_["in_window"].tolist() == [0, 0, 0, 0]
+    # an eval metric logged only outside the window; off-policy steps only where there are none
+    df = pd.DataFrame(
+        {
+            layout.RUN_ID: ["a"] * 4 + ["b"] * 4,
+            layout.STEP: [1, 2, 3, 4] * 2,
+            "m": [1.0, np.nan, np.nan, np.nan, 1.0, 2.0, 3.0, 4.0],
+            layout.OFF_POLICY: [0.0] * 8,
+        }
+    )
+    g = fm.Finding(**{**f.__dict__, "arms": {"baseline": ("a",), "variant": ("b",)}, "off_policy_only": True})
+    (row,) = fm.findings_table(df, [g], finished=["a", "b"]).to_dict("records")
+    assert (
+        "baseline `a` (no finite m in the window (50-100% of its steps: 2 step(s)); it has one at 1 of its 4"
+        in row["left_out"]
+    )
+    assert (
+        "variant `b` (no off-policy step (off_policy == 1) with a finite m in the window" in row["left_out"]
+    )
+
+
+def test_a_metric_no_run_logs_is_named_with_the_closest_logged_name(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g, {"F1": {**FINDING, "metric": "entropyy", "arms": write_findings_grid(g)}})
+    assert cli.main(["findings", str(g)]) == 0
+    out = capsys.readouterr().out
+    assert "not enough runs (baseline 0, variant 0" in out
+    assert "No run logs entropyy: did you mean 'entropy'?" in out
+    assert "baseline `baseline-s0`, `baseline-s1`, `baseline-s2` (no finite entropyy" in out
+
+
+def test_findings_do_not_depend_on_the_report_s_score_metric(tmp_path, capsys):
+    """A finding reads its own metric: runs that never logged the report's score metric (here the
+    grid's report.metric) still count when they finished."""
+    g = tmp_path / "g"
+    write_findings_grid(g)
+    record = json.loads((g / layout.GRID_FILE).read_text())
+    record["report"]["metric"] = "eval/accuracy"  # no run logs it
+    (g / layout.GRID_FILE).write_text(json.dumps(record))
+    (row,) = report.findings_results(g).to_dict("records")
+    assert (row["baseline_n"], row["variant_n"], row["verdict"]) == (3, 3, "reproduced")
+    assert row["left_out"] == ""
+    assert cli.main(["findings", str(g)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].rstrip().endswith("reproduced")
+
+
+def test_findings_command_names_a_missing_or_damaged_grid_json(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g)
+    (g / layout.GRID_FILE).write_text("{not json")
+    assert cli.main(["findings", str(g)]) == 2
+    err = capsys.readouterr().err
+    assert f"{g / layout.GRID_FILE}: not valid JSON" in err and "records no findings" not in err
+    (g / layout.GRID_FILE).unlink()
+    assert cli.main(["findings", str(g)]) == 2
+    err = capsys.readouterr().err
+    assert f"{g / layout.GRID_FILE} does not exist" in err and "records no findings" not in err
+
+
+def test_findings_command_names_every_folder_it_cannot_read_and_prints_no_partial_table(tmp_path, capsys):
+    good, old, none = tmp_path / "good", tmp_path / "old", tmp_path / "none"
+    write_findings_grid(good)
+    write_findings_grid(old, findings={})
+    assert cli.main(["findings", str(good), str(old), str(none)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{old / layout.GRID_FILE} records no findings: section" in captured.err
+    assert str(none) in captured.err and "does not exist" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"baseline": 3}, "baseline"),
+        ({"variant": ["epsilon_high"]}, "variant"),
+        ({"off_policy_only": "false"}, "off_policy_only"),
+        ({"scaled": 5}, "scaled"),
+        ({"claim": "  "}, "claim"),
+    ],
+)
+def test_read_findings_refuses_a_hand_edited_field_it_would_misread(change, named):
+    arms = {"baseline": ["a"], "variant": ["b"]}
+    with pytest.raises(ValueError) as e:
+        fm.read_findings({"F": {**FINDING, **change, "arms": arms}}, "g/grid.json")
+    assert str(e.value) == f"g/grid.json: findings.F: {named} missing or malformed"
+
+
+def test_read_findings_refuses_arms_that_share_a_run():
+    with pytest.raises(
+        ValueError, match="findings.F: arms baseline and variant share run.s. a .a run cannot"
+    ):
+        fm.read_findings(
+            {"F": {**FINDING, "arms": {"baseline": ["a", "b"], "variant": ["a"]}}}, "g/grid.json"
+        )
+
+
+def test_a_report_on_a_hand_edited_findings_record_is_an_error_not_a_traceback(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g, {"F1": {**FINDING, "baseline": 3, "arms": write_findings_grid(g)}})
+    assert cli.main(["findings", str(g)]) == 2
+    assert "findings.F1: baseline missing or malformed" in capsys.readouterr().err
+    assert cli.main(["report", str(g)]) == 2
+    assert "findings.F1: baseline missing or malformed" in capsys.readouterr().err
+
+
+def test_arms_without_any_spread_get_a_note_not_just_a_zero_width_interval():
+    b, v = [0.5, 0.5, 0.5], [0.6, 0.6, 0.6]
+    df = pd.DataFrame(
+        {
+            layout.RUN_ID: ["a", "b", "c", "d", "e", "f"],
+            layout.STEP: [1] * 6,
+            "m": [*b, *v],
+        }
+    )
+    f = fm.Finding(
+        id="F",
+        claim="c",
+        paper="p",
+        metric="m",
+        window=(0.0, 1.0),
+        direction="higher",
+        arms={"baseline": ("a", "b", "c"), "variant": ("d", "e", "f")},
+    )
+    table = fm.findings_table(df, [f], finished=list("abcdef"))
+    assert "no run-to-run spread" in table.loc[0, "note"]
+    assert fm.note_lines(table)[0].startswith("F: every run of each arm has the same value")
+
+
+# --- the power line ---------------------------------------------------------------------------------
+
+
+def test_power_line_resolves_among_the_variants_with_seeds_when_one_has_a_single_run(tmp_path):
+    from analysis_helpers import synthetic_grid
+
+    g = tmp_path / "toy"
+    synthetic_grid(g, variants=("grpo", "dapo", "bnpo"), seeds=(0, 1, 2), steps=20)
+    for rid in ("bnpo-s1", "bnpo-s2"):
+        (layout.run_dir(g, rid) / layout.DONE_FILE).unlink()
+    index = (report.make_report(g) / "index.md").read_text()
+    (line,) = [x for x in index.splitlines() if x.startswith("With ")]
+    assert line.startswith("With 1-3 seeds per variant, no difference involving bnpo can be resolved")
+    assert "among the other 2 variants (3 seeds each), differences in final reward smaller than" in line
+    assert "no difference in final reward can be resolved" not in line
+
+
+def test_power_line_says_when_it_counts_unfinished_runs(tmp_path):
+    g = tmp_path / "g"
+    write_findings_grid(g, stopped=("variant-s1", "variant-s2"))
+
+    def power_line(index: str) -> str:
+        final = index[index.index("## Final performance") : index.index("## Learning check")]
+        (line,) = [x for x in final.splitlines() if x.startswith("With ")]
+        return line
+
+    line = power_line((report.make_report(g, include_unfinished=True) / "index.md").read_text())
+    assert line.startswith("With 3 seeds per variant")
+    assert line.endswith(
+        "The seeds count 2 unfinished run(s) (--include-unfinished), each scored where it stopped; finished "
+        "runs alone may resolve less."
+    )
+    assert "unfinished" not in power_line((report.make_report(g) / "index.md").read_text())
+
+
+def test_an_arm_with_one_run_shows_no_effect_only_the_means(tmp_path, capsys):
+    g = tmp_path / "g"
+    write_findings_grid(g, stopped=("variant-s1", "variant-s2"))
+    table = report.findings_results(g)
+    assert table.loc[0, "effect"] == pytest.approx(0.945 - 0.855)  # the CSV keeps the number
+    shown = fm.display_table(table).iloc[0]
+    assert shown["variant mean (n)"] == "0.945 (1)"
+    assert shown["effect [95% CI]"] == "–" and shown["P(variant > baseline) [95% CI]"] == "–"
+    compact = fm.compact_table(table).iloc[0]
+    assert compact["effect [95% CI]"] == "–" and compact["P(>) [CI]"] == "–"
+    assert compact["verdict"].startswith("not enough runs (baseline 3, variant 1")
+
+
+def test_a_report_with_no_finished_run_still_shows_each_finding_and_why(tmp_path):
+    g = tmp_path / "g"
+    arms = write_findings_grid(g, seeds=2, stopped=("baseline-s0", "baseline-s1", "variant-s0", "variant-s1"))
+    index = (report.make_report(g) / "index.md").read_text()
+    assert "nothing to plot" in index and "## Findings" in index
+    section = index[index.index("## Findings") :]
+    assert "not enough runs (baseline 0, variant 0" in section
+    assert "F1: left out baseline `baseline-s0`, `baseline-s1` (stopped at step 20 of 20" in section
+    # no run started at all: the same, each run "not started"
+    h = tmp_path / "h"
+    write_findings_grid(h, seeds=2)
+    import shutil
+
+    shutil.rmtree(h / layout.RUNS_DIR)
+    (h / layout.RUNS_DIR).mkdir()
+    index = (report.make_report(h) / "index.md").read_text()
+    assert "## Findings" in index and "(no run folder yet (not started))" in index
+    assert arms["baseline"] == ["baseline-s0", "baseline-s1"]

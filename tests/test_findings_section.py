@@ -73,6 +73,7 @@ def test_a_finding_is_checked_and_normalised(tmp_path):
         ({"window": [0.0, 1.5]}, ["findings.F1.window = [0.0, 1.5]", "0 <= a < b <= 1"]),
         ({"window": 0.5}, ["findings.F1.window = 0.5", "give [a, b]"]),
         ({"window": [0.2, 0.2]}, ["findings.F1.window = [0.2, 0.2]"]),
+        ({"window": ["0.5", "1e0"]}, ["findings.F1.window = ['0.5', '1e0']", "an entry is text", "bare"]),
         ({"direction": "up"}, ["findings.F1.direction = 'up'", "higher or lower", "direction: higher"]),
         ({"claim": ""}, ["findings.F1.claim = ''", "non-empty text", "claim:"]),
         ({"metric": 3}, ["findings.F1.metric = 3", "non-empty text", "metric: entropy"]),
@@ -282,6 +283,105 @@ def test_an_arm_may_name_its_sub_grid(tmp_path):
     wrong = {**finding, "variant": {"subgrid": "frozn"}}
     plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": wrong}})))
     (problem,) = findings.plan_problems(plan)
-    assert 'no run of the grid has subgrid = "frozn"' in problem and '"baseline", "frozen"' in problem
+    assert problem == (
+        'findings.F.variant.subgrid = "frozn": the grid has no sub-grid of that name; its sub-grids are '
+        "baseline, frozen. Did you mean 'frozen'?"
+    )
     with pytest.raises(SpecError, match="give the name of one of the grid's sub-grids"):
         load_grid(write(tmp_path, {**data, "findings": {"F": {**finding, "variant": {"subgrid": 3}}}}))
+
+
+# --- hostile input: what each message must say -----------------------------------------------------
+
+
+def test_a_subgrid_selector_in_a_grid_without_sub_grids_says_there_are_none(tmp_path):
+    plan = plan_of(tmp_path, {"F1": {**F1, "variant": {"subgrid": "clip", "epsilon_high": 0.28}}})
+    (problem,) = findings.plan_problems(plan)
+    assert problem.startswith('findings.F1.variant.subgrid = "clip": the grid has no sub-grids')
+    assert "drop subgrid from the arm" in problem
+    assert "grid's axes" not in problem and 'subgrid = ""' not in problem
+
+
+def test_a_subgrid_whose_runs_an_earlier_sub_grid_makes_is_explained(tmp_path):
+    data = {
+        **BASE,
+        "grid": {"seed": [0, 1]},
+        "subgrids": {
+            "both": {"grid": {"loss_type": ["grpo", "dapo"]}},
+            "grpo": {"set": {"loss_type": "grpo"}},
+        },
+    }
+    finding = {**F1, "baseline": {"subgrid": "grpo"}, "variant": {"loss_type": "dapo"}}
+    plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": finding}})))
+    (problem,) = findings.plan_problems(plan)
+    assert (
+        'findings.F.baseline.subgrid = "grpo": every cell of sub-grid grpo is also a run of sub-grid both'
+        in problem
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_selector_value_is_refused_when_the_grid_loads(tmp_path, bad):
+    found = problems(write(tmp_path, {**BASE, "findings": {"F1": {**F1, "variant": {"epsilon_high": bad}}}}))
+    assert len(found) == 1 and "findings.F1.variant: trainer.epsilon_high = " in found[0], found
+    assert "finite" in found[0] and "grid's axes" not in found[0]
+
+
+def test_a_selector_of_a_default_says_null_selects_the_runs_that_leave_it_unset(tmp_path):
+    plan = plan_of(tmp_path, {"F1": {**F1, "baseline": {"loss_type": "dapo"}}})
+    (problem,) = findings.plan_problems(plan)
+    assert "the grid has trainer.loss_type = unset (null selects the runs that leave it unset" in problem
+
+
+def test_an_arm_emptied_by_a_profile_or_override_names_it(tmp_path, capsys):
+    data = {**BASE, "profiles": {"quick": {"num_iterations": 1, "max_steps": 2}}}
+    path = write(tmp_path, {**data, "findings": {"F1": F1}})
+    assert cli.main(["plan", str(path), "--profile", "quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("--profile quick (trainer.num_iterations=1) applies before the arms select runs") == 2, (
+        err
+    )
+    assert "max_steps" not in err  # only the setting an arm selects by is named
+    assert cli.main(["plan", str(path), "-o", "grid.epsilon_high=[0.2]"]) == 2
+    err = capsys.readouterr().err
+    assert "findings.F1.variant: no run of the grid has trainer.epsilon_high = 0.28" in err
+    assert "(-o grid.epsilon_high=[0.2] applies before the arms select runs" in err
+    assert cli.main(["plan", str(path), "-o", "findings.F1.window=[0,1]"]) == 2
+    assert "edit the top-level findings: section" in capsys.readouterr().err
+
+
+def test_plan_warns_when_an_arm_has_fewer_than_two_runs(tmp_path, capsys):
+    path = write(tmp_path, {**BASE, "grid": {**BASE["grid"], "seed": [0]}, "findings": {"F1": F1}})
+    assert cli.main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "baseline epsilon_high=0.2, num_iterations=4: 1 run(s)" in out
+    assert "warning: an arm with fewer than 2 runs gets no verdict" in out
+    assert cli.main(["plan", str(write(tmp_path, {**BASE, "findings": {"F1": F1}}, "ok.yaml"))]) == 0
+    assert "fewer than 2 runs" not in capsys.readouterr().out
+
+
+def test_a_finding_of_an_included_file_is_named_there_and_null_drops_it(tmp_path, capsys):
+    shared = {k: v for k, v in BASE.items() if k not in ("grid", "name")}
+    write(tmp_path, {**shared, "findings": {"F1": F1, "F2": {**F1, "metric": "kl"}}}, "base.yaml")
+    other_axes = {
+        "include": "base.yaml",
+        "name": "top",
+        "grid": {"seed": [0, 1], "loss_type": ["grpo", "dapo"]},
+    }
+    path = write(tmp_path, other_axes, "top.yaml")
+    assert cli.main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"(findings.F1 comes from the included file {tmp_path / 'base.yaml'}: fix it there" in err
+    assert "or drop it from this grid with findings: {F1: null}" in err
+    dropped = write(tmp_path, {**other_axes, "findings": {"F1": None, "F2": None}}, "top2.yaml")
+    assert load_grid(dropped).findings == {}
+    assert cli.main(["plan", str(dropped)]) == 0
+    # null with nothing to drop: the usual problem, saying what null does
+    found = problems(write(tmp_path, {**BASE, "findings": {"F1": None}}, "lone.yaml"))
+    assert len(found) == 1 and "null drops a finding of an included file" in found[0], found
+    # a partial finding over an included one is replaced whole: the problem says so
+    partial = write(
+        tmp_path, {"include": "base.yaml", "name": "p", "findings": {"F1": {"window": [0, 1]}}}, "p.yaml"
+    )
+    found = problems(partial)
+    assert found and all("replaces the one of the included file" in p for p in found), found
