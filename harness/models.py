@@ -269,17 +269,25 @@ def split_entries(task: TaskSpec, splits: Iterable[tuple[int, int]] | None = Non
     return [e for gen_seed, size in splits for e in generate_entries(task, gen_seed, size)[1]]
 
 
-def sft_lengths(spec: TinyModelSpec, task: TaskSpec) -> tuple[int, int, int]:
+def sft_lengths(
+    spec: TinyModelSpec,
+    task: TaskSpec,
+    sft_data: Callable[..., tuple] | None = None,
+    prompt_of: Callable[[dict], str] = bare_prompt,
+) -> tuple[int, int, int]:
     """``(longest SFT prompt, longest SFT prompt + answer + eos, longest prompt of a run's splits)``
     in tokens of the tiny model for ``task`` (:func:`split_entries`, bare prompts): what
     :func:`build_tiny_model` checks against ``spec.max_position_embeddings`` and what a run's
     prompts take, without building anything (about a second: the data and the tokenizer).
 
+    ``sft_data`` and ``prompt_of`` give another character-level model's warm-start data (its
+    ``_sft_data``, same signature and returns) and prompts (``harness.tiny_steps``).
+
     Raises:
         ValueError: the task spec is invalid.
     """
-    _, _, tokenizer, prompt, longest = _sft_data(spec, task, model_max_length=UNBOUNDED)
-    run_prompt = max(len(tokenizer(bare_prompt(e))["input_ids"]) for e in split_entries(task))
+    _, _, tokenizer, prompt, longest = (sft_data or _sft_data)(spec, task, model_max_length=UNBOUNDED)
+    run_prompt = max(len(tokenizer(prompt_of(e))["input_ids"]) for e in split_entries(task))
     return prompt, longest, run_prompt
 
 

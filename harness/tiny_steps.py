@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import models
 from harness.models import (
     CORPUS_SPLITS,
-    UNBOUNDED,
     _library_versions,
     build_model,
     build_tokenizer,
@@ -182,14 +182,13 @@ def _sft_data(
 
 def sft_lengths(spec: TinyStepsModelSpec, task: TaskSpec) -> tuple[int, int, int]:
     """``(longest SFT prompt, longest SFT prompt + chain + eos, longest prompt of a run's splits)``
-    in tokens (:func:`harness.models.split_entries`, ``steps`` prompts), without building the model.
+    in tokens (:func:`harness.models.sft_lengths` with this model's data and ``steps`` prompts),
+    without building the model.
 
     Raises:
         ValueError: the task spec is invalid.
     """
-    _, _, tokenizer, prompt, longest = _sft_data(spec, task, model_max_length=UNBOUNDED)
-    run_prompt = max(len(tokenizer(steps_prompt(e))["input_ids"]) for e in split_entries(task))
-    return prompt, longest, run_prompt
+    return models.sft_lengths(spec, task, _sft_data, steps_prompt)
 
 
 def build_tiny_steps_model(spec: TinyStepsModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
