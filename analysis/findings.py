@@ -649,7 +649,8 @@ def note_lines(table: pd.DataFrame, prefix: str = "") -> list[str]:
 
 def compact_table(table: pd.DataFrame) -> pd.DataFrame:
     """The findings in six text columns, what ``grpo-harness findings`` prints (and the README's
-    findings table is pasted from): claim | paper | metric | effect [95% CI] | P(>) [CI] | verdict;
+    findings table is pasted from): claim (after the finding's id) | paper (without ``scaled``, which
+    the report's table keeps) | metric | effect [95% CI] | P(>) [CI] | verdict;
     a "not resolved" verdict says how many seeds per arm would resolve it (or why no number can)."""
     rows = []
     for r in table.to_dict("records"):
@@ -660,8 +661,8 @@ def compact_table(table: pd.DataFrame) -> pd.DataFrame:
             text += " (the arms' means are equal)" if r["effect"] == 0 else " (no spread to size it by)"
         rows.append(
             {
-                "claim": r["claim"],
-                "paper": _paper_text(r),
+                "claim": f"{r['finding']}: {r['claim']}",
+                "paper": r["paper"],
                 "metric": _metric_text(r),
                 "effect [95% CI]": _shown_interval(r, "effect"),
                 "P(>) [CI]": _shown_interval(r, "p_improve"),

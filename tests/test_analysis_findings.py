@@ -293,7 +293,7 @@ def test_findings_command_prints_the_compact_table(tmp_path, capsys):
     assert cli.main(["findings", str(g1), "--markdown"]) == 0
     rows = md_rows(capsys.readouterr().out)
     assert rows[0] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
-    assert rows[2][0] == "clip-higher keeps entropy higher" and rows[2][5] == "reproduced"
+    assert rows[2][0] == "F1: clip-higher keeps entropy higher" and rows[2][5] == "reproduced"
 
 
 def test_findings_command_refuses_a_folder_without_findings(tmp_path, capsys):
