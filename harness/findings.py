@@ -25,6 +25,7 @@ in :mod:`analysis.findings`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -408,6 +409,46 @@ def _suggest_name(word: str, options: Sequence[str]) -> str:
     return _suggest(word, options)
 
 
+#: Per-step columns a run's parquet holds whatever its loss (TRL 1.16's GRPO metrics, the
+#: harness's own, the testbed's lengths): the names a finding's ``metric`` is held against at plan
+#: time, to catch a typo before a run rather than at report time. A name not among them is no error
+#: (a loss plugin's ``<name>/...`` metrics, a newer TRL's), only a close one is warned about.
+KNOWN_METRICS = (
+    "reward", "reward_std", "loss", "grad_norm", "learning_rate", "entropy", "kl", "num_tokens",
+    "frac_reward_zero_std", "step_time", "clip_ratio/low_mean", "clip_ratio/low_min",
+    "clip_ratio/high_mean", "clip_ratio/high_max", "clip_ratio/region_mean", "cispo_clip_ratio",
+    "vespo/phi_seq_mean", "completions/mean_length", "completions/min_length",
+    "completions/max_length", "completions/clipped_ratio", "completions/mean_terminated_length",
+    "completions/min_terminated_length", "completions/max_terminated_length",
+)  # fmt: skip
+
+
+def metric_warning(metric: str) -> str | None:
+    """A warning for a finding's ``metric`` that is not a known column (:data:`KNOWN_METRICS`, the
+    harness's own, ``rewards/<name>/mean|std``) but is close to one, naming it; else None."""
+    from harness import layout
+    from harness.schema import REWARD_NAMES
+    from harness.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
+    from harness.wseq import WSEQ_COLUMNS
+
+    own = (
+        layout.STEP_WALL_S, layout.ELAPSED_S, layout.TOKENS_GENERATED, layout.TOKENS_TRAINED,
+        layout.TOKENS_GENERATED_TOTAL, layout.PEAK_MEMORY_MB, layout.EVAL_ACCURACY, layout.OFF_POLICY,
+        layout.REUSE_INDEX, layout.POLICY_LAG, LENGTH_CORRECT, LENGTH_INCORRECT,
+    )  # fmt: skip
+    rewards = tuple(f"rewards/{r}/{s}" for r in REWARD_NAMES for s in ("mean", "std"))
+    known = (*KNOWN_METRICS, *own, *WSEQ_COLUMNS, *rewards)
+    if metric in known:
+        return None
+    close = difflib.get_close_matches(metric, known, n=1, cutoff=0.8)
+    if not close:
+        return None
+    return (
+        f"metric {metric!r} is no column the runs are known to log; did you mean {close[0]!r}? "
+        "(a name no run logs is found only when the report is made, after the runs)"
+    )
+
+
 def plan_lines(plan: Any, width: int = 72) -> list[str]:
     """What ``grpo-harness plan`` prints of the findings: per finding its id, the claim (cut to
     ``width`` characters), the metric, window and direction, and each arm with its run count."""
@@ -426,6 +467,9 @@ def plan_lines(plan: Any, width: int = 72) -> list[str]:
             + (", off-policy steps only" if f["off_policy_only"] else "")
             + f", {f['direction']} expected; {arms}"
         )
+        warning = metric_warning(f["metric"])
+        if warning:
+            lines.append(f"    warning: {warning}")
         if min(counts.values()) < 2:
             lines.append(
                 "    warning: an arm with fewer than 2 runs gets no verdict (no spread to test against); "

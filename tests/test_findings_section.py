@@ -385,3 +385,13 @@ def test_a_finding_of_an_included_file_is_named_there_and_null_drops_it(tmp_path
     )
     found = problems(partial)
     assert found and all("replaces the one of the included file" in p for p in found), found
+
+
+def test_plan_warns_of_a_metric_name_close_to_a_known_one(tmp_path):
+    assert findings.metric_warning("completions/mean_length_incorrect") is None
+    assert findings.metric_warning("entropy") is None
+    assert findings.metric_warning("gmpo/ratio_mean") is None  # a plugin's: unknown, not close
+    warning = findings.metric_warning("completions/mean_lenght_incorrect")
+    assert "did you mean 'completions/mean_length_incorrect'" in warning
+    plan = plan_of(tmp_path, {"F1": {**F1, "metric": "entropyy"}})
+    assert any("did you mean 'entropy'" in line for line in findings.plan_lines(plan))
