@@ -291,6 +291,23 @@ def sft_lengths(
     return prompt, longest, run_prompt
 
 
+def begin_build(spec: TinyModelSpec, out_dir: str | Path) -> tuple[Path, float]:
+    """The start of an embedded model's build: ``out_dir`` created (it must not exist), the clock
+    started (``time.perf_counter()``, for the build info's seconds) and every RNG seeded with
+    ``spec.seed``, in that order. Returns ``(out_dir, start)``.
+
+    Raises:
+        FileExistsError: ``out_dir`` exists.
+    """
+    from transformers import set_seed
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True)
+    start = time.perf_counter()
+    set_seed(spec.seed)
+    return out_dir, start
+
+
 def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
     """Build the tiny model for ``task`` into ``out_dir`` (created; must not exist) and return its build info.
 
@@ -301,12 +318,7 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
         ValueError: invalid task spec.
         FileExistsError: ``out_dir`` exists.
     """
-    from transformers import set_seed
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True)
-    start = time.perf_counter()
-    set_seed(spec.seed)
+    out_dir, start = begin_build(spec, out_dir)
     pairs, alphabet, tokenizer, _, longest = _sft_data(spec, task)
     if longest > spec.max_position_embeddings:
         raise ValueError(

@@ -35,7 +35,6 @@ import hashlib
 import json
 import random
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from harness.models import (
     CORPUS_SPLITS,
     UNBOUNDED,
     _library_versions,
+    begin_build,
     build_model,
     cached_build,
     noisy_answer,
@@ -255,12 +255,7 @@ def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str 
         ValueError: invalid task spec, or SFT sequences longer than ``spec.max_position_embeddings``.
         FileExistsError: ``out_dir`` exists.
     """
-    from transformers import set_seed
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True)
-    start = time.perf_counter()
-    set_seed(spec.seed)
+    out_dir, start = begin_build(spec, out_dir)
     examples, tokenizer = _sft_data(spec, task)
     longest_prompt, longest = _sequence_lengths(tokenizer, examples)
     if longest > spec.max_position_embeddings:

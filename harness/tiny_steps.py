@@ -34,7 +34,6 @@ import hashlib
 import json
 import random
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from harness import models
 from harness.models import (
     CORPUS_SPLITS,
     _library_versions,
+    begin_build,
     build_model,
     build_tokenizer,
     cached_build,
@@ -201,12 +201,7 @@ def build_tiny_steps_model(spec: TinyStepsModelSpec, task: TaskSpec, out_dir: st
         ValueError: invalid task spec, or SFT sequences longer than ``spec.max_position_embeddings``.
         FileExistsError: ``out_dir`` exists.
     """
-    from transformers import set_seed
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True)
-    start = time.perf_counter()
-    set_seed(spec.seed)
+    out_dir, start = begin_build(spec, out_dir)
     pairs, alphabet, tokenizer, _, longest = _sft_data(spec, task)
     if longest > spec.max_position_embeddings:
         raise ValueError(
