@@ -43,6 +43,14 @@ __all__ = [
 ]
 
 
+def _check_bootstrap_args(reps: int, confidence: float) -> None:
+    """Raises ValueError unless ``reps >= 1`` and ``0 < confidence < 1``."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(p: float, dof: float) -> float:
     """Student-t quantile ``t_{p, dof}`` (``scipy.stats.t.ppf``); NaN for a NaN ``dof``."""
@@ -485,10 +493,7 @@ def bootstrap_mean_interval(
     Raises:
         ValueError: if ``reps < 1`` or ``confidence`` is not in (0, 1).
     """
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_bootstrap_args(reps, confidence)
     v = np.asarray(values, dtype=np.float64)
     mask = ~np.isnan(v) if present is None else np.asarray(present, dtype=bool) & ~np.isnan(v)
     lo = np.full(v.shape[0], np.nan)
@@ -585,10 +590,7 @@ def performance_profile_ci(
     Raises:
         ValueError: if ``reps < 1`` or ``confidence`` is not in (0, 1).
     """
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    _check_bootstrap_args(reps, confidence)
     s = np.asarray(scores, dtype=np.float64)
     s = s[:, None] if s.ndim == 1 else s
     t = np.asarray(taus, dtype=np.float64)
