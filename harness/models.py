@@ -15,6 +15,7 @@ versions of the libraries that shape the weights.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,7 +26,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,35 @@ def sft_lengths(
     return prompt, longest, run_prompt
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask: a SLURM task's ``cpus_per_task``, a
+    ``taskset``), or ``os.cpu_count()`` where the platform has no affinity call; at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def build_threads() -> Iterator[int]:
+    """Torch threads raised to :func:`available_cores` for a model build, then put back; yields the count.
+
+    A build runs inside the first run that needs the model, whose threads are its share of the cores
+    (``threads_per_run``), while the runs waiting for the same model sit idle on its lock, so the
+    build takes every core. Thread count does not change the weights: the intra-op split of these
+    kernels does not reorder a reduction (a 40-step ``tiny-steps`` build hashes the same on 1 and 2
+    threads; ``tests/test_tiny_steps.py`` checks it). ``benchmarks/build_threads.py`` measures the time.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    threads = max(before, available_cores())
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def begin_build(spec: TinyModelSpec, out_dir: str | Path) -> tuple[Path, float]:
     """The start of an embedded model's build: ``out_dir`` created (it must not exist), the clock
     started (``time.perf_counter()``, for the build info's seconds) and every RNG seeded with
@@ -344,7 +374,7 @@ def warm_start_and_save(
     model and tokenizer into ``out_dir``, and ``tiny_model.json`` (spec, task, parameter count, SFT
     losses, versions, seconds since ``start`` (``time.perf_counter()``), plus ``extra``). Returns
     that info."""
-    with tempfile.TemporaryDirectory(prefix="sft-") as work:
+    with tempfile.TemporaryDirectory(prefix="sft-") as work, build_threads() as threads:
         sft_info = run_sft(spec, model, tokenizer, columns, Path(work))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -354,6 +384,7 @@ def warm_start_and_save(
         "num_parameters": sum(p.numel() for p in model.parameters()),
         **extra,
         "sft": sft_info,
+        "sft_threads": threads,
         "versions": _library_versions(),
         "build_seconds": round(time.perf_counter() - start, 2),
     }
