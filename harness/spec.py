@@ -13,6 +13,7 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     tiny_chat: {...}          # harness.schema.TinyChatModelSpec fields (model: tiny-chat)
     tiny_steps: {...}         # harness.schema.TinyStepsModelSpec fields (model: tiny-steps)
     trainer: {...}            # any TRL GRPOConfig field
+    peft: {...}               # LoRA: any peft LoraConfig field (harness.lora); absent = every weight trains
     harness: {...}            # harness.schema.HarnessSettings fields
     executor: {...}           # harness.schema.ExecutorSettings fields
     grid: {key: [values]}     # product axes
@@ -44,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from harness import lora
 from harness.schema import (
     EPOCH,
     Axis,
@@ -75,6 +77,7 @@ TOP_LEVEL_KEYS = (
     "tiny_chat",
     "tiny_steps",
     "trainer",
+    "peft",
     "harness",
     "executor",
     "grid",
@@ -86,7 +89,7 @@ TOP_LEVEL_KEYS = (
     "plugins",
 )
 #: Sections that hold run settings (what a dotted key may point into).
-SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "tiny_steps", "trainer", "harness", "executor")
+SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "tiny_steps", "trainer", "peft", "harness", "executor")
 SCALAR_SETTINGS = ("seed", "model")
 
 
@@ -100,6 +103,8 @@ def section_type(section: str) -> type:
     """The dataclass whose fields a section's keys must name (importing TRL for ``trainer``)."""
     if section == "trainer":
         return _grpo_config_type()
+    if section == lora.SECTION:
+        return lora.lora_config_type()
     return {
         "task": TaskSpec,
         "tiny": TinyModelSpec,
@@ -116,6 +121,7 @@ SECTION_CLASS_NAMES = {
     "tiny_chat": "TinyChatModelSpec",
     "tiny_steps": "TinyStepsModelSpec",
     "trainer": "GRPOConfig",
+    "peft": "LoraConfig",
     "harness": "HarnessSettings",
     "executor": "ExecutorSettings",
 }
@@ -152,7 +158,7 @@ def _float_only(desc: Any) -> bool:
 
 #: Sections whose whole numbers become floats where the field is a float (task kwargs are left as
 #: written: they are the dataset's, whose types the harness does not know).
-COERCED_SECTIONS = ("trainer", "tiny", "tiny_chat", "tiny_steps", "harness")
+COERCED_SECTIONS = ("trainer", "peft", "tiny", "tiny_chat", "tiny_steps", "harness")
 
 
 def coerce_number(key: str, value: Any) -> Any:
@@ -161,6 +167,8 @@ def coerce_number(key: str, value: Any) -> Any:
     value when a grid is loaded (:func:`load_grid`), so expansion is pure."""
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in COERCED_SECTIONS:
+        return value
+    if parts[0] == lora.SECTION and not lora.available():  # the key is refused, with the install command
         return value
     if (
         isinstance(value, int)
@@ -198,6 +206,7 @@ def normalize_key(key: str) -> str:
 HARNESS_OWNED = {
     "trainer.seed": "use the top-level seed (or a seed axis), which seeds the trainer, data and sampling.",
     "trainer.output_dir": "checkpoints go to runs/<run_id>/checkpoints; drop it.",
+    **{f"{lora.SECTION}.{name}": why for name, why in lora.HARNESS_OWNED.items()},
 }
 
 
@@ -240,6 +249,11 @@ def check_key(key: str, where: str) -> str | None:
         )
     if len(parts) == 1:
         return f"{where}: '{key}' is a whole section, not one setting; name one of its keys ({key}.NAME)."
+    if head == lora.SECTION and not lora.available():
+        return (
+            f"{where}: '{key}': the peft: section (LoRA) needs the peft package, which is not installed "
+            "here; pip install 'grpo-harness[peft]', or drop the section to train every weight."
+        )
     fields = section_fields(head)
     name = parts[1]
     if name not in fields:
@@ -247,11 +261,16 @@ def check_key(key: str, where: str) -> str | None:
         return (
             f"{where}: unknown key '{key}': {SECTION_CLASS_NAMES[head]} has no field '{name}'."
             f"{_suggest(name, list(fields))}"
-            + (plugin if head == "trainer" else f" Valid: {', '.join(fields)}.")
+            + (plugin if head == "trainer" else f" Valid: {', '.join(_settable(head, fields))}.")
         )
     if len(parts) > 2 and not type_ok({}, fields[name]):
         return f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
     return None
+
+
+def _settable(section: str, fields: Mapping[str, Any]) -> list[str]:
+    """A section's field names a grid may set (those the harness sets itself left out)."""
+    return [name for name in fields if f"{section}.{name}" not in HARNESS_OWNED]
 
 
 def check_setting(key: str, value: Any, where: str) -> str | None:

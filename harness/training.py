@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import checkpoints, layout, losses
+from harness import checkpoints, layout, lora, losses, trackers
 from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
 from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
@@ -82,12 +82,14 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
         from harness.trainer import HarnessGRPOTrainer as trainer_class
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
     task = build_task(spec.task, seed=spec.seed, tokenizer=tokenizer)
+    peft = spec.settings.get(lora.SECTION)  # None: every weight trains
     trainer = trainer_class(
         model=model_path,
         reward_funcs=task.reward_funcs,
         args=config,
         train_dataset=task.train_dataset,
         processing_class=tokenizer,
+        peft_config=None if peft is None else lora.build_lora_config(peft),
     )
     from harness.losses import for_run
 
@@ -160,8 +162,10 @@ class _StepRecorder:
         max_steps: int,
         stop_requested: Callable[[], bool] | None = None,
         machine_lease: Any = None,
+        share_logs: bool = False,
     ):
         self.trainer = trainer
+        self.share_logs = share_logs  # add the harness's values to the step's logs, for the trackers
         self.writer = writer
         self.settings = settings
         self.device = device
@@ -263,7 +267,7 @@ class _StepRecorder:
             checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)
 
     def on_log(self, args, state, control, logs=None, **kw):
-        logs = dict(logs or {})
+        shared, logs = logs, dict(logs or {})
         if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
             return
         records = self.trainer.pop_step_records()
@@ -304,6 +308,8 @@ class _StepRecorder:
             }
         )
         self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
+        if self.share_logs and shared is not None:  # the trackers' callbacks come next (harness.trackers)
+            shared.update({k: v for k, v in row.items() if k not in shared and k != layout.STEP})
         self._write_progress(row)
         if self.writer is not None:
             self.writer.append(row)
@@ -520,7 +526,9 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
 
     model_path = prepare_model(spec, run_dir)
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
-    config = build_grpo_config(grpo_config_kwargs(spec, device, str(ckpt_dir)), device)
+    kwargs = grpo_config_kwargs(spec, device, str(ckpt_dir))
+    track, tracked = trackers.tracker_run(spec), trackers.named(kwargs.get("report_to"))
+    config = build_grpo_config({**trackers.trainer_settings(track, tracked), **kwargs}, device)
     resume = checkpoints.resume_point(ckpt_dir)
     resumed_from = resume.step if resume.path else None
     writer = MetricsWriter(run_dir, spec.run_id, settings.flush_every) if state.is_main_process else None
@@ -535,7 +543,8 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         return _finish(writer, run_dir, {**summary, "device": device})
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
-    trainer, task, tokenizer = build_trainer(spec, model_path, config)
+    with trackers.environment(track, run_dir.parent.parent, tracked):
+        trainer, task, tokenizer = build_trainer(spec, model_path, config)
     _load_ref_model(trainer, resume.path)  # TRL's checkpoint holds the policy, not a synced reference
 
     def eval_fn(model) -> float:
@@ -556,8 +565,11 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         max_steps=config.max_steps,
         stop_requested=stop_requested,
         machine_lease=lease,
+        share_logs=bool(tracked),
     )
-    trainer.add_callback(callback)
+    # after transformers' flow callback, before the trackers': they log what it adds to the step's logs
+    trainer.callback_handler.callbacks.insert(1, callback)
+    trackers.start(trainer, track, run_dir, tracked, state.is_main_process)
     t0 = time.perf_counter()
     try:
         if lease is not None:
@@ -566,6 +578,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     finally:
         if lease is not None:
             lease.release()
+        trackers.finish(tracked, state.is_main_process)
     if writer is not None:
         writer.flush()
     summary = {

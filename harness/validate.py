@@ -20,8 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import lora
 from harness.grid import Plan
 from harness.schema import (
+    EMBEDDED_MODEL_SECTIONS,
     SFT_SEED_BASE,
     TINY,
     TINY_CHAT,
@@ -523,6 +525,16 @@ def rule_packages(ctx: RunContext) -> list[Finding]:
     return out
 
 
+def rule_peft(ctx: RunContext) -> list[Finding]:
+    """The ``peft:`` section (LoRA): what peft's ``LoraConfig`` or TRL would refuse only once the run
+    starts (:func:`harness.lora.problems`), and peft itself where a local run needs it."""
+    section = ctx.run.settings.get(lora.SECTION)
+    if section is None:
+        return []
+    embedded = ctx.run.model in EMBEDDED_MODEL_SECTIONS
+    return [Finding("error", m) for m in lora.problems(section, ctx.trainer, ctx.run.model, embedded)]
+
+
 def rule_device(ctx: RunContext) -> list[Finding]:
     """A CUDA run must find a GPU where it executes; a SLURM job's node is not this machine."""
     if ctx.run.harness.device == "cuda" and ctx.executor.name != "slurm" and not cuda_available():
@@ -691,6 +703,7 @@ RULES: tuple[Rule, ...] = (
     rule_trainer_features,
     rule_tiny_template,
     rule_packages,
+    rule_peft,
 )
 
 

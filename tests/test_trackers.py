@@ -1,0 +1,169 @@
+"""Experiment trackers against the real packages, offline: W&B (offline mode), trackio (local) and
+TensorBoard. One tracker run per harness run, named from the grid, continued by a resumed run, with
+the harness's own per-step values beside TRL's."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from harness import trackers
+from harness.schema import RunSpec
+
+HARNESS_KEYS = ("w_seq/mean", "off_policy", "reuse_index", "policy_lag")
+
+
+def _spec(report_to: list[str], model_cache: Path) -> RunSpec:
+    settings = {
+        "seed": 1,
+        "model": "tiny",
+        "tiny": {"sft_steps": 4, "sft_examples": 64},
+        "task": {
+            "name": "chain_sum",
+            "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
+            "train_size": 64,
+            "eval_size": 16,
+        },
+        "harness": {"device": "cpu", "eval_steps": 0, "samples_steps": 0, "checkpoint_steps": 2},
+        "trainer": {
+            "max_steps": 4,
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 6,
+            "num_iterations": 2,
+            "loss_type": "dapo",
+            "report_to": report_to,
+            "seed": 1,
+        },
+    }
+    varying = {"trainer.loss_type": "dapo", "trainer.epsilon_high": 0.28, "seed": 1}
+    return RunSpec(grid="trk", settings=settings, varying=varying, subgrid="clip")
+
+
+def _train_stopped_then_resumed(spec: RunSpec, root: Path) -> Path:
+    """Stop the run after step 2 (a checkpoint), then train it again: it resumes at step 2."""
+    from harness.training import train
+
+    run_dir = root / spec.grid / "runs" / spec.run_id
+    calls = []
+    assert train(spec, run_dir, stop_requested=lambda: calls.append(1) or len(calls) >= 2)["steps"] == 2
+    assert train(spec, run_dir)["resumed_from"] == 2
+    return run_dir
+
+
+def test_names_come_from_the_grid():
+    spec = _spec([], Path("."))
+    run = trackers.tracker_run(spec)
+    assert (run.project, run.group, run.name) == (
+        "trk",
+        "clip: loss_type=dapo, epsilon_high=0.28",
+        "clip: loss_type=dapo, epsilon_high=0.28, seed=1",
+    )
+    assert run.tags == ("trainer.loss_type", "trainer.epsilon_high", "seed") and run.id == spec.run_id
+    assert run.config["settings"]["trainer"]["loss_type"] == "dapo" and run.config["run_id"] == spec.run_id
+    assert trackers.folder_name(run.name) == "clip_loss_type=dapo_epsilon_high=0.28_seed=1"
+    assert trackers.named("none") == [] and trackers.named(["tensorboard", "mlflow"]) == ["tensorboard"]
+
+
+# --- W&B: its transaction log, read with its own record type -------------------------------------
+
+
+def _wandb_records(path: Path) -> list:
+    """The records of a ``run-<id>.wandb`` file (a 7-byte W&B header, then LevelDB's log format:
+    32 KiB blocks of chunks, each ``crc32c (4) | length (2) | type (1) | data``), parsed with W&B's
+    own protobuf ``Record``."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, pos, out, pending = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 0 and length == 0:
+            continue
+        if kind == 1:  # full
+            out.append(chunk)
+        elif kind == 2:  # first
+            pending = chunk
+        elif kind == 3:  # middle
+            pending += chunk
+        elif kind == 4:  # last
+            out.append(pending + chunk)
+    return [Record.FromString(c) for c in out]
+
+
+def test_wandb_offline_one_run_continued_after_a_resume(tmp_path, model_cache, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    spec = _spec(["wandb"], model_cache)
+    run_dir = _train_stopped_then_resumed(spec, tmp_path)
+    files = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2  # one per attempt, both of the same run
+    steps, runs = [], []
+    for f in files:
+        for rec in _wandb_records(f):
+            kind = rec.WhichOneof("record_type")
+            if kind == "run":
+                runs.append(rec.run)
+            elif kind == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+                if "train/global_step" in items and "train/loss" in items:
+                    steps.append(items)
+    assert {r.run_id for r in runs} == {spec.run_id}
+    first, named = runs[0], trackers.tracker_run(spec)
+    assert (first.project, first.run_group, first.display_name) == ("trk", named.group, named.name)
+    assert list(first.tags) == ["trainer.loss_type", "trainer.epsilon_high", "seed"]
+    config = {i.key: json.loads(i.value_json) for i in first.config.update}
+    assert config["grpo_harness"]["run_id"] == spec.run_id
+    assert [int(s["train/global_step"]) for s in steps] == [1, 2, 3, 4]
+    for key in HARNESS_KEYS:
+        assert all(f"train/{key}" in s for s in steps), key
+    assert [s["train/off_policy"] for s in steps] == [0, 1, 0, 1]
+
+
+def test_trackio_local_one_run_continued_after_a_resume(tmp_path, model_cache, monkeypatch):
+    pytest.importorskip("trackio")
+    import importlib
+
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    import trackio.utils
+
+    importlib.reload(trackio.utils)  # TRACKIO_DIR is read when trackio is imported
+    spec = _spec(["trackio"], model_cache)
+    _train_stopped_then_resumed(spec, tmp_path)
+    from trackio.sqlite_storage import SQLiteStorage
+
+    run = trackers.tracker_run(spec)
+    assert SQLiteStorage.get_runs(run.project) == [run.name]
+    logs = SQLiteStorage.get_logs(run.project, run.name)
+    steps = [row for row in logs if "train/loss" in row]
+    assert [int(r["train/global_step"]) for r in steps] == [1, 2, 3, 4]
+    for key in HARNESS_KEYS:
+        assert all(f"train/{key}" in r for r in steps), key
+
+
+def test_tensorboard_one_folder_per_run_continued_after_a_resume(tmp_path, model_cache):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec = _spec(["tensorboard"], model_cache)
+    _train_stopped_then_resumed(spec, tmp_path)
+    root = tmp_path / spec.grid / trackers.TENSORBOARD_DIR
+    (folder,) = root.iterdir()
+    assert folder.name == trackers.folder_name(trackers.tracker_run(spec).name)
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
+    for key in HARNESS_KEYS:
+        assert [e.step for e in acc.Scalars(f"train/{key}")] == [1, 2, 3, 4], key
+    text = acc.Tensors("grpo_harness/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert spec.run_id in text
