@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Regenerate requirements-cpu.txt, the lock of exact versions that scripts/setup.sh and CI install.
 # Usage: bash scripts/lock.sh          (about 20 s; needs the package index, nothing else)
+#        LOCK_UPGRADE=1 bash scripts/lock.sh   (re-resolve every pin to the newest the ranges admit)
+#
+# Without LOCK_UPGRADE the pins already in requirements-cpu.txt are kept and only what is new is
+# resolved (a new extra, a new range), so adding a package does not move torch, transformers or TRL
+# under the numbers measured with them.
 #
 # pip-compile (pip-tools) resolves pyproject.toml's ranges, the test extra and constraints-cpu.txt
 # (the CPU build of torch) into one pinned list, in a throwaway virtual environment so .venv is left
@@ -15,8 +20,10 @@ trap 'rm -rf "$tool"' EXIT
 # pip-compile reads pip's configuration: where torch's CPU build is not on the configured indexes,
 # run with PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (the lock records no index).
 out="$tool/requirements-cpu.txt"
-CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$tool/bin/pip-compile" --quiet --upgrade \
-  --extra test --strip-extras --allow-unsafe \
+cp requirements-cpu.txt "$out"
+upgrade=$([ "${LOCK_UPGRADE:-0}" = 1 ] && echo --upgrade || true)
+CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$tool/bin/pip-compile" --quiet $upgrade \
+  --extra test --extra peft --extra trackers --extra deepspeed --strip-extras --allow-unsafe \
   --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
   --constraint constraints-cpu.txt --output-file "$out" pyproject.toml
 if grep -qiE '^(nvidia-|triton==)' "$out" || ! grep -q '^torch==.*+cpu$' "$out"; then
