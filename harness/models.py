@@ -308,7 +308,7 @@ def build_threads() -> Iterator[int]:
     (``threads_per_run``), while the runs waiting for the same model sit idle on its lock, so the
     build takes every core. Thread count does not change the weights: the intra-op split of these
     kernels does not reorder a reduction (a 40-step ``tiny-steps`` build hashes the same on 1 and 2
-    threads; ``tests/test_tiny_steps.py`` checks it). ``benchmarks/build_threads.py`` measures the time.
+    threads; ``tests/test_tiny_steps.py`` checks it); ``benchmarks/build_threads.py`` measures the time.
     """
     import torch
 

@@ -171,3 +171,37 @@ def test_small_build_is_cached_and_keyed(tmp_path):
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     text = "0-4-8-7=0-4=-4;-4-8=-12;#-12"
     assert tok.decode(tok(text)["input_ids"]) == text and len(tok(text)["input_ids"]) == len(text)
+
+
+def test_the_warm_start_does_not_depend_on_the_thread_count(tmp_path):
+    """A build takes every core the process may use (models.build_threads) and puts the run's threads
+    back; the weights are the same bit for bit as on one thread, so the cache key need not hold it."""
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.tiny_steps import build_tiny_steps_model
+
+    task = TaskSpec(
+        name="chain_sum",
+        kwargs={"min_terms": 3, "max_terms": 3, "max_digits": 1},
+        train_size=64,
+        eval_size=16,
+    )
+    spec = TinyStepsModelSpec(**{**SMALL_MODEL, "sft_steps": 8})
+    before = torch.get_num_threads()
+    weights = []
+    for cores in ({0}, None):
+        with pytest.MonkeyPatch.context() as mp:
+            if cores is not None:
+                mp.setattr("os.sched_getaffinity", lambda _pid, c=cores: c)
+            torch.set_num_threads(1)
+            info = build_tiny_steps_model(spec, task, tmp_path / f"m{len(weights)}")
+            assert torch.get_num_threads() == 1  # the run's threads are back
+        assert info["sft_threads"] == (1 if cores is not None else max(1, len(os.sched_getaffinity(0))))
+        weights.append(load_file(tmp_path / f"m{len(weights)}" / "model.safetensors"))
+    torch.set_num_threads(before)
+    assert weights[0].keys() == weights[1].keys()
+    for name in weights[0]:
+        assert torch.equal(weights[0][name], weights[1][name]), name
