@@ -130,22 +130,37 @@ def test_wandb_offline_one_run_continued_after_a_resume(tmp_path, model_cache, m
     assert [s["train/off_policy"] for s in steps] == [0, 1, 0, 1]
 
 
-def test_trackio_local_one_run_continued_after_a_resume(tmp_path, model_cache, monkeypatch):
+TRACKIO_CHECK = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from test_trackers import _spec, _train_stopped_then_resumed
+from harness import trackers
+spec = _spec(["trackio"], None)
+_train_stopped_then_resumed(spec, Path(sys.argv[1]))
+from trackio.sqlite_storage import SQLiteStorage
+run = trackers.tracker_run(spec)
+print(json.dumps({"runs": SQLiteStorage.get_runs(run.project), "name": run.name,
+                  "logs": SQLiteStorage.get_logs(run.project, run.name)}, default=str))
+"""
+
+
+def test_trackio_local_one_run_continued_after_a_resume(tmp_path, model_cache):
+    """In a fresh process: trackio reads ``TRACKIO_DIR`` once, when it is imported."""
     pytest.importorskip("trackio")
-    import importlib
+    import os
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    import trackio.utils
-
-    importlib.reload(trackio.utils)  # TRACKIO_DIR is read when trackio is imported
-    spec = _spec(["trackio"], model_cache)
-    _train_stopped_then_resumed(spec, tmp_path)
-    from trackio.sqlite_storage import SQLiteStorage
-
-    run = trackers.tracker_run(spec)
-    assert SQLiteStorage.get_runs(run.project) == [run.name]
-    logs = SQLiteStorage.get_logs(run.project, run.name)
-    steps = [row for row in logs if "train/loss" in row]
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    proc = subprocess.run(
+        [sys.executable, "-c", TRACKIO_CHECK, str(tmp_path), str(Path(__file__).parent)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["runs"] == [out["name"]]
+    steps = [row for row in out["logs"] if "train/loss" in row]
     assert [int(r["train/global_step"]) for r in steps] == [1, 2, 3, 4]
     for key in HARNESS_KEYS:
         assert all(f"train/{key}" in r for r in steps), key
