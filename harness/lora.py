@@ -18,6 +18,8 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+from harness.trl_boundary import error_line
+
 #: The grid section.
 SECTION = "peft"
 #: ``LoraConfig`` fields the harness sets, and what to do instead.
@@ -90,8 +92,7 @@ def problems(section: Any, trainer: Mapping[str, Any], model: str, embedded: boo
     try:
         build_lora_config(section)
     except Exception as e:  # peft raises ValueError, TypeError and others: all are the grid's to fix
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        out.append(f"peft: LoraConfig refuses {dict(section)!r}: {first}")
+        out.append(f"peft: LoraConfig refuses {dict(section)!r}: {error_line(e)}")
         return out
     targets = section.get("target_modules")
     if embedded and isinstance(targets, list):

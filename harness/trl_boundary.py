@@ -241,6 +241,13 @@ def build_grpo_config(
         return cls(**kwargs)
 
 
+def error_line(e: BaseException) -> str:
+    """A library's refusal in one line: the first line of its message, or the exception's type name
+    when the message is empty."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def grpo_config_verdict(
     kwargs: Mapping[str, Any], device: str, elsewhere: bool = False, num_processes: int = 1
 ) -> dict[str, Any]:
@@ -257,8 +264,7 @@ def grpo_config_verdict(
         try:
             config = build_grpo_config(kwargs, device, elsewhere, num_processes)
         except Exception as e:  # TRL raises ValueError, TypeError and others; all are the user's to fix
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return {"values": None, "error": msg}
+            return {"values": None, "error": error_line(e)}
         values = verdicts.jsonable_items(
             (f.name, getattr(config, f.name)) for f in dataclasses.fields(config)
         )
