@@ -199,8 +199,19 @@ class _StepRecorder:
         step = state.global_step
         s = self.settings
         due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
-        if self.eval_fn is not None and due and state.is_world_process_zero:
-            self._pending[layout.EVAL_ACCURACY] = float(self.eval_fn(model))
+        if self.eval_fn is not None and due:
+            from trl.models import unwrap_model_for_generation
+
+            # Under ZeRO-3 every rank holds a shard and every forward pass is a collective (the
+            # start-of-forward hook checks that the ranks agree), even with the parameters gathered:
+            # every rank generates the same greedy completions, in step, and rank 0 records them
+            trainer = self.trainer
+            every = _zero3(trainer)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole:
+                if every or state.is_world_process_zero:
+                    accuracy = float(self.eval_fn(whole))
+                    if state.is_world_process_zero:
+                        self._pending[layout.EVAL_ACCURACY] = accuracy
         if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
             self._write_samples(step)
         if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
@@ -258,10 +269,12 @@ class _StepRecorder:
         set ``save_total_limit`` and transformers prunes. With several processes every rank writes
         its own RNG state into the checkpoint: all of them finish before rank 0 lists the files."""
         _barrier()
+        step = state.global_step
+        _save_ref_model(
+            self.trainer, Path(args.output_dir) / f"checkpoint-{step}", state.is_world_process_zero
+        )
         if not state.is_world_process_zero:
             return
-        step = state.global_step
-        _save_ref_model(self.trainer, Path(args.output_dir) / f"checkpoint-{step}")
         checkpoints.mark_complete(Path(args.output_dir) / f"checkpoint-{step}", step)
         if args.save_total_limit is None:
             checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)
@@ -346,30 +359,58 @@ class _StepRecorder:
         return None if n is None else float(n)
 
 
-def _save_ref_model(trainer, ckpt: Path) -> None:
+def _zero3(trainer) -> bool:
+    """Whether the trainer's models are sharded by DeepSpeed ZeRO stage 3."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return plugin is not None and plugin.zero_stage == 3
+
+
+@contextlib.contextmanager
+def _whole(trainer, model, modifier_rank: int | None = None):
+    """``model``'s module with every parameter whole for the block, under ZeRO-3
+    (``deepspeed.zero.GatheredParameters``, a collective: every rank enters it; with
+    ``modifier_rank`` set, that rank's changes are partitioned again on exit); the unwrapped module
+    otherwise. For reading and writing weights, not for a forward pass on one rank."""
+    module = trainer.accelerator.unwrap_model(model)
+    if not _zero3(trainer):
+        yield module
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=modifier_rank):
+        yield module
+
+
+def _save_ref_model(trainer, ckpt: Path, writes: bool = True) -> None:
     """The synced reference model's weights into checkpoint folder ``ckpt``
-    (:data:`harness.checkpoints.REF_MODEL`; rank 0, every rank holds the same). Nothing when the
-    run does not sync its reference model: then it is the base model, which a resumed run loads."""
+    (:data:`harness.checkpoints.REF_MODEL`), whole: under ZeRO-3 every rank takes part in gathering
+    the shards and the rank with ``writes`` (rank 0) saves them. Nothing when the run does not sync
+    its reference model: then it is the base model, which a resumed run loads."""
     ref = getattr(trainer, "ref_model", None)
     if ref is None or not trainer.args.sync_ref_model:
         return
     import torch
 
-    weights = trainer.accelerator.unwrap_model(ref).state_dict()
-    with layout.atomic_path(ckpt / checkpoints.REF_MODEL) as tmp:
-        torch.save(weights, tmp)
+    with _whole(trainer, ref) as module:
+        if writes:
+            weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            with layout.atomic_path(ckpt / checkpoints.REF_MODEL) as tmp:
+                torch.save(weights, tmp)
 
 
 def _load_ref_model(trainer, ckpt: Path | None) -> None:
-    """Put back the reference model saved in checkpoint folder ``ckpt`` (every rank), when the run
-    resumes from one that holds it (:func:`_save_ref_model`)."""
+    """Put back the reference model saved in checkpoint folder ``ckpt`` (every rank; under ZeRO-3
+    rank 0 loads the whole weights and DeepSpeed partitions them again), when the run resumes from
+    one that holds it (:func:`_save_ref_model`)."""
     ref = getattr(trainer, "ref_model", None)
     if ckpt is None or ref is None or not (ckpt / checkpoints.REF_MODEL).exists():
         return
     import torch
 
     weights = torch.load(ckpt / checkpoints.REF_MODEL, map_location="cpu", weights_only=True)
-    trainer.accelerator.unwrap_model(ref).load_state_dict(weights)
+    with _whole(trainer, ref, modifier_rank=0) as module:
+        if not _zero3(trainer) or trainer.accelerator.is_main_process:
+            module.load_state_dict(weights)
 
 
 def _barrier() -> None:

@@ -58,7 +58,15 @@ PER_RANK = 16  # completions per rank and optimizer step (per_device_train_batch
 SYNC_EVERY = 1
 
 
-def _args(results: Path) -> list[str]:
+#: DeepSpeed ZeRO stage 3 on DeepSpeed's CPU accelerator (gloo), batch sizes from the trainer's
+ZERO3 = {
+    "zero_optimization": {"stage": 3},
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+}
+
+
+def _args(results: Path, deepspeed: dict | None) -> list[str]:
     return [
         "ablations/smoke.yaml",
         "--results",
@@ -83,6 +91,7 @@ def _args(results: Path) -> list[str]:
         "-oexecutor.tasks_per_node=1",
         "-oexecutor.timeout_min=20",
         "-oexecutor.mem_gb=4",
+        *([f"-otrainer.deepspeed={json.dumps(deepspeed)}"] if deepspeed else []),
     ]
 
 
@@ -114,12 +123,17 @@ def _task_starts(grid_dir: Path) -> list[tuple[str, str]]:
     return starts
 
 
+@pytest.mark.parametrize("deepspeed", [None, ZERO3], ids=["ddp", "zero3"])
 def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
-    tmp_path, model_cache, tiny_model, summary
+    tmp_path, model_cache, tiny_model, summary, deepspeed
 ):
+    """With DDP (``trainer.deepspeed`` unset) and with DeepSpeed ZeRO-3, whose parameters, gradients
+    and optimizer states are sharded over the two nodes: the synced reference is sharded too, so the
+    checkpoints' ``ref_model.pt`` must be gathered whole, and the requeued run resumes from
+    DeepSpeed's checkpoint (each rank's shard)."""
     results = tmp_path / "results"
     t0 = time.time()
-    proc = cli("submit", *_args(results))
+    proc = cli("submit", *_args(results, deepspeed))
     assert "per run: 2 node(s) x 1 task(s)" in proc.stdout, proc.stdout
     grid_dir = results / "multinode"
     (run_dir,) = list((grid_dir / layout.RUNS_DIR).iterdir())
@@ -161,6 +175,10 @@ def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
     assert list(df.index) == list(range(1, STEPS + 1))
     kept = [p for _, p in checkpoints.checkpoints(run_dir / layout.CHECKPOINTS_DIR)]
     assert kept and all((p / checkpoints.REF_MODEL).exists() for p in kept)  # the synced reference
+    _assert_whole_reference(kept[-1] / checkpoints.REF_MODEL, tiny_model)
+    if deepspeed:  # DeepSpeed's own checkpoint, one optimizer shard per rank, is what it resumed from
+        shards = sorted(q.name for q in kept[-1].glob("global_step*/*optim_states.pt"))
+        assert len(shards) == 2, shards
 
     # (b) w_seq pools both ranks' completions: twice one rank's, at every step
     pooled = df["w_seq/n"] + df["w_seq/n_masked"]
@@ -185,3 +203,16 @@ def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
     assert fresh.sum() >= STEPS // 2 and fresh[1] and fresh[resumed + 1]
     assert (kl[fresh] <= 1e-6).all(), kl[fresh][kl[fresh] > 1e-6]
     assert (kl[~fresh] > 1e-6).all(), kl[~fresh][kl[~fresh] <= 1e-6]
+
+
+def _assert_whole_reference(path: Path, model_dir: str) -> None:
+    """``ref_model.pt`` holds every tensor of the model whole (the shapes of the model's own
+    safetensors, not one rank's shard: a ZeRO-3 shard is an empty placeholder or a flat slice)."""
+    import torch
+    from safetensors import safe_open
+
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    with safe_open(str(Path(model_dir) / "model.safetensors"), "pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    assert {k: tuple(v.shape) for k, v in saved.items() if k in shapes} == shapes
+    assert all(v.numel() > 0 and torch.isfinite(v).all() for v in saved.values())
