@@ -301,7 +301,7 @@ def read_json_object(path: str | os.PathLike) -> dict | None:
 
 def owner_alive(run_dir: str | os.PathLike) -> bool:
     """Whether the process named by the run's owner file (``{"host", "pid"}``, written while a run
-    trains and removed at exit) is alive. A process on another host cannot be checked: the file is
+    trains and removed at exit) is alive (a zombie is not). A process on another host cannot be checked: the file is
     trusted."""
     import socket
 
@@ -313,13 +313,21 @@ def owner_alive(run_dir: str | os.PathLike) -> bool:
         return False  # os.kill(0 or -1, 0) would signal a group and always succeed
     if owner.get("host") != socket.gethostname():
         return True
+    return pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host lives. A zombie does not: a killed process whose parent
+    died too stays one until init reaps it, which a container's init may never do, and it holds no
+    lock and trains nothing. Another user's live process does."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # alive, another user's
-    except (ProcessLookupError, OverflowError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.AccessDenied:
+        return True
+    except (psutil.NoSuchProcess, OverflowError, ValueError):
         return False
-    return True
 
 
 def trained_elsewhere(run_dir: str | os.PathLike) -> str:

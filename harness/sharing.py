@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harness import layout
 from harness.metrics import atomic_write_json
 
 ACTIVE_DIR_ENV = "GRPO_HARNESS_ACTIVE_DIR"
@@ -97,13 +98,7 @@ def _alive(lease: dict[str, Any]) -> bool:
     pid = lease.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        pass
-    except OSError:
+    if not layout.pid_alive(pid):
         return False
     started = lease.get("proc_start")
     now = _proc_start(pid) if isinstance(started, int) else None

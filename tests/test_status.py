@@ -57,6 +57,23 @@ def test_status_plan_and_report_say_the_same_of_a_local_run(tmp_path, files, own
     assert state in layout.RUN_STATES
 
 
+def test_a_zombie_owner_trains_nothing(tmp_path):
+    """A killed run's process whose parent died too is a zombie until init reaps it (a container's
+    init may never do so): it holds no lock, so the run is stopped, and a re-run may take it."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            pass  # exited, not yet waited for: a zombie
+        d = _run_folder(tmp_path, "r", layout.CONFIG_FILE, owner_pid=child.pid)
+        assert layout.files_state(d) == layout.STOPPED
+        assert not layout.pid_alive(child.pid) and layout.pid_alive(os.getpid())
+    finally:
+        child.wait()
+
+
 def test_the_queue_is_a_hint_for_submitted_runs(tmp_path):
     d = _run_folder(tmp_path, "r", layout.CONFIG_FILE)
     (d / layout.JOB_FILE).write_text(json.dumps({"job_id": "12_3"}))
