@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_a_zombie_owner_trains_nothing(tmp_path):
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             pass  # exited, not yet waited for: a zombie
         d = _run_folder(tmp_path, "r", layout.CONFIG_FILE, owner_pid=child.pid)
         assert layout.files_state(d) == layout.STOPPED
