@@ -535,6 +535,22 @@ def rule_peft(ctx: RunContext) -> list[Finding]:
     return [Finding("error", m) for m in lora.problems(section, ctx.trainer, ctx.run.model, embedded)]
 
 
+def rule_sharding(ctx: RunContext) -> list[Finding]:
+    """``trainer.deepspeed`` and ``trainer.fsdp``: what transformers, DeepSpeed or accelerate would
+    refuse or ignore only once the run starts (:mod:`harness.scale`)."""
+    import importlib.util
+
+    from harness import scale
+
+    device = resolve_device(ctx.run.harness.device, ctx.executor)
+    out = [Finding("error", m) for m in scale.fsdp_problems(ctx.trainer.get("fsdp"), device)]
+    ds = ctx.config.get("deepspeed") if ctx.config is not None else None  # None: dropped as unreadable
+    if ds is None or importlib.util.find_spec("deepspeed") is None:
+        return out  # without deepspeed here, _trl_kwargs has said what it could
+    problems = scale.deepspeed_problems(ds, ctx.config, ctx.executor.num_processes, device, None)
+    return out + [Finding("error", m) for m in problems]
+
+
 def rule_device(ctx: RunContext) -> list[Finding]:
     """A CUDA run must find a GPU where it executes; a SLURM job's node is not this machine."""
     if ctx.run.harness.device == "cuda" and ctx.executor.name != "slurm" and not cuda_available():
@@ -704,6 +720,7 @@ RULES: tuple[Rule, ...] = (
     rule_tiny_template,
     rule_packages,
     rule_peft,
+    rule_sharding,
 )
 
 
@@ -752,21 +769,32 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
     """
     import importlib.util
 
+    from harness import scale
+
     kwargs = grpo_config_kwargs(run, device, VALIDATION_DIR)
     ds = kwargs.get("deepspeed")
-    if ds is None or importlib.util.find_spec("deepspeed") is not None:
+    if ds is None:
         return kwargs, []
-    del kwargs["deepspeed"]
     findings: list[Finding] = []
-    if not elsewhere:
+    if isinstance(ds, str):
+        if not os.path.isfile(ds):  # transformers opens it as written: no ~ expansion
+            findings += _err(
+                f"trainer.deepspeed = {ds!r}: no such file (relative to {os.getcwd()}); give the path of a "
+                "DeepSpeed JSON config on a filesystem the jobs see, or the config itself as a mapping."
+            )
+        else:
+            try:
+                scale.deepspeed_config(ds)
+            except (OSError, ValueError) as e:
+                findings += _err(
+                    f"trainer.deepspeed = {ds!r}: the file does not parse as JSON ({e}); fix the file."
+                )
+    if findings or importlib.util.find_spec("deepspeed") is None:
+        del kwargs["deepspeed"]  # TRL checks the rest without it
+    if importlib.util.find_spec("deepspeed") is None and not elsewhere:
         findings += _err(
             f"trainer.deepspeed = {ds!r} but deepspeed is not installed here; install it "
-            "(pip install deepspeed) or drop the setting."
-        )
-    if isinstance(ds, str) and not os.path.isfile(os.path.expanduser(ds)):
-        findings += _err(
-            f"trainer.deepspeed = {ds!r}: no such file (relative to {os.getcwd()}); give the path of a "
-            "DeepSpeed JSON config on a filesystem the jobs see, or the config itself as a mapping."
+            "(pip install deepspeed, or the package's deepspeed extra) or drop the setting."
         )
     return kwargs, findings
 

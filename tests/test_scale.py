@@ -1,0 +1,108 @@
+"""Plan-time checks of ``trainer.deepspeed`` and ``trainer.fsdp`` (:mod:`harness.scale`): each
+config below was run first, on two CPU processes, and failed at start with the error the plan now
+gives before anything runs (DeepSpeed 0.19.8, transformers 5.24); the accepted ones trained."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytest.importorskip("deepspeed", reason="the deepspeed extra (pip install -e '.[deepspeed]')")
+
+AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}
+Z2 = {**AUTO, "zero_optimization": {"stage": 2}}
+
+
+def _validate(tmp_path, deepspeed=None, extra: str = "", tasks_per_node: int = 2):
+    from harness.grid import expand
+    from harness.spec import load_grid
+    from harness.validate import validate_plan
+
+    body = textwrap.dedent(f"""\
+        name: scale
+        model: tiny
+        task: {{name: chain_sum, kwargs: {{min_terms: 2, max_terms: 2, max_digits: 1}}, train_size: 64}}
+        trainer: {{max_steps: 2, per_device_train_batch_size: 8, num_generations: 4, max_completion_length: 6}}
+        harness: {{device: cpu}}
+        executor: {{name: local, tasks_per_node: {tasks_per_node}}}
+        """)
+    if deepspeed is not None:
+        body += f"grid: {{trainer.deepspeed: [{json.dumps(deepspeed)}]}}\n"
+    path = tmp_path / "g.yaml"
+    path.write_text(body + extra)
+    validation = validate_plan(expand(load_grid(path)))
+    return [f.message for f in validation.errors]
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        ({**AUTO, "zero_optimization": {"stage": 4}}, "DeepSpeed refuses zero_optimization.stage = 4"),
+        (
+            {**AUTO, "zero_optimization": {"stage": 2, "bogus": 1}},
+            "zero_optimization.bogus = 1: Extra inputs",
+        ),
+        (
+            {**AUTO, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "bogus": 1}}},
+            "offload_optimizer.bogus = 1",
+        ),
+        ({"zero_optimization": {"stage": 2}}, "Add train_micro_batch_size_per_gpu: auto"),
+        (
+            {**Z2, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}},
+            "optimizer.params.lr=0.001 vs hf learning_rate",
+        ),
+        ({**Z2, "bf16": {"enabled": True}}, "bf16.enabled=True vs hf bf16"),
+        # 8 per process x 2 processes: the batch DeepSpeed is told must count both
+        ({**Z2, "train_batch_size": 8}, "train_batch_size=8 vs hf train_batch_size (calculated)=16"),
+        ({**Z2, "optimizer": {"type": "FusedLamb"}}, "'FusedLamb' is not an optimizer DeepSpeed builds"),
+        (
+            {**AUTO, "zero_optimization": {"stage": 2}, "optimizer": {"type": "SGD"}},
+            "zero_allow_untested_optimizer",
+        ),
+        ({**Z2, "optimizer": {"type": "Lion"}}, "FusedLionBuilder kernel, which its CPU build lacks"),
+        ({**Z2, "optimizer": {"type": "Lamb"}}, "FusedLambBuilder kernel, which its CPU build lacks"),
+    ],
+)
+def test_a_deepspeed_config_refused_at_start_is_refused_at_plan(tmp_path, config, said):
+    errors = _validate(tmp_path, config)
+    assert len(errors) == 1 and said in errors[0], errors
+    assert errors[0].startswith("trainer.deepspeed")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {**AUTO, "zero_optimization": {"stage": 1}},
+        {**AUTO, "zero_optimization": {"stage": 3}},
+        {**AUTO, "zero_optimization": {"stage": 2}, "train_batch_size": 16},
+        {**AUTO, "zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
+        {
+            **AUTO,
+            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+            "optimizer": {"type": "Lion"},
+        },
+        {**AUTO, "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}},
+    ],
+)
+def test_a_deepspeed_config_that_trains_plans(tmp_path, config):
+    assert _validate(tmp_path, config) == []
+
+
+def test_a_deepspeed_file_that_is_missing_or_broken_is_named(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"zero_optimization": {"stage": 2},')
+    (error,) = _validate(tmp_path, str(broken))
+    assert f"trainer.deepspeed = '{broken}': the file does not parse as JSON" in error
+    (error,) = _validate(tmp_path, str(tmp_path / "missing.json"))
+    assert "no such file" in error
+    good = tmp_path / "zero3.json"
+    good.write_text(json.dumps({**AUTO, "zero_optimization": {"stage": 3}}))
+    assert _validate(tmp_path, str(good)) == []
+
+
+def test_fsdp_on_cpu_is_refused(tmp_path):
+    """accelerate ignores FSDP on CPU and trains DDP (harness.scale's note has the measurement)."""
+    (error,) = _validate(tmp_path, extra='grid: {trainer.fsdp: ["full_shard auto_wrap"]}\n')
+    assert "trainer.fsdp = 'full_shard auto_wrap' on cpu" in error and "plain DDP" in error
