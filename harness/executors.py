@@ -192,11 +192,12 @@ def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", ra
 
 
 def default_parallel(executor: ExecutorSettings) -> int:
-    """Runs at once locally: ``max_parallel`` or cores // threads_per_run, at least 1."""
+    """Runs at once locally: ``max_parallel``, or cores // (threads_per_run x processes per run), at
+    least 1 (a run of ``tasks_per_node`` processes takes that many times the threads)."""
     if executor.max_parallel:
         return executor.max_parallel
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, executor.threads_per_run))
+    return max(1, cores // (max(1, executor.threads_per_run) * executor.num_processes))
 
 
 def pending_local(

@@ -18,6 +18,8 @@ EXPECTED_RUNS = {
     "vespo.yaml": 24,  # 4 (k, lambda) settings x 3 staleness levels x 2 seeds
     "ref_sync.yaml": 21,  # (no sync + 2 periods x 2 alphas + per epoch x 2 alphas) x 3 seeds
     "plugins.yaml": 15,  # grpo, dapo and the gmpo, kl_cov and clip_cov plugins, x 3 seeds
+    "zero3.yaml": 4,  # grpo, dapo x 2 seeds, each run 2 processes under DeepSpeed ZeRO-3
+    "lora.yaml": 4,  # LoRA rank 4, 16 x 2 seeds
     "findings.yaml": 44,  # 11 arms (F1 2, F2 2, F3 3, F4 2, F5 2 controls against F2's grpo) x 4 seeds, on tiny-steps
 }
 

@@ -34,3 +34,13 @@ def test_execute_local_leaves_the_driver_environment_as_it_was(tmp_path, monkeyp
     )
     assert out == []
     assert not any(n in os.environ for n in NAMES)
+
+
+def test_local_parallelism_counts_every_process_of_a_run(monkeypatch):
+    """A run of 2 processes x 1 thread on 4 cores: two at once, not four."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    assert executors.default_parallel(ExecutorSettings(threads_per_run=1)) == 4
+    assert executors.default_parallel(ExecutorSettings(threads_per_run=1, tasks_per_node=2)) == 2
+    assert executors.default_parallel(ExecutorSettings(threads_per_run=2, tasks_per_node=2)) == 1
+    assert executors.default_parallel(ExecutorSettings(threads_per_run=4, tasks_per_node=2)) == 1
+    assert executors.default_parallel(ExecutorSettings(max_parallel=3, tasks_per_node=2)) == 3
