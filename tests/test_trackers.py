@@ -128,6 +128,17 @@ def test_wandb_offline_one_run_continued_after_a_resume(tmp_path, model_cache, m
     for key in HARNESS_KEYS:
         assert all(f"train/{key}" in s for s in steps), key
     assert [s["train/off_policy"] for s in steps] == [0, 1, 0, 1]
+    # wandb's own CLI finds the two attempts' logs, both of the one W&B run (id = the run id), which
+    # `wandb sync` uploads as one run, the second resuming the first
+    import subprocess
+    import sys
+
+    wandb_cli = Path(sys.executable).parent / "wandb"
+    folders = [str(f.parent) for f in files]
+    proc = subprocess.run([str(wandb_cli), "sync", "--dry-run", *folders], capture_output=True, text=True)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Would sync 2 run(s)" in said, said
+    assert said.count(f"run-{spec.run_id}.wandb") == 2, said
 
 
 TRACKIO_CHECK = """
@@ -182,3 +193,43 @@ def test_tensorboard_one_folder_per_run_continued_after_a_resume(tmp_path, model
         assert [e.step for e in acc.Scalars(f"train/{key}")] == [1, 2, 3, 4], key
     text = acc.Tensors("grpo_harness/text_summary")[0].tensor_proto.string_val[0].decode()
     assert spec.run_id in text
+
+
+def test_only_rank_0_of_a_two_process_run_logs(tmp_path, model_cache, monkeypatch):
+    """Two processes (DDP on CPU): one W&B run and one TensorBoard folder, each step logged once."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    import yaml
+    from conftest import cli
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    settings = _spec(["wandb", "tensorboard"], model_cache).settings
+    trainer = {k: v for k, v in settings["trainer"].items() if k != "seed"}  # the grid's seed seeds it
+    grid = {
+        **settings,
+        "trainer": trainer,
+        "name": "trk2",
+        "executor": {"name": "local", "tasks_per_node": 2},
+    }
+    path = tmp_path / "trk2.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    cli("run", str(path), "--results", str(tmp_path / "results"), "--no-report")
+    (run_dir,) = (tmp_path / "results" / "trk2" / "runs").iterdir()
+    assert len(json.loads((run_dir / "provenance.json").read_text())["hosts"]) == 2
+    (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    steps = [
+        items["train/global_step"]
+        for rec in _wandb_records(log)
+        if rec.WhichOneof("record_type") == "history"
+        for items in [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}]
+        if "train/loss" in items
+    ]
+    assert steps == [1, 2, 3, 4]
+    (folder,) = (tmp_path / "results" / "trk2" / trackers.TENSORBOARD_DIR).iterdir()
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4]
+    assert len(list(folder.iterdir())) == 1  # one event file: rank 1 opened no writer
