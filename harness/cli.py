@@ -292,6 +292,22 @@ def format_status(rows, grid_dir: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Exit 0 when every metric column of the two runs agrees within tolerance, 1 when one does
+    not, 2 when a folder has no metrics."""
+    from harness import compare
+
+    rtol = compare.RTOL if args.rtol is None else args.rtol
+    atol = compare.ATOL if args.atol is None else args.atol
+    try:
+        text, agrees = compare.format_comparison(args.run_a, args.run_b, rtol, atol)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0 if agrees else 1
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from harness import status
 
@@ -463,6 +479,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print a markdown table (as the README's)")
     p.set_defaults(func=cmd_findings)
 
+    p = sub.add_parser(
+        "compare",
+        help="two runs' recorded metrics step by step (say, a run under DeepSpeed and its plain run)",
+    )
+    p.add_argument("run_a", type=Path, help="results/<grid>/runs/<run_id>")
+    p.add_argument("run_b", type=Path, help="the run to compare it with (the reference)")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default 1e-5)")
+    p.set_defaults(func=cmd_compare)
+
     p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")
     if command in (None, "bench"):
         from harness import bench
@@ -475,7 +501,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    known = {"plan", "run", "submit", "status", "cancel", "report", "findings", "bench"}
+    known = {"plan", "run", "submit", "status", "cancel", "report", "findings", "compare", "bench"}
     args = build_parser(command if command in known else None).parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -33,7 +33,7 @@ import yaml
 from conftest import FAST_TINY, SMALL_TASK, cli
 from test_multinode import _assert_whole_reference
 
-from harness import checkpoints, layout
+from harness import checkpoints, compare, layout
 from harness.metrics import read_metrics
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra (pip install -e '.[deepspeed]')")
@@ -41,13 +41,11 @@ pytestmark = pytest.mark.slow
 
 STEPS = 12
 SYNC_EVERY = 2
-#: Relative and absolute tolerance of the metric comparison: float32 sums taken in another order
-#: (DeepSpeed reduces gradients in buckets; ZeRO-3 gathers parameters layer by layer). Measured on
-#: this grid: at most 3e-5 absolute on grad_norm (about 1e-5 relative) and 1e-6 on the w_seq
-#: statistics; the sampled completions, and so the rewards, are identical.
-RTOL, ATOL = 1e-4, 1e-5
-#: Columns that measure the machine, not the run: time and memory differ from run to run.
-MACHINE = ("time/", "step_time", "memory/", "machine/")
+#: harness.compare's default tolerance: float32 sums taken in another order (DeepSpeed reduces
+#: gradients in buckets; ZeRO-3 gathers parameters layer by layer). Measured on this grid: at most
+#: about 1e-4 absolute on grad_norm (1e-5 relative) and 1e-5 on the w_seq statistics; the sampled
+#: completions, and so the rewards, are identical.
+RTOL, ATOL = compare.RTOL, compare.ATOL
 
 
 def _zero(stage: int) -> dict:
@@ -97,18 +95,12 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
     return read_metrics(run_dir).to_pandas().set_index("step")
 
 
-def _differences(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, float]:
-    """Every numeric column's largest |a - b| beyond the tolerance, by column (empty: all agree)."""
-    out = {}
-    assert list(a.index) == list(b.index)
-    for col in a.columns:
-        if col.startswith(MACHINE) or not pd.api.types.is_numeric_dtype(a[col]):
-            continue
-        assert col in b, col
-        x, y = a[col].to_numpy(float), b[col].to_numpy(float)
-        if not np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True):
-            out[col] = float(np.nanmax(np.abs(x - y)))
-    return out
+def _disagree(run_dir: Path, reference: Path) -> list[str]:
+    """The metric columns of ``run_dir`` that differ from ``reference``'s beyond the tolerance, at
+    the same steps (``grpo-harness compare``)."""
+    steps, diffs = compare.compare_runs(run_dir, reference)
+    assert steps == list(range(1, STEPS + 1))
+    return [d.column for d in diffs if not d.agrees]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +131,7 @@ def test_zero_stages_record_the_metrics_of_the_run_without_deepspeed(zero_runs, 
             f"ZeRO-{stage} vs DDP, max |diff| per column: "
             + ", ".join(f"{c} {v:.1e}" for c, v in worst.items())
         )
-        assert _differences(plain, zero) == {}, f"ZeRO-{stage}"
+        assert _disagree(run_dir, zero_runs[0]) == [], f"ZeRO-{stage}"
         assert (zero["reward"].dropna() == plain["reward"].dropna()).all()  # the same completions
         assert zero["off_policy"].sum() == STEPS // 2 and zero["eval/accuracy"].notna().sum() == 2
         # hard sync every 2 steps, each optimizer step generating anew every other step: KL is 0 at
@@ -224,4 +216,4 @@ def test_a_killed_zero2_run_resumes_from_its_deepspeed_checkpoint(zero_runs, tmp
     assert any(run_dir.glob(f"{layout.CHECKPOINTS_DIR}/checkpoint-*/global_step*/*optim_states.pt"))
     resumed = _metrics(run_dir)
     assert list(resumed.index) == list(range(1, STEPS + 1))  # every step once
-    assert _differences(_metrics(zero_runs[2]), resumed) == {}
+    assert _disagree(run_dir, zero_runs[2]) == []
