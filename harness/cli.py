@@ -465,6 +465,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("grid_dir", type=Path, help="results/<grid>")
     p.set_defaults(func=cmd_cancel)
 
+    _add_reading_commands(sub, command)
+    return parser
+
+
+def _add_reading_commands(sub, command: str | None) -> None:
+    """The commands that read results: report, findings, compare, bench."""
     p = sub.add_parser("report", help="figures and tables of a results folder")
     if command in (None, "report"):
         from analysis import report
@@ -495,7 +501,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         bench.add_arguments(p)
         p.set_defaults(func=bench.main)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
