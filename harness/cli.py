@@ -149,8 +149,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     todo, skipped = pending_local(plan.runs, grid_dir, retry_failed=args.retry_failed)
     for reason, ids in skipped.items():
         print(f"skipped {len(ids)} run(s): {reason}")
-    for rid in skipped.get(BUSY_REASON, []):
-        print(f"  run {rid} is {layout.trained_elsewhere(layout.run_dir(grid_dir, rid))}")
+    busy = [_busy_line(grid_dir, rid) for rid in skipped.get(BUSY_REASON, [])]
+    for line in busy:
+        print(f"  {line}")
     _warn_changed_plugins(plan.runs, grid_dir, skipped.get("done", []))
     outcomes = execute_local(
         todo,
@@ -160,16 +161,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         show_progress=sys.stderr.isatty(),
         progress_every_s=args.progress_every,
     )
-    code = _print_outcomes(outcomes, grid_dir)
+    code = _print_outcomes(outcomes, grid_dir, busy)
     if args.no_report:
         return code
     return max(code, _report_after_run(grid_dir))
 
 
-def _print_outcomes(outcomes, grid_dir: Path) -> int:
-    """One line per run that did not simply finish (what happened, its log), then the count;
-    returns 1 when a run failed, diverged or stopped, else 0 (a run another process trains is
-    left to it and is no failure)."""
+def _busy_line(grid_dir: Path, run_id: str) -> str:
+    """A run another process trains: who, and the step it has reached."""
+    run_dir = layout.run_dir(grid_dir, run_id)
+    progress = layout.read_progress(run_dir)
+    at = f", at step {progress['step']} of {progress.get('max_steps')}" if progress else ""
+    return f"run {run_id} is {layout.trained_elsewhere(run_dir)}{at}"
+
+
+def _print_outcomes(outcomes, grid_dir: Path, busy: list[str] = ()) -> int:
+    """One line per run that did not simply finish (what happened, its log), then the count, with
+    the runs left to another process in it; returns 1 when a run failed, diverged or stopped, else 0
+    (a run another process trains is left to it and is no failure)."""
     unfinished = (layout.FAILED, layout.DIVERGED, layout.STOPPED)
     for o in outcomes:
         if o.state == layout.DONE and not o.error:
@@ -181,10 +190,11 @@ def _print_outcomes(outcomes, grid_dir: Path) -> int:
             file=stream,
         )
     finished = sum(o.state == layout.DONE for o in outcomes)
+    left = f"; {len(busy)} left to another process ({'; '.join(busy)})" if busy else ""
     if outcomes:
-        print(f"{finished}/{len(outcomes)} run(s) finished; results in {grid_dir}/runs/")
+        print(f"{finished}/{len(outcomes)} run(s) finished{left}; results in {grid_dir}/runs/")
     else:
-        print(f"nothing to run; results in {grid_dir}/runs/")
+        print(f"nothing to run{left}; results in {grid_dir}/runs/")
     return 1 if any(o.state in unfinished for o in outcomes) else 0
 
 

@@ -48,6 +48,9 @@ DONE_FILE = "DONE"
 DIVERGED_FILE = "DIVERGED"
 FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
 OWNER_FILE = ".owner.json"  # {"host", "pid"} of the process training the run now (removed at exit)
+RUN_LOCK_FILE = (
+    ".run.lock"  # flock held by the process training the run (released by the kernel at its death)
+)
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max_steps, reward, s/step, when
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
@@ -300,9 +303,11 @@ def read_json_object(path: str | os.PathLike) -> dict | None:
 
 
 def owner_alive(run_dir: str | os.PathLike) -> bool:
-    """Whether the process named by the run's owner file (``{"host", "pid"}``, written while a run
-    trains and removed at exit) is alive (a zombie is not). A process on another host cannot be checked: the file is
-    trusted."""
+    """Whether a process trains the run now: its owner file (``{"host", "pid"}``, written while a
+    run trains and removed at exit) names one, and on this host that process still holds the run's
+    lock (:data:`RUN_LOCK_FILE`, a ``flock`` the kernel releases when its holder dies: a killed
+    owner, a zombie or a recycled pid holds nothing). A process on another host cannot be checked:
+    the file is trusted."""
     import socket
 
     owner = read_json_object(os.path.join(run_dir, OWNER_FILE))
@@ -310,10 +315,31 @@ def owner_alive(run_dir: str | os.PathLike) -> bool:
         return False
     pid = owner.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False  # os.kill(0 or -1, 0) would signal a group and always succeed
+        return False
     if owner.get("host") != socket.gethostname():
         return True
-    return pid_alive(pid)
+    return lock_held(os.path.join(run_dir, RUN_LOCK_FILE))
+
+
+def lock_held(path: str | os.PathLike) -> bool:
+    """Whether some process (this one included, through another open file) holds an exclusive
+    ``flock`` on ``path``; False when the file is missing. Probes with a non-blocking lock, released
+    at once."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # a filesystem without flock: nobody can hold it
+    finally:
+        os.close(fd)  # closing releases the probe's own lock
+    return False
 
 
 def pid_alive(pid: int) -> bool:

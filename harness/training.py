@@ -486,10 +486,10 @@ def train(
     # One writer per run: a re-run started while an earlier process (say, one orphaned by a killed
     # `grpo-harness run`) still trains this run must not write into it too. Only the first rank of a
     # multi-process run takes it.
-    lock = filelock.FileLock(str(run_dir / ".run.lock"))
+    lock = filelock.FileLock(str(run_dir / layout.RUN_LOCK_FILE))
     if int(os.environ.get("RANK", "0")) == 0:
         try:
-            lock.acquire(timeout=0)
+            lock.acquire(timeout=1)  # a status probe (layout.lock_held) holds it for microseconds
         except filelock.Timeout as e:
             raise RunBusy(
                 f"run {spec.run_id} is {layout.trained_elsewhere(run_dir)}; it was left to that process"

@@ -167,27 +167,6 @@ def _logged_step(run_dir: Path) -> int:
     return max(table.column("step").to_pylist()) if table is not None and table.num_rows else 0
 
 
-def _wait_gone(group: int, timeout: float = 60) -> None:
-    """Until no live process of process group ``group`` is left (a killed rank holds the run's lock
-    until the kernel has torn it down; a zombie holds nothing)."""
-    import psutil
-
-    def alive() -> list[int]:
-        out = []
-        for proc in psutil.process_iter(["pid", "status"]):
-            try:
-                if os.getpgid(proc.pid) == group and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    out.append(proc.pid)
-            except (ProcessLookupError, psutil.Error):
-                continue
-        return out
-
-    t0 = time.time()
-    while alive():
-        assert time.time() - t0 < timeout, f"still alive {timeout} s after SIGKILL: {alive()}"
-        time.sleep(0.1)
-
-
 def test_a_killed_zero2_run_resumes_from_its_deepspeed_checkpoint(zero_runs, tmp_path, model_cache, summary):
     grid = _grid(tmp_path / "zero.yaml", [_zero(2)])
     results = tmp_path / "results"
@@ -202,8 +181,7 @@ def test_a_killed_zero2_run_resumes_from_its_deepspeed_checkpoint(zero_runs, tmp
         assert driver.poll() is None, driver.stdout.read().decode()
         time.sleep(0.05)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver, submitit's local job and both ranks
-    driver.wait()
-    _wait_gone(driver.pid)
+    driver.wait()  # and at once a new driver: the killed rank 0's lock was released by the kernel
     (run_dir,) = run_dirs
     killed_at = _logged_step(run_dir)
     assert killed_at < STEPS and not (run_dir / layout.DONE_FILE).exists()

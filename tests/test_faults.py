@@ -99,13 +99,14 @@ FAST_RUN = [
 ]
 
 
-def _driver(results: Path, *extra: str, stderr=subprocess.PIPE) -> subprocess.Popen:
+def _driver(results: Path, *extra: str, stderr=subprocess.PIPE, session: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", str(results), *extra],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
+        start_new_session=session,
     )
 
 
@@ -137,12 +138,47 @@ def test_two_drivers_of_one_grid_leave_each_other_alone(tmp_path, model_cache):
     assert second.returncode == 0, err
     assert "skipped 1 run(s): being trained by another process" in out and "nothing to run" in out
     assert f"  run {run_dir.name} is being trained by another process (host " in out
+    last = out.strip().splitlines()[-1]  # the last line says why nothing ran, and where the run is
+    assert last.startswith("nothing to run; 1 left to another process (run ") and ", at step " in last, last
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert "1/1 run(s) finished" in out
     lines = [line for line in err.splitlines() if f"] {run_dir.name}: step " in line]  # one run: no label
     assert lines and all("/60, " in line and "s/step, ETA " in line for line in lines), err[-2000:]
     assert f"[1/1] {run_dir.name} done" in err
+
+
+@pytest.mark.slow
+def test_a_rerun_right_after_a_kill_of_the_whole_tree_resumes(tmp_path, model_cache):
+    """SIGKILL to the driver, submitit's job and the run's process, then at once a new driver: the
+    killed owner held the run's lock, which the kernel released, so the run resumes (not skipped
+    as trained elsewhere, though the owner file still names the dead pid, maybe a zombie)."""
+    results = tmp_path / "results"
+    args = [
+        "-ogrid.loss_type=[grpo]",
+        "-otrainer.max_steps=40",
+        "-oharness.checkpoint_steps=5",
+        "--no-report",
+    ]
+    first = _driver(results, *args, session=True)
+    runs = results / "smoke" / layout.RUNS_DIR
+
+    def done_ckpt() -> bool:
+        return runs.exists() and any(
+            (d / layout.CHECKPOINTS_DIR / "checkpoint-5").exists() for d in runs.iterdir()
+        )
+
+    _wait(done_ckpt, what="the checkpoint of step 5")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    (run_dir,) = runs.iterdir()
+    assert (run_dir / layout.OWNER_FILE).exists()  # nothing of the killed run could clean up
+    second = _driver(results, *args)
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    assert "being trained by another process" not in out and "1/1 run(s) finished" in out, out
+    done = json.loads((run_dir / layout.DONE_FILE).read_text())
+    assert done["steps"] == 40 and done["resumed_from"] >= 5
 
 
 def test_a_run_another_process_holds_is_no_failure(tmp_path):

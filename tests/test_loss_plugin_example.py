@@ -93,6 +93,20 @@ def test_module_raising_at_import(tmp_path, monkeypatch, clean_registry):
     assert "importing 'raising_losses' raised ZeroDivisionError" in err and "__init__.py:1" in err
 
 
+def test_module_exiting_at_import(tmp_path, monkeypatch, clean_registry):
+    """sys.exit() in a plugin's import would end `plan` with its status and no word: it is a problem."""
+    monkeypatch.syspath_prepend(
+        str(write_package(tmp_path / "p", "exiting_losses", "import sys\nsys.exit(0)\n"))
+    )
+    (err,) = plan_errors(tmp_path, "exiting_losses", "grpo")
+    assert "importing 'exiting_losses' called sys.exit(0)" in err and "__init__.py:2" in err
+
+
+def test_relative_module_name(tmp_path, clean_registry):
+    (err,) = plan_errors(tmp_path, ".my_losses", "grpo")
+    assert "'.my_losses' is a relative module name" in err and "(my_losses if" in err
+
+
 def test_unknown_loss_type_lists_builtins_and_plugins(tmp_path, monkeypatch, clean_registry):
     src = PLUGIN.format(name="ok_loss", hname="ok_scale", expr="-inputs.advantages * inputs.per_token_logps")
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "ok_losses", src)))

@@ -8,6 +8,7 @@ import os
 import socket
 from pathlib import Path
 
+import filelock
 import pytest
 
 from analysis import states
@@ -51,6 +52,9 @@ def _dead_pid() -> int:
 def test_status_plan_and_report_say_the_same_of_a_local_run(tmp_path, files, owner, state):
     pid = {"alive": os.getpid(), "dead": _dead_pid(), None: None}[owner]
     d = _run_folder(tmp_path, "r", *files, owner_pid=pid)
+    if owner == "alive":  # the owner holds the run's lock, as training.train does
+        lock = filelock.FileLock(str(d / layout.RUN_LOCK_FILE))
+        lock.acquire()
     assert layout.files_state(d) == state
     assert status.run_status(d, queue={}).state == state
     if state != layout.PENDING:  # the report reads only runs that have a folder with files
@@ -73,6 +77,17 @@ def test_a_zombie_owner_trains_nothing(tmp_path):
         assert not layout.pid_alive(child.pid) and layout.pid_alive(os.getpid())
     finally:
         child.wait()
+
+
+def test_a_recycled_pid_owns_nothing(tmp_path):
+    """The owner file names a live process (this one) that does not hold the run's lock: the pid
+    was reused after the owner died, so the run is stopped, not running."""
+    d = _run_folder(tmp_path, "r", layout.CONFIG_FILE, owner_pid=os.getpid())
+    assert layout.files_state(d) == layout.STOPPED
+    lock = filelock.FileLock(str(d / layout.RUN_LOCK_FILE))
+    with lock:
+        assert layout.files_state(d) == layout.RUNNING  # held through another open file: still seen
+    assert layout.files_state(d) == layout.STOPPED
 
 
 def test_the_queue_is_a_hint_for_submitted_runs(tmp_path):

@@ -307,8 +307,15 @@ def _import_problem(module: str) -> str | None:
             f"plugins: {module!r} is a file path; list the module's import name instead (my_losses for "
             "my_losses.py or my_losses/__init__.py) and put the folder holding it on PYTHONPATH."
         )
+    if module.startswith("."):
+        return (
+            f"plugins: {module!r} is a relative module name; list the module's absolute import name "
+            f"({module.lstrip('.')} if its folder is on PYTHONPATH)."
+        )
     try:
         importlib.import_module(module)
+    except KeyboardInterrupt:
+        raise
     except ModuleNotFoundError as e:
         if e.name and (module == e.name or module.startswith(e.name + ".")):
             return (
@@ -316,7 +323,12 @@ def _import_problem(module: str) -> str | None:
                 "put the folder holding it on PYTHONPATH."
             )
         return f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}."
-    except Exception as e:  # the plugin's own code raised: report it, never hide the others
+    except SystemExit as e:  # sys.exit() at import would end `plan` silently with its status
+        return (
+            f"plugins: importing {module!r} called sys.exit({e.code!r}){_where(e)}; a plugin module must "
+            "not exit when imported (guard script code with if __name__ == '__main__':)."
+        )
+    except BaseException as e:  # the plugin's own code raised: report it, never hide the others
         return f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
     if not any(p.module == module or p.module.startswith(module + ".") for p in REGISTRY.values()):
         return (
@@ -346,7 +358,9 @@ def from_entry_point(name: str, failed: Iterable[str] = ()) -> list[str]:
         return []
     try:
         obj = ep.load()
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit too: a plugin must never end `plan` silently
         return [
             f"loss_type {name!r}: entry point {ep.value} ({ENTRY_POINT_GROUP}) raised {type(e).__name__}: "
             f"{e}{_where(e)}; fix the module or reinstall its package."
