@@ -175,7 +175,10 @@ def coerce_number(key: str, value: Any) -> Any:
         and not isinstance(value, bool)
         and _float_only(section_fields(parts[0]).get(parts[1]))
     ):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # beyond float's range: infinite, which the range rules refuse by name
+            return math.inf if value > 0 else -math.inf
     return value
 
 
@@ -1143,6 +1146,19 @@ def _check_name(name: Any, path: Path) -> None:
             ],
             path,
         )
+    if len(name) > MAX_NAME:
+        raise SpecError(
+            [
+                f"name = {name[:40]!r}... is {len(name)} characters: results go to results/<name>/, and a "
+                f"folder name has at most 255 bytes on most file systems (less with its runs' paths under "
+                f"it); use at most {MAX_NAME} characters."
+            ],
+            path,
+        )
+
+
+#: Longest grid name: a results folder's own name, with room left for the files written under it
+MAX_NAME = 128
 
 
 def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:

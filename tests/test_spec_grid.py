@@ -360,3 +360,20 @@ def test_epoch_sync_counts_the_processes_of_each_run(tmp_path):
     runs = {r.seed: r for r in expand(load_grid(write(tmp_path, data))).runs}
     # 64 prompts x 4 generations / (8 per device x processes)
     assert runs[0].trainer["ref_model_sync_steps"] == 32 and runs[1].trainer["ref_model_sync_steps"] == 8
+
+
+def test_a_name_too_long_for_a_folder_is_refused(tmp_path):
+    (msg,) = problems(write(tmp_path, {**BASE, "name": "x" * 300}))
+    assert "is 300 characters" in msg and "at most 128" in msg
+    assert load_grid(write(tmp_path, {**BASE, "name": "x" * 128})).name == "x" * 128
+
+
+def test_an_integer_beyond_a_float_is_infinite_and_refused(tmp_path):
+    """``epsilon: 1e400`` written as digits: no OverflowError, the finiteness rule names it."""
+    from harness.validate import validate_plan
+
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(BASE) + "\n")
+    plan = expand(load_grid(path, ["trainer.epsilon=" + "9" * 400]))
+    (error,) = validate_plan(plan).errors
+    assert "trainer.epsilon = inf must be finite" in error.message
