@@ -399,6 +399,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base": its keys may be overridden here
                 continue
+            if (
+                isinstance(key_node, yaml.ScalarNode)
+                and key_node.tag == "tag:yaml.org,2002:bool"
+                and key_node.value.lower() not in ("true", "false")
+            ):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key_node.value!r} is read by YAML 1.1 as the boolean "
+                    f"{self.construct_object(key_node)}; quote it ('{key_node.value}':) to use it as a name",
+                    key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
@@ -414,6 +426,29 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+def _no_base_60(kind: str):
+    """PyYAML's int or float constructor, refusing YAML 1.1's base-60 form (``1:30:00`` is 5400)."""
+    base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
+
+    def construct(loader, node):
+        value = base(loader, node)
+        if ":" in node.value:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{node.value!r} is read by YAML 1.1 as the base-60 number {value}, not a time; write a plain "
+                "number in the setting's unit (timeout_min: 90 for 1 h 30 min), or quote it if it is text",
+                node.start_mark,
+            )
+        return value
+
+    return construct
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _no_base_60("int"))
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _no_base_60("float"))
 
 
 #: Limits on a grid's YAML: nesting depth, and values counted with every alias expanded.

@@ -377,3 +377,33 @@ def test_an_integer_beyond_a_float_is_infinite_and_refused(tmp_path):
     plan = expand(load_grid(path, ["trainer.epsilon=" + "9" * 400]))
     (error,) = validate_plan(plan).errors
     assert "trainer.epsilon = inf must be finite" in error.message
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            "name: t\nexecutor: {timeout_min: 1:30:00}\n",
+            "'1:30:00' is read by YAML 1.1 as the base-60 number 5400",
+        ),
+        (
+            "name: t\ntrainer: {learning_rate: 1:30.5}\n",
+            "'1:30.5' is read by YAML 1.1 as the base-60 number 90.5",
+        ),
+        (
+            "name: t\nsubgrids:\n  on: {set: {loss_type: dapo}}\n",
+            "the key 'on' is read by YAML 1.1 as the boolean True",
+        ),
+        ("name: t\nsubgrids:\n  No: {set: {loss_type: dapo}}\n", "quote it ('No':)"),
+    ],
+)
+def test_yaml_1_1_corners_are_named_with_the_right_fix(tmp_path, text, said):
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    (msg,) = problems(path)
+    assert said in msg, msg
+
+
+def test_an_override_in_base_60_is_named(tmp_path):
+    (msg,) = problems(write(tmp_path, BASE), "executor.timeout_min=1:30:00")
+    assert "base-60 number 5400" in msg and "timeout_min: 90" in msg
