@@ -1025,7 +1025,7 @@ def _checked_grid(
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
     inner_keys = _inner_keys(config)
-    for k in axis_keys & set(inner_keys):
+    for k in axis_keys & {k for k, why in inner_keys.items() if not why.startswith("set by sub-grid")}:
         problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
     report_where: dict[str, str] = {}  # report key -> where its value was last given (a profile, -o)
     for key, value, given in pairs:
@@ -1102,14 +1102,15 @@ def _given_settings(
 
 
 def _inner_keys(config: Mapping[str, Any]) -> dict[str, str]:
-    """Keys a plain value can never reach, with why: top-level zip axes, and keys every sub-grid
-    sets itself."""
+    """Keys a plain value cannot reach everywhere, with why: top-level zip axes, and keys a sub-grid
+    sets itself (a profile or ``-o`` would change the other cells and not its own, so it is refused
+    naming the sub-grids)."""
     inner: dict[str, str] = {}
     for group in config.get("zip") or []:
         for k in group if isinstance(group, Mapping) else []:
             inner[normalize_key(str(k))] = "a zip axis"
-    per_sub = []
-    for sub in (config.get("subgrids") or {}).values():
+    per_sub: dict[str, set[str]] = {}
+    for name, sub in (config.get("subgrids") or {}).items():
         if not isinstance(sub, Mapping):
             continue
         keys = set()
@@ -1118,9 +1119,13 @@ def _inner_keys(config: Mapping[str, Any]) -> dict[str, str]:
                 keys |= {normalize_key(str(k)) for k in sub[part]}
         for group in sub.get("zip") or []:
             keys |= {normalize_key(str(k)) for k in (group if isinstance(group, Mapping) else [])}
-        per_sub.append(keys)
-    for k in set.intersection(*per_sub) if per_sub else ():
-        inner.setdefault(k, "set by every sub-grid")
+        per_sub[str(name)] = keys
+    for k in set.union(*per_sub.values()) if per_sub else ():
+        names = [name for name, keys in per_sub.items() if k in keys]
+        if len(names) == len(per_sub):
+            inner.setdefault(k, "set by every sub-grid")
+        else:  # the sub-grids that set it would keep their own value: refused rather than half-applied
+            inner.setdefault(k, f"set by sub-grid{'s' if len(names) > 1 else ''} {', '.join(names)}")
     return inner
 
 
@@ -1160,10 +1165,13 @@ def _apply_setting(
     if p:
         problems.append(p)
         return
-    if key in inner_keys:
+    partial = inner_keys.get(key, "").startswith("set by sub-grid")
+    if key in inner_keys and (where.startswith("-o ") or not partial):
+        # a profile is the grid author's: its value is the base the other sub-grids take, as the
+        # file's own base is; an -o from the command line must reach every cell or be refused
         problems.append(
-            f"{where}: {key} is {inner_keys[key]} in this grid, so a plain override would be ignored; "
-            "edit the grid file (or a copy) instead."
+            f"{where}: {key} is {inner_keys[key]} in this grid, so a plain override would not reach "
+            "the cells that set it; edit the grid file (or a copy) instead."
         )
         return
     if key in axis_keys:

@@ -407,3 +407,20 @@ def test_yaml_1_1_corners_are_named_with_the_right_fix(tmp_path, text, said):
 def test_an_override_in_base_60_is_named(tmp_path):
     (msg,) = problems(write(tmp_path, BASE), "executor.timeout_min=1:30:00")
     assert "base-60 number 5400" in msg and "timeout_min: 90" in msg
+
+
+def test_an_override_of_a_key_some_sub_grids_set_is_refused_naming_them(tmp_path):
+    """``-o`` must reach every cell: a key one sub-grid sets itself would keep that sub-grid's
+    value while the plan said the override applied. A profile (the grid author's) sets the base."""
+    data = {
+        **BASE,
+        "subgrids": {"a": {"set": {"trainer.learning_rate": 1.0e-3}}, "b": {"set": {"trainer.beta": 0.1}}},
+        "profiles": {"slow": {"trainer.learning_rate": 1.0e-5}},
+    }
+    path = write(tmp_path, data)
+    (msg,) = problems(path, "trainer.learning_rate=0.01")
+    assert msg.startswith("-o trainer.learning_rate: trainer.learning_rate is set by sub-grid a in this grid")
+    runs = expand(load_grid(path, profile="slow")).runs
+    assert sorted(r.trainer.get("learning_rate") for r in runs) == [1.0e-5, 1.0e-3]  # b takes the profile's
+    plain = expand(load_grid(path, ["trainer.max_steps=5"])).runs  # a key no sub-grid sets reaches all
+    assert [r.trainer["max_steps"] for r in plain] == [5, 5]
