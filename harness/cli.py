@@ -310,7 +310,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rtol = compare.RTOL if args.rtol is None else args.rtol
     atol = compare.ATOL if args.atol is None else args.atol
     try:
-        text, agrees = compare.format_comparison(args.run_a, args.run_b, rtol, atol)
+        text, agrees = compare.format_comparison(args.run_a, args.run_b, rtol, atol, args.steps)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -501,8 +501,9 @@ def _add_reading_commands(sub, command: str | None) -> None:
     )
     p.add_argument("run_a", type=Path, help="results/<grid>/runs/<run_id>")
     p.add_argument("run_b", type=Path, help="the run to compare it with (the reference)")
-    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-4)")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default 1e-5)")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-3)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default 1e-4)")
+    p.add_argument("--steps", type=int, default=None, metavar="N", help="compare steps 1..N only")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="loss micro-benchmarks (VESPO gamma weights, every loss type)")

@@ -18,8 +18,12 @@ from typing import Any
 #: Column prefixes that measure the machine rather than the run.
 MACHINE_COLUMNS = ("time/", "step_time", "memory/", "machine/")
 #: Defaults: float32 sums taken in another order (DeepSpeed's bucketed reductions, ZeRO-3's
-#: layer-by-layer gathering) differ by about 1e-6 relative; measured in tests/test_deepspeed.py.
-RTOL, ATOL = 1e-4, 1e-5
+#: layer-by-layer gathering) differ in the last bits, and the weights drift apart by that much each
+#: step. Measured against DDP: 12 steps of tests/test_deepspeed.py's grid, grad_norm 1.3e-4 and the
+#: w_seq statistics 1e-5 apart; 20 steps of ablations/base.yaml's shapes, grad_norm 2.1e-4 and
+#: log_w_seq/min 4.8e-5. Sampled completions stay the same until a drifted logit flips a token;
+#: from there the runs part for real (``steps`` limits the comparison to the steps before).
+RTOL, ATOL = 1e-3, 1e-4
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,10 @@ def _metrics(run_dir: Path):
 
 
 def compare_runs(
-    a: Path, b: Path, rtol: float = RTOL, atol: float = ATOL
+    a: Path, b: Path, rtol: float = RTOL, atol: float = ATOL, steps: int | None = None
 ) -> tuple[list[int], list[ColumnDiff]]:
-    """The steps both runs recorded and the per-column differences over them (``a`` against ``b``).
+    """The steps both runs recorded (up to ``steps`` when given) and the per-column differences
+    over them (``a`` against ``b``).
 
     Raises:
         ValueError: a folder has no metrics, or the runs share no step.
@@ -54,9 +59,10 @@ def compare_runs(
     import pandas as pd
 
     x, y = _metrics(Path(a)), _metrics(Path(b))
-    steps = sorted(set(x.index) & set(y.index))
+    limit = steps
+    steps = sorted(s for s in set(x.index) & set(y.index) if limit is None or s <= limit)
     if not steps:
-        raise ValueError(f"{a} and {b} share no step")
+        raise ValueError(f"{a} and {b} share no step" + (f" up to {limit}" if limit is not None else ""))
     out = []
     for col in x.columns:
         if col.startswith(MACHINE_COLUMNS) or col not in y or not pd.api.types.is_numeric_dtype(x[col]):
@@ -96,11 +102,13 @@ def setting_differences(a: Path, b: Path) -> dict[str, tuple[Any, Any]]:
     return {k: (x.get(k), y.get(k)) for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)}
 
 
-def format_comparison(a: Path, b: Path, rtol: float = RTOL, atol: float = ATOL) -> tuple[str, bool]:
+def format_comparison(
+    a: Path, b: Path, rtol: float = RTOL, atol: float = ATOL, steps: int | None = None
+) -> tuple[str, bool]:
     """The comparison as text, and whether every column agrees."""
     from tabulate import tabulate
 
-    steps, diffs = compare_runs(a, b, rtol, atol)
+    steps, diffs = compare_runs(a, b, rtol, atol, steps)
     lines = [f"A: {a}", f"B: {b}"]
     for key, (u, v) in setting_differences(a, b).items():
         lines.append(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -38,6 +39,20 @@ _OPTIMIZER_OPS = {
     "lion": ("FusedLionBuilder", "CPULionBuilder"),
     "adagrad": (None, "CPUAdagradBuilder"),
 }
+
+
+def quiet_cpu_fallback() -> None:
+    """Drop DeepSpeed's note that it falls back to its CPU accelerator (logged when it is first
+    imported on a machine without a GPU, as a login node is): at plan it says nothing about the grid.
+    A filter on its logger, set before DeepSpeed creates it; every other record passes."""
+    logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _CpuFallback) for f in logger.filters):
+        logger.addFilter(_CpuFallback())
+
+
+class _CpuFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Setting accelerator to CPU")
 
 
 def deepspeed_config(value: Any) -> dict:

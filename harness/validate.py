@@ -775,6 +775,7 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
     ds = kwargs.get("deepspeed")
     if ds is None:
         return kwargs, []
+    scale.quiet_cpu_fallback()  # before TRL's GRPOConfig imports deepspeed
     findings: list[Finding] = []
     if isinstance(ds, str):
         if not os.path.isfile(ds):  # transformers opens it as written: no ~ expansion
