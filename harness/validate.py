@@ -276,6 +276,38 @@ def rule_ref_sync(ctx: RunContext) -> list[Finding]:
     return out
 
 
+def rule_cannot_act(ctx: RunContext) -> list[Finding]:
+    """Settings that cannot take effect in this run, each with what would make them act: a warning
+    where the run still trains as written, an error where every such run would fail."""
+    out: list[Finding] = []
+    steps = ctx.value("max_steps")
+    every = ctx.run.harness.checkpoint_steps
+    if isinstance(steps, int) and steps > 0 and every > steps:
+        out += _warn(
+            f"harness.checkpoint_steps = {every} > trainer.max_steps = {steps}: no periodic checkpoint is "
+            f"written, so a run killed without warning starts again from step 0. Set it to at most {steps}."
+        )
+    period = ctx.value("ref_model_sync_steps")
+    if ctx.value("sync_ref_model") and ctx.value("beta") and isinstance(steps, int) and steps > 0:
+        if isinstance(period, int) and period >= steps:
+            out += _warn(
+                f"trainer.ref_model_sync_steps = {period} >= trainer.max_steps = {steps}: the reference is "
+                f"never synced within the run (TRL syncs after every {period}th step). Use a period below {steps}."
+            )
+        if ctx.value("ref_model_mixup_alpha") == 0:
+            out += _warn(
+                "trainer.ref_model_mixup_alpha = 0 with sync_ref_model: each sync keeps the reference as it "
+                "is (alpha x policy + (1 - alpha) x reference). Use alpha > 0 (TRL's default is 0.6; 1 is a hard sync)."
+            )
+    ex = ctx.executor
+    if ex.name == "slurm" and ctx.run.harness.device == "cuda" and ex.gpus_per_node == 0:
+        out += _err(
+            "harness.device = 'cuda' with executor.gpus_per_node = 0: the jobs would get no GPU and every "
+            "run would fail at start. Set executor.gpus_per_node (one per process: tasks_per_node)."
+        )
+    return out
+
+
 def rule_vespo_params(ctx: RunContext) -> list[Finding]:
     explicit = [k for k in VESPO_KEYS if k in ctx.trainer]
     if explicit and ctx.value("loss_type") != "vespo":
@@ -706,6 +738,7 @@ RULES: tuple[Rule, ...] = (
     rule_importance_sampling_level,
     rule_ranges,
     rule_ref_sync,
+    rule_cannot_act,
     rule_vespo_params,
     rule_cispo_cap,
     rule_clip_effect,

@@ -388,3 +388,37 @@ def test_the_context_counts_the_runs_own_prompts_and_the_eval_budget(tmp_path):
                       task={"name": "chain_sum", "kwargs": BASE["task"]["kwargs"], "template": "bare"},
                       tiny_chat={"sft_examples": 256})  # fmt: skip
     assert not any("max_position_embeddings" in w.message for w in chat.warnings)  # 5 + 100 < 128
+
+
+@pytest.mark.parametrize(
+    "trainer, top, level, said",
+    [
+        ({"max_steps": 20}, {"harness": {"device": "cpu", "checkpoint_steps": 50}}, "warning",
+         "harness.checkpoint_steps = 50 > trainer.max_steps = 20: no periodic checkpoint"),
+        ({"max_steps": 20, "beta": 0.1, "sync_ref_model": True, "ref_model_sync_steps": 20}, {}, "warning",
+         "ref_model_sync_steps = 20 >= trainer.max_steps = 20: the reference is never synced"),
+        ({"max_steps": 20, "beta": 0.1, "sync_ref_model": True, "ref_model_sync_steps": 5,
+          "ref_model_mixup_alpha": 0.0}, {}, "warning", "ref_model_mixup_alpha = 0 with sync_ref_model"),
+        ({}, {"harness": {"device": "cuda"}, "executor": {"name": "slurm", "gpus_per_node": 0}}, "error",
+         "harness.device = 'cuda' with executor.gpus_per_node = 0"),
+    ],
+)  # fmt: skip
+def test_settings_that_cannot_act_are_said(tmp_path, trainer, top, level, said):
+    report = report_for(tmp_path, trainer, **top)
+    found = [f for f in report.findings if said in f.message]
+    assert found and found[0].level == level, report.format()
+
+
+def test_settings_that_act_say_nothing(tmp_path):
+    report = report_for(
+        tmp_path,
+        {
+            "max_steps": 20,
+            "beta": 0.1,
+            "sync_ref_model": True,
+            "ref_model_sync_steps": 5,
+            "max_completion_length": 6,
+        },
+        harness={"device": "cpu", "checkpoint_steps": 10},
+    )
+    assert report.ok and not report.warnings, report.format()
