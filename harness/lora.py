@@ -94,7 +94,31 @@ def problems(section: Any, trainer: Mapping[str, Any], model: str, embedded: boo
     except Exception as e:  # peft raises ValueError, TypeError and others: all are the grid's to fix
         out.append(f"peft: LoraConfig refuses {dict(section)!r}: {error_line(e)}")
         return out
+    r, dropout = section.get("r"), section.get("lora_dropout")
+    if isinstance(r, int) and not isinstance(r, bool) and r <= 0:  # peft refuses it only at wrapping
+        out.append(f"peft.r = {r}: the LoRA rank must be a positive integer (e.g. 8).")
+    if isinstance(dropout, int | float) and not 0 <= dropout < 1:
+        out.append(f"peft.lora_dropout = {dropout}: a dropout probability is in [0, 1) (e.g. 0.05).")
     targets = section.get("target_modules")
+    if embedded and isinstance(targets, str) and targets != "all-linear":
+        # peft matches a string as a regex against each module's full name (re.fullmatch)
+        import re
+
+        names = [
+            f"model.layers.0.{'self_attn' if m[0] in 'qkvo' else 'mlp'}.{m}" for m in EMBEDDED_MODULES[:-1]
+        ]
+        try:
+            matched = [n for n in names if re.fullmatch(targets, n)]
+        except re.error as e:
+            matched, bad = [], f"is not a regular expression ({e})"
+        else:
+            bad = "matches no module"
+        if not matched:
+            out.append(
+                f"peft.target_modules = {targets!r}: as a string peft reads it as a regular expression over "
+                f"each module's full name (such as {names[0]!r}), and it {bad}; list names instead "
+                f"({', '.join(EMBEDDED_MODULES[:-1])}) or write all-linear."
+            )
     if embedded and isinstance(targets, list):
         unknown = [t for t in targets if t not in EMBEDDED_MODULES]
         if unknown:

@@ -94,6 +94,9 @@ def deepspeed_problems(
         config = deepspeed_config(value)
     except (OSError, ValueError) as e:
         return [f"{where}: cannot be read ({e}); give a JSON file or the config as a mapping."]
+    shape = shape_problems(where, config)
+    if shape:
+        return shape
     args = _Args(**{**settings, "world_size": num_processes})
     hf = HfTrainerDeepSpeedConfig(config)
     try:
@@ -109,6 +112,51 @@ def deepspeed_problems(
         ]
     out = _deepspeed_parse(where, hf.config)
     out += _optimizer_problems(where, hf.config, device)
+    return out
+
+
+#: Keys whose value is a number or "auto" (transformers compares a string "8" with 8 as a mismatch).
+_NUMBER_KEYS = (
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "train_batch_size",
+    "gradient_clipping",
+)
+
+
+def shape_problems(where: str, config: Any) -> list[str]:
+    """What the config's shape gets wrong before its values are compared: not a mapping, no
+    ``zero_optimization`` block (accelerate requires one; a misspelt key is named), a ZeRO stage or a
+    batch size written as a string (DeepSpeed reads ``"3"`` as 3 where accelerate and the harness do
+    not: such a run shards its model but is not treated as ZeRO-3, and hangs)."""
+    import difflib
+
+    if not isinstance(config, Mapping):
+        return [f"{where}: a DeepSpeed config is a JSON object (a mapping), not {type(config).__name__}."]
+    zero = config.get("zero_optimization")
+    if zero is None:
+        near = difflib.get_close_matches("zero_optimization", [str(k) for k in config], n=1, cutoff=0.75)
+        hint = f" ({near[0]!r} is not it: the key is spelt zero_optimization)" if near else ""
+        return [
+            f"{where}: no zero_optimization block{hint}; accelerate requires one, e.g. zero_optimization: {{stage: 2}}."
+        ]
+    if not isinstance(zero, Mapping):
+        return [f"{where}: zero_optimization = {zero!r} must be a mapping, e.g. {{stage: 2}}."]
+    out = []
+    stage = zero.get("stage", 0)
+    if not isinstance(stage, int) or isinstance(stage, bool):
+        out.append(
+            f"{where}: zero_optimization.stage = {stage!r} must be the integer 0, 1, 2 or 3 (write it bare)."
+        )
+    for key in _NUMBER_KEYS:
+        value = config.get(key)
+        if isinstance(value, str) and value != "auto" or isinstance(value, bool):
+            out.append(f"{where}: {key} = {value!r} must be a number or 'auto' (write numbers bare).")
+    block = config.get("optimizer")
+    if block is not None and (not isinstance(block, Mapping) or not isinstance(block.get("type", ""), str)):
+        out.append(
+            f"{where}: optimizer = {block!r} must be a mapping with a type name, e.g. {{type: AdamW}}."
+        )
     return out
 
 

@@ -531,6 +531,28 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
     return out
 
 
+def rule_report_to(ctx: RunContext) -> list[Finding]:
+    """``report_to`` names integrations transformers knows (it raises for another when the trainer is
+    built, after the queue wait on a cluster)."""
+    report_to = ctx.value("report_to") or []
+    names = [report_to] if isinstance(report_to, str) else report_to
+    if not isinstance(names, list | tuple) or not [n for n in names if n not in ("all", "none")]:
+        return []  # rule_packages names the shape; nothing to look up (transformers stays unimported)
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    unknown = [
+        n
+        for n in names
+        if isinstance(n, str) and n not in INTEGRATION_TO_CALLBACK and n not in ("all", "none")
+    ]
+    if not unknown:
+        return []
+    return _err(
+        f"trainer.report_to names {', '.join(map(repr, unknown))}, which transformers does not know; "
+        f"use {', '.join(sorted(INTEGRATION_TO_CALLBACK))}, all or none."
+    )
+
+
 def rule_packages(ctx: RunContext) -> list[Finding]:
     """Optional packages the settings need that this machine lacks (vLLM, liger-kernel, report_to
     integrations); on a cluster they are the job environment's business, so SLURM runs are not checked."""
@@ -752,6 +774,7 @@ RULES: tuple[Rule, ...] = (
     rule_trainer_features,
     rule_tiny_template,
     rule_packages,
+    rule_report_to,
     rule_peft,
     rule_sharding,
 )
@@ -811,7 +834,12 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
     scale.quiet_cpu_fallback()  # before TRL's GRPOConfig imports deepspeed
     findings: list[Finding] = []
     if isinstance(ds, str):
-        if not os.path.isfile(ds):  # transformers opens it as written: no ~ expansion
+        if os.path.isdir(ds):
+            findings += _err(
+                f"trainer.deepspeed = {ds!r} is a folder; give the path of a DeepSpeed JSON config file in it, "
+                "or the config itself as a mapping."
+            )
+        elif not os.path.isfile(ds):  # transformers opens it as written: no ~ expansion
             findings += _err(
                 f"trainer.deepspeed = {ds!r}: no such file (relative to {os.getcwd()}); give the path of a "
                 "DeepSpeed JSON config on a filesystem the jobs see, or the config itself as a mapping."
@@ -823,6 +851,10 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
                 findings += _err(
                     f"trainer.deepspeed = {ds!r}: the file does not parse as JSON ({e}); fix the file."
                 )
+    if not findings:
+        config = ds if not isinstance(ds, str) else scale.deepspeed_config(ds)
+        where = "trainer.deepspeed" if not isinstance(ds, str) else f"trainer.deepspeed = {ds!r}"
+        findings += [Finding("error", m) for m in scale.shape_problems(where, config)]
     if findings or importlib.util.find_spec("deepspeed") is None:
         del kwargs["deepspeed"]  # TRL checks the rest without it
     if importlib.util.find_spec("deepspeed") is None and not elsewhere:

@@ -157,3 +157,25 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resumes(tmp_path, tiny_model, c
     assert list(b["step"]) == [1, 2, 3, 4]
     for col in ("loss", "reward", "kl", "w_seq/mean"):
         assert a[col].equals(b[col]), (col, a[col].tolist(), b[col].tolist())
+
+
+@pytest.mark.parametrize(
+    "peft, said",
+    [
+        ({"r": 0}, "peft.r = 0: the LoRA rank must be a positive integer"),
+        ({"r": 4, "lora_dropout": 2.0}, "peft.lora_dropout = 2.0: a dropout probability is in [0, 1)"),
+        ({"r": 4, "target_modules": "nonexistent"}, "it matches no module"),
+        ({"r": 4, "target_modules": "q_proj"}, "it matches no module"),  # a string is a full-name regex
+    ],
+)
+def test_what_peft_refuses_only_when_it_wraps_the_model_is_refused_at_plan(peft, said):
+    from harness import lora
+
+    (problem,) = lora.problems(peft, {}, "tiny", True)
+    assert said in problem
+
+
+def test_a_regex_over_full_names_is_accepted():
+    from harness import lora
+
+    assert lora.problems({"r": 4, "target_modules": r".*\.(q_proj|v_proj)"}, {}, "tiny", True) == []

@@ -106,3 +106,33 @@ def test_fsdp_on_cpu_is_refused(tmp_path):
     """accelerate ignores FSDP on CPU and trains DDP (harness.scale's note has the measurement)."""
     (error,) = _validate(tmp_path, extra='grid: {trainer.fsdp: ["full_shard auto_wrap"]}\n')
     assert "trainer.fsdp = 'full_shard auto_wrap' on cpu" in error and "plain DDP" in error
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        ({**AUTO, "zero_optimization": {"stage": "3"}}, "zero_optimization.stage = '3' must be the integer"),
+        ({**AUTO, "zero_optimisation": {"stage": 2}}, "the key is spelt zero_optimization"),
+        ({**AUTO, "zero_optimization": [1]}, "zero_optimization = [1] must be a mapping"),
+        ({**Z2, "optimizer": {"type": 3}}, "optimizer = {'type': 3} must be a mapping with a type name"),
+        (
+            {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "8"},
+            "= '8' must be a number or 'auto'",
+        ),
+    ],
+)
+def test_a_deepspeed_config_of_the_wrong_shape_is_named(tmp_path, config, said):
+    """A ZeRO stage written "3" trains sharded while accelerate and the harness take it for no
+    ZeRO-3 (measured: the run hung at its first evaluation); the others failed at start."""
+    errors = _validate(tmp_path, config)
+    assert len(errors) == 1 and said in errors[0], errors
+
+
+def test_a_folder_is_not_a_missing_file(tmp_path):
+    (error,) = _validate(tmp_path, str(tmp_path))
+    assert "is a folder" in error
+
+
+def test_report_to_names_an_integration_transformers_knows(tmp_path):
+    (error,) = _validate(tmp_path, extra="grid: {trainer.report_to: [[foo, tensorboard]]}\n")
+    assert "trainer.report_to names 'foo', which transformers does not know" in error
