@@ -1150,10 +1150,12 @@ def _apply_setting(
         return
     if key.startswith("grid."):  # -o grid.seed=[0,1]: replace (or add) a product axis's values
         axis = normalize_key(key[len("grid.") :])
-        if axis in inner_keys:
+        partial = inner_keys.get(axis, "").startswith("set by sub-grid")
+        if axis in inner_keys and (where.startswith("-o ") or not partial):
+            ignored = "would not reach the cells that set it" if partial else "would be ignored"
             problems.append(
-                f"{where}: {axis} is {inner_keys[axis]} in this grid, so a top-level axis would be "
-                "ignored; edit the grid file (or a copy) instead."
+                f"{where}: {axis} is {inner_keys[axis]} in this grid, so a top-level axis {ignored}; "
+                "edit the grid file (or a copy) instead."
             )
             return
         grid = {normalize_key(str(k)): v for k, v in (config.get("grid") or {}).items()}
