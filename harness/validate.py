@@ -878,6 +878,7 @@ def validate_plan(plan: Plan) -> Validation:
         executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
             validation.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
+    validation.findings += _report_cannot_act(plan)
     for dropped, kept in plan.duplicates:
         validation.findings.append(
             Finding(
@@ -887,6 +888,25 @@ def validate_plan(plan: Plan) -> Validation:
             )
         )
     return validation
+
+
+def _report_cannot_act(plan: Plan) -> list[Finding]:
+    """The ``report:`` section's choices no run can fill: a panel on the greedy accuracy when no run
+    evaluates (``harness.eval_steps = 0`` everywhere)."""
+    from harness import layout
+
+    report = plan.grid.report or {}
+    named = [k for k in ("curves", "metrics") if layout.EVAL_ACCURACY in (report.get(k) or [])]
+    if not named or not plan.runs or any(run.harness.eval_steps > 0 for run in plan.runs):
+        return []
+    keys = " and ".join(f"report.{k}" for k in named)
+    return [
+        Finding(
+            "warning",
+            f"{keys} name {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): its panels "
+            "would be empty. Set harness.eval_steps > 0, or drop it from the report section.",
+        )
+    ]
 
 
 def _run_executor(

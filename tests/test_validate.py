@@ -422,3 +422,15 @@ def test_settings_that_act_say_nothing(tmp_path):
         harness={"device": "cpu", "checkpoint_steps": 10},
     )
     assert report.ok and not report.warnings, report.format()
+
+
+def test_a_report_on_accuracy_without_evaluation_is_said(tmp_path):
+    report = report_for(
+        tmp_path, harness={"device": "cpu", "eval_steps": 0}, report={"metrics": ["eval/accuracy"]}
+    )
+    (warning,) = [f for f in report.warnings if "no run evaluates" in f.message]
+    assert warning.message.startswith("report.metrics name eval/accuracy")
+    quiet = report_for(
+        tmp_path, harness={"device": "cpu", "eval_steps": 5}, report={"metrics": ["eval/accuracy"]}
+    )
+    assert not [f for f in quiet.warnings if "no run evaluates" in f.message]
