@@ -878,7 +878,7 @@ def validate_plan(plan: Plan) -> Validation:
         executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
             validation.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
-    validation.findings += _report_cannot_act(plan)
+    validation.findings += _report_cannot_act(plan) + _unused_sections(plan)
     for dropped, kept in plan.duplicates:
         validation.findings.append(
             Finding(
@@ -888,6 +888,24 @@ def validate_plan(plan: Plan) -> Validation:
             )
         )
     return validation
+
+
+def _unused_sections(plan: Plan) -> list[Finding]:
+    """An embedded model's section (``tiny:``, ``tiny_chat:``, ``tiny_steps:``) that no run's model
+    reads: its values are dropped unchecked, so whatever it says (impossible values included) acts
+    on nothing."""
+    used = {EMBEDDED_MODEL_SECTIONS.get(run.model) for run in plan.runs}
+    out = []
+    for model, section in EMBEDDED_MODEL_SECTIONS.items():
+        if plan.grid.base.get(section) is not None and section not in used:
+            out.append(
+                Finding(
+                    "warning",
+                    f"{section}: is set, but no run's model reads it (only model {model!r} does): its values "
+                    "are neither checked nor used. Drop the section, or set model: " + model + ".",
+                )
+            )
+    return out
 
 
 def _report_cannot_act(plan: Plan) -> list[Finding]:

@@ -434,3 +434,14 @@ def test_a_report_on_accuracy_without_evaluation_is_said(tmp_path):
         tmp_path, harness={"device": "cpu", "eval_steps": 5}, report={"metrics": ["eval/accuracy"]}
     )
     assert not [f for f in quiet.warnings if "no run evaluates" in f.message]
+
+
+def test_an_embedded_model_section_no_run_reads_is_said(tmp_path):
+    report = report_for(tmp_path, model="tiny", tiny_chat={"hidden_size": -5})
+    (warning,) = [f for f in report.warnings if "no run's model reads it" in f.message]
+    assert warning.message.startswith("tiny_chat: is set") and "set model: tiny-chat" in warning.message
+    assert not [
+        f
+        for f in report_for(tmp_path, model="tiny", tiny={"sft_steps": 5}).warnings
+        if "reads it" in f.message
+    ]
