@@ -1025,7 +1025,7 @@ def _checked_grid(
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
     inner_keys = _inner_keys(config)
-    for k in axis_keys & {k for k, why in inner_keys.items() if not why.startswith("set by sub-grid")}:
+    for k in axis_keys & {k for k, why in inner_keys.items() if not _some_subgrids(why)}:
         problems.append(f"grid.{k}: {k} is also {inner_keys[k]}; give each key one place in the grid.")
     report_where: dict[str, str] = {}  # report key -> where its value was last given (a profile, -o)
     for key, value, given in pairs:
@@ -1125,8 +1125,18 @@ def _inner_keys(config: Mapping[str, Any]) -> dict[str, str]:
         if len(names) == len(per_sub):
             inner.setdefault(k, "set by every sub-grid")
         else:  # the sub-grids that set it would keep their own value: refused rather than half-applied
-            inner.setdefault(k, f"set by sub-grid{'s' if len(names) > 1 else ''} {', '.join(names)}")
+            inner.setdefault(k, f"{SOME_SUBGRIDS}{'s' if len(names) > 1 else ''} {', '.join(names)}")
     return inner
+
+
+#: How :func:`_inner_keys` begins the reason of a key that some sub-grids set, not all
+SOME_SUBGRIDS = "set by sub-grid"
+
+
+def _some_subgrids(why: str) -> bool:
+    """Whether an :func:`_inner_keys` reason is "set by some sub-grids" (a profile may still set the
+    base value the others take; an ``-o`` may not)."""
+    return why.startswith(SOME_SUBGRIDS)
 
 
 def _apply_setting(
@@ -1150,7 +1160,7 @@ def _apply_setting(
         return
     if key.startswith("grid."):  # -o grid.seed=[0,1]: replace (or add) a product axis's values
         axis = normalize_key(key[len("grid.") :])
-        partial = inner_keys.get(axis, "").startswith("set by sub-grid")
+        partial = _some_subgrids(inner_keys.get(axis, ""))
         if axis in inner_keys and (where.startswith("-o ") or not partial):
             ignored = "would not reach the cells that set it" if partial else "would be ignored"
             problems.append(
@@ -1167,7 +1177,7 @@ def _apply_setting(
     if p:
         problems.append(p)
         return
-    partial = inner_keys.get(key, "").startswith("set by sub-grid")
+    partial = _some_subgrids(inner_keys.get(key, ""))
     if key in inner_keys and (where.startswith("-o ") or not partial):
         # a profile is the grid author's: its value is the base the other sub-grids take, as the
         # file's own base is; an -o from the command line must reach every cell or be refused

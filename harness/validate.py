@@ -531,11 +531,17 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
     return out
 
 
+def _report_to_names(ctx: RunContext) -> Any:
+    """``report_to`` as a list of names (a single string becomes one), or as written when it is not
+    a string or a list (:func:`rule_packages` refuses that shape)."""
+    report_to = ctx.value("report_to") or []
+    return [report_to] if isinstance(report_to, str) else report_to
+
+
 def rule_report_to(ctx: RunContext) -> list[Finding]:
     """``report_to`` names integrations transformers knows (it raises for another when the trainer is
     built, after the queue wait on a cluster)."""
-    report_to = ctx.value("report_to") or []
-    names = [report_to] if isinstance(report_to, str) else report_to
+    names = _report_to_names(ctx)
     if not isinstance(names, list | tuple) or not [n for n in names if n not in ("all", "none")]:
         return []  # rule_packages names the shape; nothing to look up (transformers stays unimported)
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
@@ -565,10 +571,11 @@ def rule_packages(ctx: RunContext) -> list[Finding]:
         needed.append(("trainer.use_vllm = true", "vllm", "vllm"))
     if ctx.value("use_liger_kernel"):
         needed.append(("trainer.use_liger_kernel = true", "liger_kernel", "liger-kernel"))
-    report_to = ctx.value("report_to") or []
-    names = [report_to] if isinstance(report_to, str) else report_to
+    names = _report_to_names(ctx)
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        return _err(f"trainer.report_to = {report_to!r}: name integrations as strings, e.g. [wandb].")
+        return _err(
+            f"trainer.report_to = {ctx.value('report_to')!r}: name integrations as strings, e.g. [wandb]."
+        )
     for name in names:
         if name in _REPORTERS:
             needed.append((f"trainer.report_to names {name!r}", _REPORTERS[name], _REPORTERS[name]))
@@ -846,13 +853,14 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
             )
         else:
             try:
-                scale.deepspeed_config(ds)
+                config = scale.deepspeed_config(ds)
             except (OSError, ValueError) as e:
                 findings += _err(
                     f"trainer.deepspeed = {ds!r}: the file does not parse as JSON ({e}); fix the file."
                 )
+    else:
+        config = ds
     if not findings:
-        config = ds if not isinstance(ds, str) else scale.deepspeed_config(ds)
         where = "trainer.deepspeed" if not isinstance(ds, str) else f"trainer.deepspeed = {ds!r}"
         findings += [Finding("error", m) for m in scale.shape_problems(where, config)]
     if findings or importlib.util.find_spec("deepspeed") is None:
