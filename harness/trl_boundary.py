@@ -28,6 +28,20 @@ from harness.schema import ExecutorSettings, RunSpec, canonical_json, describe_f
 #: not list them (:func:`loss_types` reads them from it).
 KNOWN_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+#: The loss-shaping ``GRPOConfig`` fields (:data:`harness.losses.LOSS_FIELDS`) each TRL 1.16 loss
+#: reads in ``GRPOTrainer._compute_loss``: the clipped surrogates read the clip range and ``delta``
+#: (``clamp(r, max=delta)``); cispo reads only ``epsilon_high`` (``min(r, epsilon_high)``, which is
+#: ``epsilon`` when unset, TRL's ``__init__``); sapo its temperatures; vespo its gamma weight's k and
+#: lambda. Every loss reads ``importance_sampling_level`` (the ratio's level).
+TRL_LOSS_READS = {
+    **{lt: ("epsilon", "epsilon_high", "delta") for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
+    "cispo": ("epsilon", "epsilon_high"),
+    "sapo": ("sapo_temperature_pos", "sapo_temperature_neg"),
+    "vespo": ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
+}
+#: The TRL losses that cap the ratio at a field, not clip it to 1 +- a range: cispo's
+#: ``min(r, epsilon_high)`` (MiniMax-M1, arXiv:2506.13585 eq. 4).
+TRL_RATIO_CAPS = {"cispo": "epsilon_high"}
 #: ``GRPOTrainer`` methods :class:`harness.trainer.HarnessGRPOTrainer` overrides (and calls through
 #: ``super()``), and instance attributes the harness reads; all private to TRL, so an upgrade may
 #: rename them. :func:`missing_private_names` says which the installed TRL lacks.

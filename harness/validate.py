@@ -45,14 +45,17 @@ from harness.trl_boundary import (
 )
 
 CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
-#: Settings that only act on ratios != 1: the clip range, and VESPO's (k, lambda), since
-#: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight).
+#: Settings that only act on ratios != 1: the clip range; VESPO's (k, lambda), since
+#: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight); SAPO's
+#: temperatures, since its gate (4 / tau) sigmoid(tau (r - 1)) has slope 1 at r = 1 for every tau
+#: (TRL's sapo branch of ``_compute_loss``), so the gradient at r = 1 is GRPO's.
 OFF_POLICY_KEYS = (
     *CLIP_KEYS,
     *(f"trainer.{k}" for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
+    "trainer.sapo_temperature_pos",
+    "trainer.sapo_temperature_neg",
 )
 REF_SYNC_KEYS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
-VESPO_KEYS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,12 @@ class RunContext:
     varying_keys: tuple[str, ...]
     clip_siblings: int = 1  # runs of the plan identical to this one but for the clip values
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+
+    @property
+    def loss_type(self) -> Any:
+        """The ``loss_type`` as the grid writes it: a plugin's name (TRL's resolved config holds its
+        reduction instead)."""
+        return self.trainer.get("loss_type", self.value("loss_type"))
 
     def value(self, name: str) -> Any:
         """A trainer field: TRL's resolved value when available, else as written, else TRL's default."""
@@ -308,26 +317,44 @@ def rule_cannot_act(ctx: RunContext) -> list[Finding]:
     return out
 
 
-def rule_vespo_params(ctx: RunContext) -> list[Finding]:
-    explicit = [k for k in VESPO_KEYS if k in ctx.trainer]
-    if explicit and ctx.value("loss_type") != "vespo":
-        return _err(
-            f"trainer.{', trainer.'.join(explicit)} set while loss_type = {ctx.value('loss_type')!r}: only "
-            "the vespo loss reads them. Put them in a sub-grid with loss_type: vespo."
-        )
-    return []
+def rule_loss_fields(ctx: RunContext) -> list[Finding]:
+    """SAPO's or VESPO's own fields (:data:`harness.losses.SPECIFIC_LOSS_FIELDS`) set for a run
+    whose loss does not read them: TRL's table for a built-in, a plugin's declared ``reads``
+    (:func:`harness.losses.loss_reads`). A plugin that declares nothing may read them: accepted."""
+    from harness import losses
 
-
-def rule_cispo_cap(ctx: RunContext) -> list[Finding]:
-    if ctx.value("loss_type") != "cispo":
+    lt = ctx.loss_type
+    reads = losses.loss_reads(lt)
+    explicit = [k for k in losses.SPECIFIC_LOSS_FIELDS if k in ctx.trainer]
+    unread = [k for k in explicit if reads is not None and k not in reads]
+    if not unread:
         return []
-    cap = ctx.value("epsilon_high")
-    cap = ctx.value("epsilon") if cap is None else cap
-    if cap is not None and cap < 1:
+    readers = [t for t in loss_types() if set(unread) <= set(losses.loss_reads(t) or ())]
+    readers += [p.name for p in losses.REGISTRY.values() if p.reads and set(unread) <= set(p.reads)]
+    where = f"loss_type: {readers[0]}" if readers else "the loss that reads them"
+    return _err(
+        f"trainer.{', trainer.'.join(unread)} set while loss_type = {lt!r}, which does not read "
+        f"{'it' if len(unread) == 1 else 'them'} (it reads {', '.join(reads) or 'none of the loss fields'}); "
+        f"only {', '.join(readers) or 'other losses'} {'reads' if len(readers) == 1 else 'read'} "
+        f"{'it' if len(unread) == 1 else 'them'}. Put {'it' if len(unread) == 1 else 'them'} in a sub-grid with {where}."
+    )
+
+
+def rule_ratio_cap(ctx: RunContext) -> list[Finding]:
+    """A loss that caps the ratio at a field (``min(r, epsilon_high)``: TRL's cispo, or a plugin's
+    declared ``ratio_cap``, :func:`harness.losses.ratio_cap`) with a cap below 1."""
+    from harness import losses
+
+    field = losses.ratio_cap(ctx.loss_type)
+    if field is None:
+        return []
+    cap = ctx.value(field)
+    cap = ctx.value("epsilon") if cap is None else cap  # TRL: epsilon_high defaults to epsilon
+    if isinstance(cap, (int, float)) and cap < 1:
         return _err(
-            f"trainer.epsilon_high = {cap!r} with loss_type cispo: CISPO uses epsilon_high as an absolute cap "
-            "on the ratio (min(ratio, epsilon_high)), so a cap below 1 down-weights even on-policy tokens. "
-            "Set epsilon_high >= 1 (e.g. 5.0)."
+            f"trainer.{field} = {cap!r} with loss_type {ctx.loss_type}: the loss uses {field} as an "
+            f"absolute cap on the ratio (min(ratio, {field}), as CISPO), so a cap below 1 down-weights even "
+            f"on-policy tokens. Set {field} >= 1 (e.g. 5.0)."
         )
     return []
 
@@ -364,6 +391,8 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
     (every ratio exactly 1)."""
     if ctx.clip_siblings < 2:
         return []
+    from harness import losses
+
     keys = OFF_POLICY_KEYS
     if ctx.trainer.get("loss_type") not in loss_types():  # a plugin: only what it declares off-policy only
         plugin = _trusted_plugin(ctx)
@@ -374,13 +403,15 @@ def rule_clip_effect(ctx: RunContext) -> list[Finding]:
     if not names:
         return []
     lt = ctx.value("loss_type")
-    if lt in ("sapo", "vespo") and not any(k in ctx.varying_keys for k in OFF_POLICY_KEYS[len(CLIP_KEYS) :]):
+    reads = set(losses.loss_reads(lt) or ("epsilon",))
+    clip_only = not any(k in ctx.varying_keys for k in OFF_POLICY_KEYS[len(CLIP_KEYS) :])
+    if lt in loss_types() and not reads & {"epsilon", "epsilon_high"} and clip_only:
         return _warn(
             f"{names} varies, but loss_type {lt} has no hard clip and ignores it: these cells differ only in name."
         )
     if is_on_policy(ctx):
         return _warn(
-            f"{names} {'vary' if ', ' in names else 'varies'} {ON_POLICY_CELLS}, clipping never fires, VESPO's phi(1) = 1 for any (k, lambda) and a loss plugin's "
+            f"{names} {'vary' if ', ' in names else 'varies'} {ON_POLICY_CELLS}, clipping never fires, VESPO's phi(1) = 1 for any (k, lambda), SAPO's gate has slope 1 at r = 1 for any temperature, and a loss plugin's "
             "off-policy-only hyperparameters act on nothing, so this axis has no effect there. To make it matter, reuse generation batches across optimizer steps: "
             "gradient_accumulation_steps must not be a multiple of steps_per_generation * num_iterations "
             "(e.g. num_iterations = 2 with the default steps_per_generation = gradient_accumulation_steps)."
@@ -414,7 +445,11 @@ def rule_plugin_declarations(ctx: RunContext) -> list[Finding]:
     if plugin is None:
         return []
     out: list[Finding] = []
-    unread = [k for k in losses.ignored_fields(plugin) if k in ctx.trainer and k not in _path_reads(ctx)]
+    unread = [
+        k
+        for k in losses.ignored_fields(plugin)
+        if k in ctx.trainer and k not in _path_reads(ctx) and k not in losses.SPECIFIC_LOSS_FIELDS
+    ]  # SAPO's and VESPO's fields are rule_loss_fields' errors
     if unread:
         shown = ", ".join(f"trainer.{k}" for k in unread)
         reads = ", ".join(plugin.reads or ()) or "none of them"
@@ -768,8 +803,8 @@ RULES: tuple[Rule, ...] = (
     rule_ranges,
     rule_ref_sync,
     rule_cannot_act,
-    rule_vespo_params,
-    rule_cispo_cap,
+    rule_loss_fields,
+    rule_ratio_cap,
     rule_clip_effect,
     rule_plugin_declarations,
     rule_trl_warnings,

@@ -13,7 +13,7 @@ import yaml
 from harness import losses
 from harness.grid import expand
 from harness.losses import Hyperparameter, PluginError, register_loss
-from harness.losses import mirrors as _mirrors  # noqa: F401  (registers grpo_mirror, undeclared)
+from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
 from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
 from harness.losses.compute import LossOutput
 from harness.losses.declarations import _check, declaration_problems

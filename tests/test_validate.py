@@ -47,7 +47,7 @@ CATALOGUE = [
     ),
     ({"sync_ref_model": True}, "sync_ref_model = true with beta = 0"),
     ({"beta": 0.1, "ref_model_sync_steps": 10}, "set without sync_ref_model"),
-    ({"vespo_k_pos": 3.0}, "only the vespo loss reads them"),
+    ({"vespo_k_pos": 3.0}, "loss_type = 'grpo', which does not read it"),
     ({"loss_type": "cispo", "epsilon_high": 0.28}, "absolute cap"),
     ({"num_generations": 3}, "must be divisible by num_generations"),
     ({"num_generations": 1, "per_device_train_batch_size": 1}, "num_generations"),

@@ -39,10 +39,18 @@ from typing import Any
 #: generation batch), luspo (per-sequence token sum, then the mean over sequences).
 REDUCTIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 #: The ``GRPOConfig`` fields that shape TRL's loss formulas and reach a plugin: ``epsilon`` and
-#: ``epsilon_high`` (``LossInputs.epsilon_low`` / ``epsilon_high``), ``delta`` (``config.delta``)
-#: and ``importance_sampling_level`` (``LossInputs.log_importance_weights``). A plugin declares
+#: ``epsilon_high`` (``LossInputs.epsilon_low`` / ``epsilon_high``), ``delta`` (``config.delta``),
+#: ``importance_sampling_level`` (``LossInputs.log_importance_weights``), and SAPO's and VESPO's own
+#: fields (``config.sapo_temperature_pos`` ..., ``config.vespo_k_pos`` ...). A plugin declares
 #: which of them it reads (``register_loss(reads=...)``); the others then cannot change its runs.
-LOSS_FIELDS = ("epsilon", "epsilon_high", "delta", "importance_sampling_level")
+LOSS_FIELDS = (
+    "epsilon", "epsilon_high", "delta", "importance_sampling_level",
+    "sapo_temperature_pos", "sapo_temperature_neg",
+    "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+)  # fmt: skip
+#: The loss fields only some losses read (SAPO's temperatures, VESPO's k and lambda): set for a run
+#: whose loss does not read them, they are refused (:func:`harness.validate.rule_loss_fields`).
+SPECIFIC_LOSS_FIELDS = LOSS_FIELDS[4:]
 ENTRY_POINT_GROUP = "grpo_harness.losses"
 #: The top-level grid key listing plugin modules; copied into each run's settings (not its id).
 PLUGINS_KEY = "plugins"
@@ -149,6 +157,9 @@ class LossPlugin:
         on_policy_equivalent: the TRL ``loss_type`` whose loss has the same gradient as this one
             when every ratio is exactly 1 (on-policy updates), or None. A GMPO or KL-Cov run is
             then a run of that loss (up to rounding), and validation says so for on-policy runs.
+        ratio_cap: the field of ``reads`` the function uses as an absolute cap on the ratio
+            (``min(r, epsilon_high)``, as CISPO), or None. Validation then refuses a cap below 1,
+            which down-weights even on-policy tokens, as it does for TRL's cispo.
     """
 
     name: str
@@ -161,6 +172,7 @@ class LossPlugin:
     extra: Mapping[str, Any] = field(default_factory=dict)
     reads: tuple[str, ...] | None = None
     on_policy_equivalent: str | None = None
+    ratio_cap: str | None = None
 
     @property
     def trl_loss_type(self) -> str:
@@ -192,6 +204,7 @@ def register_loss(
     uses_importance_sampling_ratio: bool = False,
     reads: Sequence[str] | None = None,
     on_policy_equivalent: str | None = None,
+    ratio_cap: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering a loss function under ``name``; the function is returned unchanged
     (with a ``loss_plugin`` attribute holding its :class:`LossPlugin`). The keywords are the
@@ -200,7 +213,8 @@ def register_loss(
     Raises:
         PluginError: ``name`` is a TRL built-in or already taken by another function, the
             reduction is unknown, two hyperparameters share a name, ``reads`` names a field not in
-            :data:`LOSS_FIELDS`, or ``on_policy_equivalent`` is not a TRL loss type.
+            :data:`LOSS_FIELDS`, ``on_policy_equivalent`` is not a TRL loss type, or
+            ``ratio_cap`` is not ``epsilon`` or ``epsilon_high``, or not among ``reads``.
     """
     from harness.trl_boundary import KNOWN_LOSS_TYPES
 
@@ -224,10 +238,13 @@ def register_loss(
             f"loss types ({', '.join(KNOWN_LOSS_TYPES)}), or leave it None."
         )
 
+    _check_ratio_cap(name, ratio_cap, reads)
+
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         plugin = LossPlugin(
             name, function, reduction, tuple(hyperparameters), function.__module__, paper,
             uses_importance_sampling_ratio, reads=reads, on_policy_equivalent=on_policy_equivalent,
+            ratio_cap=ratio_cap,
         )  # fmt: skip
         old = REGISTRY.get(name)
         if old is not None and (old.module, old.function.__qualname__) != (
@@ -245,6 +262,21 @@ def register_loss(
     return decorate
 
 
+def _check_ratio_cap(name: str, ratio_cap: str | None, reads: tuple[str, ...] | None) -> None:
+    if ratio_cap is None:
+        return
+    if ratio_cap not in ("epsilon", "epsilon_high"):
+        raise PluginError(
+            f"register_loss({name!r}, ratio_cap={ratio_cap!r}): the cap is 'epsilon_high' (as CISPO's "
+            "min(r, epsilon_high)) or 'epsilon', or None."
+        )
+    if reads is not None and ratio_cap not in reads:
+        raise PluginError(
+            f"register_loss({name!r}, ratio_cap={ratio_cap!r}): the cap is a field the loss reads; add "
+            f"{ratio_cap!r} to reads=."
+        )
+
+
 def _declared_reads(name: str, reads: Sequence[str] | None) -> tuple[str, ...] | None:
     if reads is None:
         return None
@@ -260,6 +292,31 @@ def _declared_reads(name: str, reads: Sequence[str] | None) -> tuple[str, ...] |
             "masks and the reduction's fields are applied by the harness whatever the plugin reads)."
         )
     return tuple(dict.fromkeys(reads))
+
+
+def loss_reads(loss_type: Any) -> tuple[str, ...] | None:
+    """The fields of :data:`LOSS_FIELDS` a run of ``loss_type`` reads: TRL's for a built-in
+    (:data:`harness.trl_boundary.TRL_LOSS_READS`, with ``importance_sampling_level``), a registered
+    plugin's declared ``reads``; None where that is not known (an undeclared plugin, a name that is
+    neither)."""
+    from harness.trl_boundary import TRL_LOSS_READS
+
+    if loss_type in TRL_LOSS_READS:
+        return (*TRL_LOSS_READS[loss_type], "importance_sampling_level")
+    plugin = REGISTRY.get(loss_type) if isinstance(loss_type, str) else None
+    return plugin.reads if plugin is not None else None
+
+
+def ratio_cap(loss_type: Any) -> str | None:
+    """The field a run of ``loss_type`` caps the ratio at (``min(r, field)``): TRL's cispo's
+    ``epsilon_high`` (:data:`harness.trl_boundary.TRL_RATIO_CAPS`) or a plugin's declared
+    ``ratio_cap``; None for a clip range or no ratio limit."""
+    from harness.trl_boundary import TRL_RATIO_CAPS
+
+    if loss_type in TRL_RATIO_CAPS:
+        return TRL_RATIO_CAPS[loss_type]
+    plugin = REGISTRY.get(loss_type) if isinstance(loss_type, str) else None
+    return plugin.ratio_cap if plugin is not None else None
 
 
 def ignored_fields(plugin: LossPlugin) -> tuple[str, ...]:

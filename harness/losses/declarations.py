@@ -4,8 +4,8 @@ A plugin may declare (:func:`harness.losses.register_loss`):
 
 * ``reads``: which of :data:`harness.losses.LOSS_FIELDS` its function reads. At a run's settings,
   each field it does not list is changed in turn (``epsilon`` to 0.05, ``epsilon_high`` to 0.5,
-  ``delta`` to 1.1, ``importance_sampling_level`` to ``sequence``; to another value where the run
-  already has that one) on an off-policy batch: its masked loss and the gradient of their sum into
+  ``delta`` to 1.1, ``importance_sampling_level`` to ``sequence``, SAPO's and VESPO's fields to
+  other positive values; to another value where the run already has that one) on an off-policy batch: its masked loss and the gradient of their sum into
   ``per_token_logps`` must not move.
 * ``off_policy_only`` on a hyperparameter: on an on-policy batch (old log-probs = the detached
   current ones, every ratio exactly 1) the run's value, the default and one more allowed value must
@@ -52,6 +52,12 @@ CHANGED = {
     "epsilon_high": (0.5, 0.05),
     "delta": (1.1, 2.0),
     "importance_sampling_level": ("sequence", "token"),
+    "sapo_temperature_pos": (2.0, 0.5),
+    "sapo_temperature_neg": (2.0, 0.5),
+    "vespo_k_pos": (4.0, 1.0),
+    "vespo_lambda_pos": (6.0, 1.5),
+    "vespo_k_neg": (6.0, 1.5),
+    "vespo_lambda_neg": (4.0, 1.0),
 }
 #: GRPOConfig fields that never reach the loss: left out of the checks' settings and memo keys.
 IRRELEVANT = frozenset((

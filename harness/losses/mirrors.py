@@ -36,10 +36,17 @@ for _reduction in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
         f"{_reduction}_mirror",
         reduction=_reduction,
         paper=f"TRL's loss_type {_reduction} (PPO clipped surrogate, arXiv:1707.06347 eq. 7)",
+        reads=("epsilon", "epsilon_high", "delta", "importance_sampling_level"),
     )(clipped_surrogate)
 
 
-@register_loss("cispo_mirror", reduction="dapo", paper="CISPO, MiniMax-M1 (arXiv:2506.13585) eq. 4")
+@register_loss(
+    "cispo_mirror",
+    reduction="dapo",
+    paper="CISPO, MiniMax-M1 (arXiv:2506.13585) eq. 4",
+    reads=("epsilon", "epsilon_high", "importance_sampling_level"),
+    ratio_cap="epsilon_high",
+)
 def cispo(inputs: LossInputs) -> LossOutput:
     """``-sg(min(r, eps_high)) A log pi`` per token; metric ``cispo_clip_ratio`` (r > eps_high, A > 0)."""
     coef_1 = torch.exp(inputs.log_importance_weights)
@@ -50,7 +57,11 @@ def cispo(inputs: LossInputs) -> LossOutput:
 
 
 @register_loss(
-    "vespo_mirror", reduction="dapo", paper="VESPO (arXiv:2602.10693)", uses_importance_sampling_ratio=True
+    "vespo_mirror",
+    reduction="dapo",
+    paper="VESPO (arXiv:2602.10693)",
+    uses_importance_sampling_ratio=True,
+    reads=("importance_sampling_level", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
 )
 def vespo(inputs: LossInputs) -> LossOutput:
     """``-phi(w) A log pi`` with TRL's ``GRPOTrainer.get_gamma_weights`` (B, 1); metric
