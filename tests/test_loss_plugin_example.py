@@ -1,4 +1,4 @@
-"""The README's "Adding your own loss" example end to end, entry-point discovery, the errors a broken
+"""The loss plugin page's example (docs/plugins.md) end to end, entry-point discovery, the errors a broken
 plugin gets before anything runs, and the hand-computed values of GMPO and KL-Cov."""
 
 from __future__ import annotations
@@ -19,17 +19,13 @@ from harness.grid import expand
 from harness.spec import SpecError, load_grid
 from harness.validate import validate_plan
 
-DOC = REPO / "README.md"
-SECTION = "## Adding your own loss"
+DOC = REPO / "docs" / "plugins.md"
 
 
 def doc_blocks() -> dict[str, str]:
-    """The first fenced block of each language in the README's section on adding a loss."""
-    text = DOC.read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
+    """The first fenced block of each language on the documentation's loss plugin page."""
     blocks: dict[str, str] = {}
-    for lang, body in re.findall(r"```(\w+)\n(.*?)```", text[start : end if end > 0 else None], flags=re.S):
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", DOC.read_text(), flags=re.S):
         blocks.setdefault(lang, body)
     return blocks
 
