@@ -7,11 +7,14 @@
   :data:`NAV_TITLE`.
 - The benchmark outputs: a line ``<!-- benchmark-output: NAME -->`` in a page becomes the text
   files ``results/reference/benchmarks/NAME*.txt`` that the benchmark script wrote, verbatim, or,
-  where there is none yet, a note saying so.
+  where there is none yet, a note saying so. On the benchmarks page, a script of ``benchmarks/``
+  that no marker names gets a section of its own at the end (its docstring's first paragraph and
+  its output), so a new script is on the page before anyone writes about it.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -22,6 +25,10 @@ PACKAGES = ("harness", "analysis")
 NAV_TITLE = "API reference"
 REFERENCE = "reference"
 BENCHMARK_OUTPUTS = ROOT / "results" / "reference" / "benchmarks"
+BENCHMARK_SCRIPTS = ROOT / "benchmarks"
+BENCHMARKS_PAGE = "benchmarks.md"
+#: scripts of benchmarks/ that are no benchmark of their own (gpu_check.py is gpu_check.sh's Python half)
+NOT_BENCHMARKS = ("gpu_check",)
 MARKER = re.compile(r"^<!-- benchmark-output: ([\w.-]+) -->$", re.M)
 
 
@@ -101,5 +108,35 @@ def benchmark_output(name: str) -> str:
     return "\n".join(parts)
 
 
+def unmarked_scripts(markdown: str, scripts: Path | None = None) -> list[Path]:
+    """The benchmark scripts that no marker of ``markdown`` names."""
+    named = set(MARKER.findall(markdown))
+    found = sorted((scripts or BENCHMARK_SCRIPTS).glob("*.py"))
+    return [p for p in found if p.stem not in named and p.stem not in NOT_BENCHMARKS]
+
+
+def script_section(path: Path) -> str:
+    """A section for a benchmark script: its docstring's first paragraph, how to run it, its output."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    summary = doc.split("\n\n")[0].replace("\n", " ").strip() or "No description."
+    return "\n".join(
+        [
+            f"## `benchmarks/{path.name}`",
+            "",
+            summary,
+            "",
+            "```bash",
+            f".venv/bin/python benchmarks/{path.name} --help",
+            "```",
+            "",
+            f"<!-- benchmark-output: {path.stem} -->",
+            "",
+        ]
+    )
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    if page is not None and page.file.src_uri == BENCHMARKS_PAGE:
+        extra = [script_section(p) for p in unmarked_scripts(markdown)]
+        markdown = markdown.rstrip("\n") + "\n\n" + "\n".join(extra) if extra else markdown
     return MARKER.sub(lambda m: benchmark_output(m.group(1)), markdown)

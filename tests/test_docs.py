@@ -64,6 +64,18 @@ def test_a_stored_benchmark_output_is_included_verbatim_and_a_missing_one_is_nam
     assert "benchmark-output" not in out
 
 
+def test_a_benchmark_script_the_page_does_not_name_gets_a_section_of_its_own(tmp_path):
+    hooks = _hooks()
+    (tmp_path / "named.py").write_text('"""Named."""\n')
+    (tmp_path / "new.py").write_text('"""Time of something new,\nagainst a baseline.\n\nUsage: ..."""\n')
+    (tmp_path / "gpu_check.py").write_text('"""Half of a shell script."""\n')
+    page = "<!-- benchmark-output: named -->\n"
+    (new,) = hooks.unmarked_scripts(page, tmp_path)
+    section = hooks.script_section(new)
+    assert "## `benchmarks/new.py`" in section and "Time of something new, against a baseline." in section
+    assert "<!-- benchmark-output: new -->" in section and "Usage" not in section
+
+
 def test_every_public_module_has_a_reference_page():
     modules = _hooks().public_modules()
     assert {"harness", "analysis", "harness.schema", "analysis.report", "harness.losses.compute"} <= set(
