@@ -361,6 +361,11 @@ def report_columns(settings: ReportSettings) -> list[str]:
         layout.REUSE_INDEX,
         layout.CONCURRENT_RUNS,
         layout.STEP_WALL_S,
+        layout.STEP_CPU_S,
+        layout.STEP_GPU_S,
+        layout.OTHER_CPUS,
+        layout.CPUS,
+        layout.RUN_THREADS,
         "step_time",
         layout.TOKENS_GENERATED,
         layout.TOKENS_TRAINED,
@@ -2013,7 +2018,7 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
     """The tables, written as markdown, CSV and LaTeX and shown in the index."""
     s = data.settings
     lines: list[str] = []
-    caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns)
+    caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns) + _load_caption(data.timing)
     if "speedup" in data.timing.columns and (data.timing["runs"] == 1).any():
         caption += (
             " Rows with runs = 1 rest on a single run: their speedup is one measurement with no spread "
@@ -2099,17 +2104,54 @@ def _timing_caption(baseline: str | None, at_once: bool) -> str:
         "Compares cost per variant: wall-clock seconds per optimizer step including generation "
         "(time/step_s; mean per step and total per run), median TRL step_time (s), generated and trained "
         "tokens per second, peak memory (MB, max over runs); means over runs"
-        + (f"; speedup = {baseline} s/step / variant s/step in the same panel" if baseline else "")
+        + (
+            f"; speedup = {baseline} time per step / variant time per step in the same panel"
+            if baseline
+            else ""
+        )
         + (
             f". '{AT_ONCE}': how many harness runs shared the run's CPUs or GPU while it trained (mean over its "
-            "steps, rounded; other processes on the machine are not counted, so compare timings from a quiet "
-            "machine); runs are only compared with runs executed alike, so a run that happened to run alone "
+            "steps, rounded; other processes on the machine are not counted here); runs are only compared with runs executed alike, so a run that happened to run alone "
             "does not look faster."
             if at_once
             else ". Runs that shared the machine with other runs are slower per step: compare timings of runs "
             "executed alike (e.g. `executor.max_parallel: 1`, or one GPU per run)."
         )
     )
+
+
+def _load_caption(timing: pd.DataFrame) -> str:
+    """What the timing table's speedup is computed from, and which rows it leaves out for load
+    (:func:`analysis.tables.timing_table`'s ``attrs``)."""
+    measure = timing.attrs.get("measure")
+    if measure is None or "speedup" not in timing.columns:
+        return ""
+    name = tables.MEASURE_NAMES[measure]
+    if measure == layout.STEP_WALL_S:
+        text = (
+            " These runs recorded no CPU or GPU time (results older than those columns): the speedup is "
+            "from wall time, which other work on the machine inflates; compare timings from a quiet machine."
+        )
+    else:
+        what = "the run's process" if measure == layout.STEP_CPU_S else "the GPU"
+        text = (
+            f" The speedup is computed from {name} ({what} per step), which other work on the machine "
+            "inflates far less than wall time (benchmarks/load.py)"
+        )
+        text += (
+            ", over the steps measured while no other work ran beyond the cores the harness's runs "
+            f"left free (machine/other_cpus; margin {tables.LOAD_MARGIN_CPUS:g} cores)."
+            if timing.attrs.get("load_known")
+            else "; these runs recorded no machine load, so no step is left out."
+        )
+    left = timing.attrs.get("left_out") or []
+    if left:
+        rows = "; ".join(f"{label} ({share:.0%} of its steps loaded)" for label, share in left)
+        text += (
+            f" Left out of the speedup, because fewer than {tables.MIN_QUIET_SHARE:.0%} of their steps ran "
+            f"on a quiet machine (or their baseline's did not): {rows}."
+        )
+    return text
 
 
 def _safe(name: str) -> str:

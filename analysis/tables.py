@@ -29,6 +29,8 @@ __all__ = [
     "resolvable_differences",
     "learning_check",
     "learning_summary",
+    "loaded_steps",
+    "timing_measure",
     "timing_table",
     "time_to_target_table",
     "to_latex",
@@ -202,6 +204,57 @@ def _baseline_has_own_panels(panel: np.ndarray, is_base: np.ndarray) -> bool:
     return not (set(panel[is_base]) & set(panel[~is_base]))
 
 
+#: Cores of other work, beyond the cores the harness's own runs leave free, above which a step
+#: counts as measured on a loaded machine (:func:`loaded_steps`).
+LOAD_MARGIN_CPUS = 0.5
+#: Share of its steps a variant (and its baseline) must have measured on a quiet machine for the
+#: timing table to give its speedup.
+MIN_QUIET_SHARE = 0.5
+#: What each measure of a step's time is called in captions, by column.
+MEASURE_NAMES = {
+    layout.STEP_GPU_S: "GPU time",
+    layout.STEP_CPU_S: "CPU time",
+    layout.STEP_WALL_S: "wall time",
+}
+
+
+def loaded_steps(df: pd.DataFrame) -> pd.Series:
+    """Which steps were measured while the machine ran more work than the harness's own runs.
+
+    A step is loaded when ``machine/other_cpus`` (mean cores busy with work other than the
+    harness's runs, :class:`harness.metrics.StepClock`) exceeds the cores the harness left free,
+    ``machine/cpus - min(machine/cpus, machine/concurrent_runs * machine/threads)``, by more than
+    :data:`LOAD_MARGIN_CPUS`. A step without ``machine/other_cpus`` (older runs, or a system that
+    does not report it) is not loaded; :func:`timing_measure` says whether any step recorded it.
+
+    Returns:
+        Boolean Series aligned with ``df.index``.
+    """
+    other = _col(df, layout.OTHER_CPUS).to_numpy(dtype=np.float64)
+    cpus = _col(df, layout.CPUS).to_numpy(dtype=np.float64)
+    runs = np.nan_to_num(_col(df, layout.CONCURRENT_RUNS).to_numpy(dtype=np.float64), nan=1.0)
+    threads = np.nan_to_num(_col(df, layout.RUN_THREADS).to_numpy(dtype=np.float64), nan=1.0)
+    free = cpus - np.minimum(cpus, np.maximum(runs, 1.0) * np.maximum(threads, 1.0))
+    with np.errstate(invalid="ignore"):
+        loaded = other > np.nan_to_num(free, nan=0.0) + LOAD_MARGIN_CPUS
+    return pd.Series(loaded & ~np.isnan(other), index=df.index)
+
+
+def timing_measure(df: pd.DataFrame) -> tuple[str, bool]:
+    """The column a timing table computes speedups from, and whether any step recorded the load.
+
+    GPU time (``time/step_gpu_s``) when some step has it, else CPU time of the run's process
+    (``time/step_cpu_s``), else wall time (``time/step_s``, all that runs recorded before the other
+    two existed): other work on the machine inflates wall time most (see
+    ``benchmarks/load.py``). The second value is whether any step has ``machine/other_cpus``.
+    """
+    for col in (layout.STEP_GPU_S, layout.STEP_CPU_S):
+        if col in df.columns and df[col].notna().any():
+            return col, layout.OTHER_CPUS in df.columns and bool(df[layout.OTHER_CPUS].notna().any())
+    known = layout.OTHER_CPUS in df.columns and bool(df[layout.OTHER_CPUS].notna().any())
+    return layout.STEP_WALL_S, known
+
+
 def timing_table(
     df: pd.DataFrame,
     *,
@@ -209,27 +262,37 @@ def timing_table(
     baseline: Any = "grpo",
     same: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """Cost per variant: wall-clock per optimizer step, throughput and memory.
+    """Cost per variant: time per optimizer step, throughput and memory, and speedups that other
+    work on the machine cannot fake.
 
-    Per run: mean and total of ``time/step_s`` (seconds per optimizer step, generation included),
-    median of TRL's ``step_time`` (seconds; excludes generation on steps that reuse a batch),
-    generated and trained tokens per second (``sum tokens / sum time/step_s``) and the peak of
+    Per run: mean and total of ``time/step_s`` (wall seconds per optimizer step, generation
+    included), mean ``time/step_cpu_s`` (CPU seconds of the run's process per step), median of
+    TRL's ``step_time`` (seconds; excludes generation on steps that reuse a batch), generated and
+    trained tokens per second (``sum tokens / sum time/step_s``) and the peak of
     ``memory/peak_mb``. Per variant: the mean over runs, except the median ``step_time`` (pooled
     over all steps) and peak memory (maximum over runs).
+
+    The speedup is computed from :func:`timing_measure` (GPU time, else CPU time, else wall time)
+    over the steps :func:`loaded_steps` does not mark; a variant with less than
+    :data:`MIN_QUIET_SHARE` of its steps quiet, or whose baseline has, gets none (NaN).
 
     Args:
         df: frame from :func:`analysis.load.load`.
         by: variant column(s); the first one is matched against ``baseline``.
-        baseline: value of ``by[0]`` whose seconds per step is the speedup reference (in the same
+        baseline: value of ``by[0]`` whose time per step is the speedup reference (in the same
             group of the other ``by`` columns; in a group without it, the baseline's mean over
             groups that agree on ``same``).
         same: ``by`` columns a speedup never crosses (e.g. how many runs shared the machine).
 
     Returns:
         One row per variant: ``*by``, ``runs``, ``steps`` (mean per run), ``s_per_step``,
-        ``total_s``, ``trl_step_time_median_s``, ``gen_tokens_per_s``, ``trained_tokens_per_s``,
-        ``peak_memory_mb``, ``speedup`` (baseline ``s_per_step`` / this one; 1 for the baseline,
-        NaN without one). Missing source columns give NaN.
+        ``cpu_s_per_step`` and ``gpu_s_per_step`` (when some step recorded them), ``total_s``,
+        ``trl_step_time_median_s``, ``gen_tokens_per_s``, ``trained_tokens_per_s``,
+        ``peak_memory_mb``, ``loaded`` (share of steps measured on a loaded machine, 0 to 1; when
+        some step recorded the load), ``speedup`` (baseline time / this one in the measure; 1 for
+        the baseline, NaN without one or when left out). Missing source columns give NaN.
+        ``attrs``: ``measure`` (the column of the speedup), ``load_known``, ``left_out`` (the
+        labels of rows whose speedup was left out for load, with their loaded share).
 
     Raises:
         KeyError: if a ``by`` column is missing.
@@ -237,6 +300,8 @@ def timing_table(
     by = _by_list(by)
     runs = _per_run(df, by)
     _add_run_costs(df, runs)
+    measure, load_known = timing_measure(df)
+    _add_run_timed(df, runs, measure)
     groups = list(_variant_groups(runs, by))
     step_time = _pooled_step_times(df, groups)
     rows = [
@@ -245,25 +310,51 @@ def timing_table(
             "runs": len(part),
             "steps": part["steps"].mean(),
             "s_per_step": part["s_per_step"].mean(),
+            "cpu_s_per_step": part["cpu_s_per_step"].mean(),
+            "gpu_s_per_step": part["gpu_s_per_step"].mean(),
             "total_s": part["total_s"].mean(),
             "trl_step_time_median_s": float(np.median(st)) if st.size else float("nan"),
             "gen_tokens_per_s": part["gen_tokens_per_s"].mean(),
             "trained_tokens_per_s": part["trained_tokens_per_s"].mean(),
             "peak_memory_mb": part["peak_memory_mb"].max(),
+            "loaded": part["loaded"].mean(),
+            "_timed": part["timed"].mean(),
         }
         for (key, part), st in zip(groups, step_time, strict=True)
     ]
     table = pd.DataFrame(rows)
     if table.empty:
         return table
+    return _finish_timing(table, by, baseline, same, measure, load_known)
+
+
+def _finish_timing(
+    table: pd.DataFrame, by: list[str], baseline: Any, same: Sequence[str], measure: str, load_known: bool
+) -> pd.DataFrame:
+    """The speedup from the quiet steps' ``measure`` (rows mostly loaded left out), the columns no
+    step recorded dropped, the display names and the ``attrs`` of :func:`timing_table`."""
+    quiet_enough = ~(table["loaded"].to_numpy(dtype=np.float64) > 1.0 - MIN_QUIET_SHARE)
+    timed = np.where(quiet_enough, table.pop("_timed").to_numpy(dtype=np.float64), np.nan)
+    table["_timed"] = timed
+    left_out = [
+        (" ".join(str(table.at[i, c]) for c in by), float(table.at[i, "loaded"]))
+        for i in np.flatnonzero(~quiet_enough)
+    ]
     if baseline is not None:
-        base = _baseline_values(table, by, baseline, "s_per_step", same)
+        base = _baseline_values(table, by, baseline, "_timed", same)
         with np.errstate(invalid="ignore", divide="ignore"):
-            table["speedup"] = base / table["s_per_step"].to_numpy(dtype=np.float64)
+            table["speedup"] = base / timed
+    table = table.drop(columns="_timed")
+    drop = ["gpu_s_per_step"] if measure != layout.STEP_GPU_S else []
+    drop += ["cpu_s_per_step"] if table["cpu_s_per_step"].isna().all() else []
+    drop += [] if load_known else ["loaded"]
+    table = table.drop(columns=drop)
+    name = MEASURE_NAMES[measure]
     table.attrs["display"] = {
         **_TIMING_DISPLAY,
-        **({"speedup": f"speedup vs {baseline}"} if baseline is not None else {}),
+        **({"speedup": f"speedup vs {baseline} ({name})"} if baseline is not None else {}),
     }
+    table.attrs.update(measure=measure, load_known=load_known, left_out=left_out)
     return table
 
 
@@ -276,7 +367,29 @@ _TIMING_DISPLAY = {
     "gen_tokens_per_s": "generated tok/s",
     "trained_tokens_per_s": "trained tok/s",
     "peak_memory_mb": "peak memory (MB)",
+    "cpu_s_per_step": "CPU s/step",
+    "gpu_s_per_step": "GPU s/step",
+    "loaded": "steps loaded",
 }
+
+
+def _add_run_timed(df: pd.DataFrame, runs: pd.DataFrame, measure: str) -> None:
+    """Add each run's ``cpu_s_per_step``, ``gpu_s_per_step`` (means over its steps), ``loaded``
+    (share of its steps :func:`loaded_steps` marks) and ``timed`` (mean ``measure`` over its
+    quiet steps; NaN when none) to ``runs`` in place."""
+    codes, names, _ = _run_index(df)
+    n = len(names)
+    pos = pd.Index(names).get_indexer(runs.index)
+    loaded = loaded_steps(df).to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for out, col in (("cpu_s_per_step", layout.STEP_CPU_S), ("gpu_s_per_step", layout.STEP_GPU_S)):
+            total, count = _per_run_sum(codes, n, _col(df, col).to_numpy(dtype=np.float64))
+            runs[out] = (total / count)[pos]
+        steps = np.bincount(codes, minlength=n).astype(np.float64)
+        runs["loaded"] = (np.bincount(codes, weights=loaded.astype(np.float64), minlength=n) / steps)[pos]
+        timed = np.where(loaded, np.nan, _col(df, measure).to_numpy(dtype=np.float64))
+        total, count = _per_run_sum(codes, n, timed)
+        runs["timed"] = (total / count)[pos]
 
 
 def _add_run_costs(df: pd.DataFrame, runs: pd.DataFrame) -> None:

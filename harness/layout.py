@@ -77,6 +77,14 @@ OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of
 REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
 POLICY_LAG = "policy_lag"  # max optimizer updates between the old log-probs' policy and the loss's (0 = none)
 CONCURRENT_RUNS = "machine/concurrent_runs"  # live runs sharing this run's GPU (or CPUs), itself included
+# What other work on the machine could inflate (harness.metrics.StepClock), per optimizer step:
+STEP_CPU_S = "time/step_cpu_s"  # CPU seconds (user + system, every thread) of the run's process in the step
+STEP_GPU_S = "time/step_gpu_s"  # GPU seconds of the step (CUDA events around it); CUDA runs only
+LOAD_1M = "machine/load_1m"  # the machine's 1-minute load average at the step's end
+OTHER_CPUS = "machine/other_cpus"  # mean cores busy with work other than the harness's runs during the step
+CPU_STALL = "machine/cpu_stall"  # share of the step's wall time some task waited for a CPU (Linux PSI)
+CPUS = "machine/cpus"  # logical cores of the machine
+RUN_THREADS = "machine/threads"  # torch threads of the run's process
 
 # w_seq statistics (harness.wseq): exp(sum_t mask_t (logp_theta - logp_old)) per completion.
 WSEQ_PREFIX = "w_seq/"

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -48,27 +49,26 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
     """Rows of one run to an arrow table: ``run_id`` string, ``step`` int64, every other column float64.
 
     Missing values become nulls; non-finite floats are kept (NaN, inf), since a diverging run's
-    last row is evidence.
+    last row is evidence. Built column by column (one ``pa.array`` per column, not one Python
+    dict per cell): this runs on every flush of a training run.
     """
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(row))
-    fields = []
+    columns = {}
     for name in names:
+        values = [row.get(name) for row in rows]
         if name == layout.RUN_ID:
-            fields.append(pa.field(name, pa.string()))
+            columns[name] = pa.array(values, pa.string())
         elif name == layout.STEP:
-            fields.append(pa.field(name, pa.int64()))
+            columns[name] = pa.array(values, pa.int64())
         else:
-            fields.append(pa.field(name, pa.float64()))
-    clean = [
-        {
-            k: (float(v) if k not in (layout.RUN_ID, layout.STEP) and v is not None else v)
-            for k, v in row.items()
-        }
-        for row in rows
-    ]
-    return pa.Table.from_pylist(clean, schema=pa.schema(fields))
+            missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            floats = np.fromiter(
+                (math.nan if v is None else float(v) for v in values), dtype=np.float64, count=len(values)
+            )
+            columns[name] = pa.array(floats, mask=missing) if missing.any() else pa.array(floats)
+    return pa.table(columns)
 
 
 def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> pa.Table | None:
@@ -129,6 +129,10 @@ def final_reward(run_dir: str | Path) -> tuple[float, int] | None:
     return sum(values[-w:]) / w, w
 
 
+def _write_rows(rows: list[Mapping[str, Any]], path: Path) -> None:
+    _atomic_write_table(rows_to_table(rows), path)
+
+
 def _dedupe_steps(table: pa.Table) -> pa.Table:
     steps = table.column(layout.STEP).to_pylist()
     last = {s: i for i, s in enumerate(steps)}
@@ -142,7 +146,12 @@ class MetricsWriter:
     Args:
         run_dir: the run's folder; parts go to ``run_dir/metrics/``.
         run_id: written into every row.
-        flush_every: rows buffered before a part is written (a killed run loses at most this many steps).
+        flush_every: rows buffered before a part is written (a killed run loses at most twice this
+            many steps: the rows buffered and those of a part being written).
+        background: write the parts of :meth:`append` in a background thread, off the training
+            step (one thread, in order); :meth:`flush`, :meth:`truncate_after` and :meth:`compact`
+            wait for it and write on the caller's thread. An error of a background write is raised
+            by the next call of any of them, or of :meth:`append`.
 
     A resumed run that re-logs steps it had already written (after restarting from an earlier
     checkpoint) replaces them: :meth:`compact` and :func:`read_metrics` keep the last row per step,
@@ -152,7 +161,7 @@ class MetricsWriter:
     :meth:`compact` rename it to ``<part>.parquet.unreadable`` and list it in :attr:`quarantined`.
     """
 
-    def __init__(self, run_dir: str | Path, run_id: str, flush_every: int = 5):
+    def __init__(self, run_dir: str | Path, run_id: str, flush_every: int = 5, background: bool = False):
         self.dir = Path(run_dir) / layout.METRICS_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
@@ -161,6 +170,9 @@ class MetricsWriter:
         existing = sorted(self.dir.glob(f"{layout.PART_PREFIX}*.parquet"))
         self._next_part = 1 + max((self._part_index(p) for p in existing), default=0)
         self.quarantined: list[Path] = []
+        self.background = background
+        self._worker: Any = None  # a one-thread ThreadPoolExecutor, made at the first background write
+        self._inflight: list[Any] = []  # futures of the background writes not yet waited for
 
     def _read_all(self) -> pa.Table | None:
         """:func:`read_metrics` of this run, with unreadable files set aside (renamed, kept)."""
@@ -185,16 +197,46 @@ class MetricsWriter:
         if layout.STEP not in row:
             raise KeyError(f"metrics row has no '{layout.STEP}' key: {sorted(row)}")
         self._rows.append({layout.RUN_ID: self.run_id, **row})
-        if len(self._rows) >= self.flush_every:
+        if len(self._rows) < self.flush_every:
+            return
+        if not self.background:
             self.flush()
+            return
+        self._raise_failed()
+        rows, path = self._rows, self._take_part_path()
+        self._rows = []
+        if self._worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-writer")
+        self._inflight.append(self._worker.submit(_write_rows, rows, path))
+
+    def _take_part_path(self) -> Path:
+        path = self.dir / f"{layout.PART_PREFIX}{self._next_part:06d}.parquet"
+        self._next_part += 1
+        return path
+
+    def _raise_failed(self) -> None:
+        """Raise the error of a finished background write, if one failed; forget the finished ones."""
+        done = [f for f in self._inflight if f.done()]
+        self._inflight = [f for f in self._inflight if not f.done()]
+        for f in done:
+            f.result()
+
+    def wait(self) -> None:
+        """Wait for the background writes; raises the first error one met (OSError, ArrowException)."""
+        pending, self._inflight = self._inflight, []
+        for f in pending:
+            f.result()
 
     def flush(self) -> Path | None:
-        """Write buffered rows to a new part file; returns its path (None when nothing was buffered)."""
+        """Wait for the background writes, then write buffered rows to a new part file on this
+        thread; returns its path (None when nothing was buffered)."""
+        self.wait()
         if not self._rows:
             return None
-        path = self.dir / f"{layout.PART_PREFIX}{self._next_part:06d}.parquet"
-        _atomic_write_table(rows_to_table(self._rows), path)
-        self._next_part += 1
+        path = self._take_part_path()
+        _write_rows(self._rows, path)
         self._rows = []
         return path
 
@@ -220,8 +262,12 @@ class MetricsWriter:
                 f.unlink(missing_ok=True)
 
     def compact(self) -> Path | None:
-        """Flush, merge all parts into ``metrics.parquet`` (one row per step) and delete the parts."""
+        """Flush, merge all parts into ``metrics.parquet`` (one row per step) and delete the parts;
+        the background thread ends (a later :meth:`append` starts another)."""
         self.flush()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
         table = self._read_all()
         if table is None:
             return None
@@ -280,3 +326,174 @@ def provenance(device: str) -> dict[str, Any]:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
     }
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds every core of the machine has spent busy since boot (Linux ``/proc/stat`` through
+    psutil: user + nice + system + irq + softirq + steal, in clock ticks); None where unknown."""
+    try:
+        import psutil
+
+        t = psutil.cpu_times()
+    except Exception:  # a measurement of the machine is a nicety: never fail a run over it
+        return None
+    return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _cpu_stall_us() -> float | None:
+    """Microseconds during which some runnable task of the machine waited for a CPU, since boot
+    (Linux pressure stall information, ``/proc/pressure/cpu``, the ``some total=`` field); None
+    where the kernel does not report it."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            first = f.readline()
+        return float(first.rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _process_cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system, in clock ticks like :func:`_machine_busy_s`) of each of processes
+    ``pids``; a process that is gone or cannot be read is left out."""
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except Exception:
+            continue
+        out[pid] = t.user + t.system
+    return out
+
+
+class StepClock:
+    """Times a run's optimizer steps with the measures other work on the machine cannot inflate,
+    beside the wall clock, and measures that other work.
+
+    Per interval (:meth:`start` to :meth:`stop`; what runs between a ``stop`` and the next
+    ``start``, such as an eval, is not counted) it adds up wall seconds (``time.perf_counter``),
+    CPU seconds of this process (``time.process_time``: user + system of every thread), GPU
+    seconds on CUDA (``torch.cuda.Event`` pairs recorded at start and stop, their ``elapsed_time``;
+    it includes gaps where the GPU waited for the host), and for the machine: CPU seconds its cores
+    were busy minus those of the harness's own processes (this one and ``harness_pids()``, read
+    from ``/proc`` through psutil), and the CPU pressure stall time (``/proc/pressure/cpu``).
+
+    Args:
+        device: ``"cuda"`` records GPU time when ``torch.cuda.is_available()``; anything else does not.
+        harness_pids: the process ids of the harness's other runs on this machine (called at most
+            every ``refresh_s`` seconds); None: this process alone.
+        refresh_s: seconds between two calls of ``harness_pids``.
+
+    Raises nothing for an unreadable ``/proc``: the machine's columns are then left out.
+    """
+
+    def __init__(self, device: str, harness_pids=None, refresh_s: float = 1.0):
+        self.cuda = False
+        if str(device).startswith("cuda"):
+            import torch
+
+            self.cuda = torch.cuda.is_available()
+        self.harness_pids = harness_pids
+        self.refresh_s = refresh_s
+        self._pids: list[int] = [os.getpid()]
+        self._pids_at = -math.inf
+        self._open: tuple | None = None
+        self._events: list[tuple[Any, Any]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._steps = 0
+        self._sums = dict.fromkeys(("wall", "cpu", "other", "stall"), 0.0)
+        self._known = {"other": True, "stall": True}
+
+    def _pids_now(self) -> list[int]:
+        now = time.monotonic()
+        if self.harness_pids is not None and now - self._pids_at >= self.refresh_s:
+            self._pids_at = now
+            with contextlib.suppress(Exception):
+                self._pids = sorted({os.getpid(), *(int(p) for p in self.harness_pids())})
+        return self._pids
+
+    def _sample(self) -> tuple:
+        busy, stall = _machine_busy_s(), _cpu_stall_us()
+        ours = _process_cpu_s(self._pids_now()) if busy is not None else None
+        return time.perf_counter(), time.process_time(), busy, ours, stall
+
+    def start(self) -> None:
+        """Begin an interval (a step, or the rest of one after an eval)."""
+        if self.cuda:
+            import torch
+
+            begin = torch.cuda.Event(enable_timing=True)
+            begin.record()
+            self._events.append((begin, None))
+        self._open = self._sample()
+
+    def stop(self) -> None:
+        """End the interval begun by :meth:`start` (steps are counted by :meth:`step_done`).
+        Does nothing without an open interval."""
+        if self._open is None:
+            return
+        end = self._sample()
+        w0, c0, b0, h0, s0 = self._open
+        w1, c1, b1, h1, s1 = end
+        self._open = None
+        self._sums["wall"] += w1 - w0
+        self._sums["cpu"] += c1 - c0
+        if None in (b0, b1, h0, h1):
+            self._known["other"] = False
+        else:
+            ours = sum(
+                h1[p] - h0[p] for p in h0.keys() & h1.keys()
+            )  # a run that started or ended: not its part
+            self._sums["other"] += max((b1 - b0) - ours, 0.0)
+        if s0 is None or s1 is None:
+            self._known["stall"] = False
+        else:
+            self._sums["stall"] += (s1 - s0) / 1e6
+        if self.cuda and self._events and self._events[-1][1] is None:
+            import torch
+
+            finish = torch.cuda.Event(enable_timing=True)
+            finish.record()
+            self._events[-1] = (self._events[-1][0], finish)
+
+    def step_done(self) -> None:
+        """Count one optimizer step in the intervals since the last :meth:`take`."""
+        self._steps += 1
+
+    def take(self) -> dict[str, float]:
+        """Per-step means since the last call, keyed by :mod:`harness.layout`'s column names:
+        ``time/step_s``, ``time/step_cpu_s`` (seconds per step), ``time/step_gpu_s`` (CUDA only),
+        ``machine/other_cpus`` (mean cores busy with other work: busy CPU seconds of the machine
+        minus the harness's, over wall seconds), ``machine/cpu_stall`` (stall seconds over wall
+        seconds, 0 to 1), ``machine/load_1m``, ``machine/cpus``; then resets. Machine columns the
+        system does not report are left out."""
+        steps, s = max(self._steps, 1), self._sums
+        out = {layout.STEP_WALL_S: s["wall"] / steps, layout.STEP_CPU_S: s["cpu"] / steps}
+        if self.cuda and self._events:
+            out[layout.STEP_GPU_S] = self._gpu_seconds() / steps
+        if s["wall"] > 0:
+            if self._known["other"]:
+                out[layout.OTHER_CPUS] = s["other"] / s["wall"]
+            if self._known["stall"]:
+                out[layout.CPU_STALL] = min(s["stall"] / s["wall"], 1.0)
+        with contextlib.suppress(OSError, AttributeError):
+            out[layout.LOAD_1M] = os.getloadavg()[0]
+        out[layout.CPUS] = float(os.cpu_count() or 1)
+        self._reset()
+        return out
+
+    def _gpu_seconds(self) -> float:
+        """Seconds between the recorded CUDA event pairs (waits for the last one); an interval
+        still open keeps its start event for the next :meth:`take`."""
+        total, keep = 0.0, []
+        for begin, finish in self._events:
+            if finish is None:
+                keep.append((begin, None))
+                continue
+            finish.synchronize()
+            total += begin.elapsed_time(finish) / 1e3  # milliseconds
+        self._events = keep
+        return total

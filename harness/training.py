@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import checkpoints, layout, lora, losses, trackers
-from harness.metrics import MetricsWriter, atomic_write_json, provenance, read_metrics
+from harness.metrics import MetricsWriter, StepClock, atomic_write_json, provenance, read_metrics
 from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
 #: Steps whose mean wall time ``progress.json`` reports as the run's speed.
 RECENT_STEPS = 10
+#: Seconds between two rewrites of ``progress.json`` (the first and the last step are always written).
+PROGRESS_EVERY_S = 2.0
 
 
 class RunBusy(RuntimeError):
@@ -183,19 +185,23 @@ class _StepRecorder:
         self._pending: dict[str, float] = {}
         self._recent: list[float] = []  # wall seconds of the last steps, for progress.json
         self._reward: float | None = None
-        self._interval_s = 0.0
-        self._interval_steps = 0
+        self._progress_at = -math.inf  # time.monotonic() of the last progress.json
+        self.clock = StepClock(device, harness_pids=_lease_pids(machine_lease))
+        self._threads = 1
         from harness.wseq import wseq_stats  # imports torch: only once a run trains
 
         self._wseq_stats = wseq_stats
 
     def on_train_begin(self, args, state, control, **kw):
-        self._t0 = self._last = time.perf_counter()
+        import torch
+
+        self._threads = torch.get_num_threads()
+        self._t0 = time.perf_counter()
+        self.clock.start()
 
     def on_step_end(self, args, state, control, model=None, **kw):
-        now = time.perf_counter()
-        self._interval_s += now - self._last
-        self._interval_steps += 1
+        self.clock.stop()
+        self.clock.step_done()
         step = state.global_step
         s = self.settings
         due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
@@ -219,7 +225,7 @@ class _StepRecorder:
             control.should_save = True
             control.should_training_stop = True
             self.stopped_step = step
-        self._last = time.perf_counter()  # the eval's time is not the step's
+        self.clock.start()  # the eval's time is not the step's
 
     def _agreed_stop(self, args) -> bool:
         """Every rank must stop at the same step: a stop request on any rank stops all."""
@@ -284,6 +290,7 @@ class _StepRecorder:
         if "train_runtime" in logs:  # the trainer's end-of-training summary, not a step
             return
         records = self.trainer.pop_step_records()
+        timing = self.clock.take()
         # TRL's logged values are gathered over ranks, so every rank sees the same ones and stops
         # at the same step (a rank that trained on alone would wait forever in a collective).
         for key in ("loss", "reward", "grad_norm"):
@@ -296,7 +303,6 @@ class _StepRecorder:
         if not state.is_world_process_zero:
             self._pending = {}
             return
-        steps = max(self._interval_steps, 1)
         self.generated_total += records[layout.TOKENS_GENERATED]
         row: dict[str, Any] = {
             k: v for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)
@@ -308,7 +314,8 @@ class _StepRecorder:
         row.update(
             {
                 layout.STEP: state.global_step,
-                layout.STEP_WALL_S: self._interval_s / steps,
+                **timing,
+                layout.RUN_THREADS: float(self._threads),
                 layout.ELAPSED_S: self.elapsed_offset + time.perf_counter() - self._t0,
                 layout.TOKENS_GENERATED: records[layout.TOKENS_GENERATED],
                 layout.TOKENS_TRAINED: records[layout.TOKENS_TRAINED],
@@ -320,24 +327,31 @@ class _StepRecorder:
                 layout.CONCURRENT_RUNS: self._concurrent_runs(),
             }
         )
-        self._pending, self._interval_s, self._interval_steps = {}, 0.0, 0
+        self._pending = {}
         if self.share_logs and shared is not None:  # the trackers' callbacks come next (harness.trackers)
             shared.update({k: v for k, v in row.items() if k not in shared and k != layout.STEP})
-        self._write_progress(row)
+        self._write_progress(row, force=bool(control.should_save or control.should_training_stop))
         if self.writer is not None:
             self.writer.append(row)
             if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
                 self.writer.flush()
 
-    def _write_progress(self, row: dict[str, Any]) -> None:
+    def _write_progress(self, row: dict[str, Any], force: bool = False) -> None:
         """``progress.json`` for live displays (:func:`harness.layout.read_progress`): the step,
-        the latest reward and the mean wall time of the last :data:`RECENT_STEPS` steps."""
+        the latest reward and the mean wall time of the last :data:`RECENT_STEPS` steps. Rewritten
+        at most every :data:`PROGRESS_EVERY_S` seconds, except on the first and the last step and
+        when ``force`` (a checkpoint or a stop comes next): a display is at most that much behind."""
         if self.writer is None:
             return
         self._recent.append(row[layout.STEP_WALL_S])
         del self._recent[:-RECENT_STEPS]
         if isinstance(row.get("reward"), int | float) and math.isfinite(row["reward"]):
             self._reward = float(row["reward"])
+        now = time.monotonic()
+        last = row[layout.STEP] >= self.max_steps
+        if not (force or last or now - self._progress_at >= PROGRESS_EVERY_S):
+            return
+        self._progress_at = now
         info = {
             "step": int(row[layout.STEP]),
             "max_steps": self.max_steps,
@@ -357,6 +371,36 @@ class _StepRecorder:
         except Exception:  # counting is a nicety: never fail a run over it
             return None
         return None if n is None else float(n)
+
+
+def _lease_pids(lease) -> Callable[[], list[int]] | None:
+    """A function returning the process ids of the harness's runs on this host other than this
+    one, read from the lease folder of ``lease`` (:class:`harness.sharing.MachineLease`); None
+    without a lease. The function raises nothing: an unreadable folder or lease gives fewer ids."""
+    if lease is None:
+        return None
+    folder, own = Path(lease.folder), os.getpid()
+    return lambda: [p for p in map(_lease_pid, _lease_files(folder)) if p is not None and p != own and p > 0]
+
+
+def _lease_files(folder: Path) -> list[Path]:
+    try:
+        return list(folder.glob("*.json"))
+    except OSError:
+        return []
+
+
+def _lease_pid(path: Path) -> int | None:
+    """The pid of a lease file of this host (:mod:`harness.sharing`); None for another host's, or
+    a file that cannot be read."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+        return None
+    pid = info.get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def _zero3(trainer) -> bool:
@@ -572,7 +616,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     config = build_grpo_config({**trackers.trainer_settings(track, tracked), **kwargs}, device)
     resume = checkpoints.resume_point(ckpt_dir)
     resumed_from = resume.step if resume.path else None
-    writer = MetricsWriter(run_dir, spec.run_id, settings.flush_every) if state.is_main_process else None
+    writer = _writer(spec, run_dir, settings) if state.is_main_process else None
     offsets = _resume_records(writer, run_dir, resume.step)
     if state.is_main_process:
         _record_attempt(spec, run_dir, prov, resume, writer)
@@ -630,6 +674,12 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         "device": device,
     }
     return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _writer(spec: RunSpec, run_dir: Path, settings: HarnessSettings) -> MetricsWriter:
+    """The run's metrics writer (rank 0): parts of ``flush_every`` rows, written off the step in a
+    background thread; the rows go to disk before every checkpoint and at the end."""
+    return MetricsWriter(run_dir, spec.run_id, settings.flush_every, background=True)
 
 
 def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
