@@ -77,7 +77,7 @@ RATIO_PREFIXES: tuple[str, ...] = (
 
 #: A loss plugin's metric ``<loss name>/<what>`` whose ``<what>`` starts with one of these is an
 #: importance-ratio metric too (``pg_noclip/ratio_mean``, ``gmpo/clip_ratio/high``): the naming
-#: rule by which a plugin declares a metric off-policy-only (the README's Adding your own loss).
+#: rule by which a plugin declares a metric off-policy-only (docs/plugins.md).
 PLUGIN_RATIO_PARTS: tuple[str, ...] = ("ratio", "clip_ratio")
 
 

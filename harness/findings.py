@@ -88,7 +88,7 @@ def check_findings(section: Any, problems: list[str], path: Any = None) -> dict[
     if not isinstance(section, Mapping):
         problems.append(
             f"findings = {_shown(section)}: findings is a mapping of finding id -> "
-            f"{{{', '.join(REQUIRED_KEYS)}}}; see the README's Findings section."
+            f"{{{', '.join(REQUIRED_KEYS)}}}; see docs/findings.md."
         )
         return {}
     out = {}

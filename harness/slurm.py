@@ -191,7 +191,7 @@ def submit(
 
     Runs are grouped by the resources they resolve to (the grid's executor block updated by each
     run's own ``executor.*`` settings); each group goes in arrays of at most the cluster's
-    ``MaxArraySize`` tasks. ``hold=True`` submits held jobs (for benchmarks). Each run's job id is
+    ``MaxArraySize - 1`` tasks. ``hold=True`` submits held jobs (for benchmarks). Each run's job id is
     recorded in ``runs/<id>/job.json`` before the grid's submit lock is released.
 
     Raises:

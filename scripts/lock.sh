@@ -7,7 +7,7 @@
 # resolved (a new extra, a new range), so adding a package does not move torch, transformers or TRL
 # under the numbers measured with them.
 #
-# pip-compile (pip-tools) resolves pyproject.toml's ranges, the test extra and constraints-cpu.txt
+# pip-compile (pip-tools) resolves pyproject.toml's ranges, its extras and constraints-cpu.txt
 # (the CPU build of torch) into one pinned list, in a throwaway virtual environment so .venv is left
 # alone. Commit the result with the README numbers it was measured with: a new lock can move them.
 set -euo pipefail
@@ -23,7 +23,7 @@ out="$tool/requirements-cpu.txt"
 cp requirements-cpu.txt "$out"
 upgrade=$([ "${LOCK_UPGRADE:-0}" = 1 ] && echo --upgrade || true)
 CUSTOM_COMPILE_COMMAND="bash scripts/lock.sh" "$tool/bin/pip-compile" --quiet $upgrade \
-  --extra test --extra peft --extra trackers --extra deepspeed --strip-extras --allow-unsafe \
+  --extra test --extra peft --extra trackers --extra deepspeed --extra docs --strip-extras --allow-unsafe \
   --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
   --constraint constraints-cpu.txt --output-file "$out" pyproject.toml
 if grep -qiE '^(nvidia-|triton==)' "$out" || ! grep -q '^torch==.*+cpu$' "$out"; then
