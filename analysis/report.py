@@ -2111,7 +2111,8 @@ def _timing_caption(baseline: str | None, at_once: bool) -> str:
         )
         + (
             f". '{AT_ONCE}': how many harness runs shared the run's CPUs or GPU while it trained (mean over its "
-            "steps, rounded; other processes on the machine are not counted here); runs are only compared with runs executed alike, so a run that happened to run alone "
+            "steps, rounded; other processes on the machine are not counted here); runs are only compared "
+            "with runs executed alike, so a run that happened to run alone "
             "does not look faster."
             if at_once
             else ". Runs that shared the machine with other runs are slower per step: compare timings of runs "
@@ -2135,6 +2136,8 @@ def _load_caption(timing: pd.DataFrame) -> str:
     else:
         what = "the run's process" if measure == layout.STEP_CPU_S else "the GPU"
         text = (
+            " 'CPU s/step': CPU seconds of the run's process per step (every thread); 'steps loaded': the "
+            "share of its steps measured while other work used more cores than the harness's runs left free."
             f" The speedup is computed from {name} ({what} per step), which other work on the machine "
             "inflates far less than wall time (benchmarks/load.py)"
         )

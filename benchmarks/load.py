@@ -48,6 +48,7 @@ def run_arm(args, folder: Path, hogs: int) -> float:
         p.start()
     cmd = [sys.executable, "-m", "harness", "run", args.grid, "--results", str(folder), "--no-report"]
     cmd += ["--profile", args.profile] if args.profile else []
+    cmd += [f"-o{o}" for o in getattr(args, "override", [])]
     env = {**os.environ, "GRPO_HARNESS_CACHE": str(Path(args.work) / "models")}
     t0 = time.perf_counter()
     try:
@@ -152,6 +153,7 @@ def main() -> int:
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--rounds", type=int, default=2, help="pairs of arms (quiet, hogged)")
     ap.add_argument("--hogs", type=int, default=2, help="busy-loop processes beside a hogged arm")
+    ap.add_argument("-o", "--override", action="append", default=[], help="passed to grpo-harness run")
     ap.add_argument("--by", default="loss_type")
     ap.add_argument("--baseline", default="grpo")
     ap.add_argument("--work", default="/tmp/grpo-harness-load-bench", help="folder of the arms' results")

@@ -328,27 +328,45 @@ def provenance(device: str) -> dict[str, Any]:
     }
 
 
-def _machine_busy_s() -> float | None:
-    """CPU seconds every core of the machine has spent busy since boot (Linux ``/proc/stat`` through
-    psutil: user + nice + system + irq + softirq + steal, in clock ticks); None where unknown."""
+def _read_proc(path: str) -> bytes | None:
+    """The first bytes of a ``/proc`` file (one ``open``/``read``/``close``), None when unreadable."""
     try:
-        import psutil
-
-        t = psutil.cpu_times()
-    except Exception:  # a measurement of the machine is a nicety: never fail a run over it
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         return None
-    return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+    try:
+        return os.read(fd, 512)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds every core of the machine has spent busy since boot: the ``cpu`` line of Linux
+    ``/proc/stat`` (proc(5)), user + nice + system + irq + softirq + steal clock ticks over
+    ``SC_CLK_TCK``; None where there is no such file."""
+    data = _read_proc("/proc/stat")
+    if not data or not data.startswith(b"cpu "):
+        return None
+    try:
+        f = [int(x) for x in data.split(b"\n", 1)[0].split()[1:9]]
+        return (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / _CLK_TCK
+    except (ValueError, IndexError):
+        return None
 
 
 def _cpu_stall_us() -> float | None:
     """Microseconds during which some runnable task of the machine waited for a CPU, since boot
-    (Linux pressure stall information, ``/proc/pressure/cpu``, the ``some total=`` field); None
+    (Linux pressure stall information, ``/proc/pressure/cpu``, the ``some ... total=`` field); None
     where the kernel does not report it."""
+    data = _read_proc("/proc/pressure/cpu")
     try:
-        with open("/proc/pressure/cpu") as f:
-            first = f.readline()
-        return float(first.rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
+        return float(data.split(b"\n", 1)[0].rsplit(b"total=", 1)[1])
+    except (AttributeError, IndexError, ValueError):
         return None
 
 
@@ -359,6 +377,10 @@ def _process_cpu_s(pids: list[int]) -> dict[int, float]:
 
     out = {}
     for pid in pids:
+        if pid == os.getpid():  # this process: times(2), without a file to read
+            t = os.times()
+            out[pid] = t.user + t.system
+            continue
         try:
             t = psutil.Process(pid).cpu_times()
         except Exception:
@@ -399,12 +421,13 @@ class StepClock:
         self._pids: list[int] = [os.getpid()]
         self._pids_at = -math.inf
         self._open: tuple | None = None
+        self._machine: tuple | None = None  # the last read of the machine (_sample_machine)
         self._events: list[tuple[Any, Any]] = []
         self._reset()
 
     def _reset(self) -> None:
         self._steps = 0
-        self._sums = dict.fromkeys(("wall", "cpu", "other", "stall"), 0.0)
+        self._sums = dict.fromkeys(("wall", "cpu", "machine_wall", "other", "stall"), 0.0)
         self._known = {"other": True, "stall": True}
 
     def _pids_now(self) -> list[int]:
@@ -415,10 +438,10 @@ class StepClock:
                 self._pids = sorted({os.getpid(), *(int(p) for p in self.harness_pids())})
         return self._pids
 
-    def _sample(self) -> tuple:
+    def _sample_machine(self) -> tuple:
         busy, stall = _machine_busy_s(), _cpu_stall_us()
         ours = _process_cpu_s(self._pids_now()) if busy is not None else None
-        return time.perf_counter(), time.process_time(), busy, ours, stall
+        return time.perf_counter(), busy, ours, stall
 
     def start(self) -> None:
         """Begin an interval (a step, or the rest of one after an eval)."""
@@ -428,36 +451,42 @@ class StepClock:
             begin = torch.cuda.Event(enable_timing=True)
             begin.record()
             self._events.append((begin, None))
-        self._open = self._sample()
+        if self._machine is None:
+            self._machine = self._sample_machine()
+        self._open = (time.perf_counter(), time.process_time())
 
     def stop(self) -> None:
         """End the interval begun by :meth:`start` (steps are counted by :meth:`step_done`).
-        Does nothing without an open interval."""
+        Does nothing without an open interval. The machine is read once per call, over the time
+        since the last read (what ran between intervals included: a rate of cores, not a time)."""
         if self._open is None:
             return
-        end = self._sample()
-        w0, c0, b0, h0, s0 = self._open
-        w1, c1, b1, h1, s1 = end
+        w0, c0 = self._open
+        self._sums["wall"] += time.perf_counter() - w0
+        self._sums["cpu"] += time.process_time() - c0
         self._open = None
-        self._sums["wall"] += w1 - w0
-        self._sums["cpu"] += c1 - c0
-        if None in (b0, b1, h0, h1):
-            self._known["other"] = False
-        else:
-            ours = sum(
-                h1[p] - h0[p] for p in h0.keys() & h1.keys()
-            )  # a run that started or ended: not its part
-            self._sums["other"] += max((b1 - b0) - ours, 0.0)
-        if s0 is None or s1 is None:
-            self._known["stall"] = False
-        else:
-            self._sums["stall"] += (s1 - s0) / 1e6
         if self.cuda and self._events and self._events[-1][1] is None:
             import torch
 
             finish = torch.cuda.Event(enable_timing=True)
             finish.record()
             self._events[-1] = (self._events[-1][0], finish)
+        then, now = self._machine, self._sample_machine()
+        self._machine = now
+        if then is None:
+            return
+        self._sums["machine_wall"] += now[0] - then[0]
+        if None in (then[1], now[1], then[2], now[2]):
+            self._known["other"] = False
+        else:
+            ours = sum(
+                now[2][p] - then[2][p] for p in then[2].keys() & now[2].keys()
+            )  # started/ended: not ours
+            self._sums["other"] += max((now[1] - then[1]) - ours, 0.0)
+        if then[3] is None or now[3] is None:
+            self._known["stall"] = False
+        else:
+            self._sums["stall"] += (now[3] - then[3]) / 1e6
 
     def step_done(self) -> None:
         """Count one optimizer step in the intervals since the last :meth:`take`."""
@@ -474,11 +503,11 @@ class StepClock:
         out = {layout.STEP_WALL_S: s["wall"] / steps, layout.STEP_CPU_S: s["cpu"] / steps}
         if self.cuda and self._events:
             out[layout.STEP_GPU_S] = self._gpu_seconds() / steps
-        if s["wall"] > 0:
+        if s["machine_wall"] > 0:
             if self._known["other"]:
-                out[layout.OTHER_CPUS] = s["other"] / s["wall"]
+                out[layout.OTHER_CPUS] = s["other"] / s["machine_wall"]
             if self._known["stall"]:
-                out[layout.CPU_STALL] = min(s["stall"] / s["wall"], 1.0)
+                out[layout.CPU_STALL] = min(s["stall"] / s["machine_wall"], 1.0)
         with contextlib.suppress(OSError, AttributeError):
             out[layout.LOAD_1M] = os.getloadavg()[0]
         out[layout.CPUS] = float(os.cpu_count() or 1)

@@ -1,7 +1,8 @@
 """A grid in flight, as it shows: each run's step, reward, speed and ETA, and the grid's ETA.
 
-Everything is read from the runs' own files (``progress.json``, which rank 0 rewrites after every
-logged step, :func:`harness.layout.read_progress`), so the same view serves the driver of a local
+Everything is read from the runs' own files (``progress.json``, which rank 0 rewrites after a
+logged step at most every ``harness.training.PROGRESS_EVERY_S`` seconds, and always on the first
+and last step and before a checkpoint, :func:`harness.layout.read_progress`), so the same view serves the driver of a local
 ``run`` and ``status --watch`` of a SLURM grid. In a terminal, :class:`GridDisplay` redraws a rich
 table in place; without one (a log file, CI) it prints one line per run in flight every
 ``every_s`` seconds, and a line whenever a run ends.

@@ -51,7 +51,7 @@ def test_step_clock_counts_steps_not_the_gaps_between_intervals(monkeypatch):
     m.advance(wall=2.0, cpu=1.0, busy=4.0, stall_s=0.5, p1=1.0, p2=1.0)  # 2 s of other cores' work
     clock.stop()
     clock.step_done()
-    m.advance(wall=100.0, cpu=50.0, busy=200.0)  # an eval between stop and start: not counted
+    m.advance(wall=2.0, cpu=50.0, busy=2.0, p1=2.0)  # an eval between stop and start: not the step's time
     clock.start()
     m.advance(wall=2.0, cpu=1.0, busy=2.0, p1=1.0, p2=1.0)  # the harness alone
     clock.stop()
@@ -59,8 +59,9 @@ def test_step_clock_counts_steps_not_the_gaps_between_intervals(monkeypatch):
     got = clock.take()
     assert got[layout.STEP_WALL_S] == pytest.approx(2.0)
     assert got[layout.STEP_CPU_S] == pytest.approx(1.0)
-    assert got[layout.OTHER_CPUS] == pytest.approx(2.0 / 4.0)  # other CPU seconds over wall seconds
-    assert got[layout.CPU_STALL] == pytest.approx(0.5 / 4.0)
+    # the machine is a rate over all the time read (the eval's included): 2 other CPU seconds in 6 s
+    assert got[layout.OTHER_CPUS] == pytest.approx(2.0 / 6.0)
+    assert got[layout.CPU_STALL] == pytest.approx(0.5 / 6.0)
     assert layout.STEP_GPU_S not in got  # a CPU run records no GPU time
     assert clock.take()[layout.STEP_CPU_S] == 0.0  # reset after take
 
@@ -71,7 +72,7 @@ def test_a_harness_run_that_starts_mid_step_is_not_counted_as_ours(monkeypatch):
     pids = [[]]
     clock = StepClock("cpu", harness_pids=lambda: pids[0], refresh_s=0.0)
     m.procs = {1: 0.0}
-    clock.start()
+    clock.start()  # the machine's first read
     m.procs[7] = 100.0  # a run whose lease appears now, with CPU time from before this step
     pids[0] = [7]
     m.advance(wall=1.0, cpu=1.0, busy=1.5, p1=1.0, p7=0.5)
