@@ -31,23 +31,38 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load_plan(args: argparse.Namespace):
-    """Load, expand and validate; print the findings, and return the plan (None on any error)."""
+    """Load, expand and validate; print the findings, and return the plan (None on any error).
+
+    Every stage is checked in one pass: when the file, a profile or an ``-o`` has problems, the
+    cells of what passed (:attr:`harness.spec.SpecError.partial`) are still validated, and all the
+    problems are printed together, grouped by where they come from
+    (:func:`harness.validate.format_one_pass`)."""
+    from harness.findings import plan_problems
     from harness.grid import expand
     from harness.spec import SpecError, load_grid
-    from harness.validate import validate_plan
+    from harness.validate import format_one_pass, validate_plan
 
+    left_out: frozenset[str] = frozenset()
     try:
-        grid = load_grid(args.grid, args.override, profile=args.profile)
+        grid, file_problems = load_grid(args.grid, args.override, profile=args.profile), []
     except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        grid, file_problems, left_out = e.partial, e.problems, e.left_out
+    if file_problems:
+        validation, arms = None, []
+        if grid is not None:
+            try:
+                plan = expand(grid)
+                validation, arms = validate_plan(plan), plan_problems(plan)
+            except Exception:  # the file's problems are said either way; the cells wait for them
+                validation, arms = None, []
+        text = format_one_pass(str(args.grid), file_problems, validation, arms, left_out)
+        print(f"error: {text}", file=sys.stderr)
         return None
     plan = expand(grid)
     validation = validate_plan(plan)
     text = validation.format(str(args.grid))
     if text:
         print(text, file=sys.stderr if not validation.ok else sys.stdout)
-    from harness.findings import plan_problems
-
     findings = plan_problems(plan)  # arms that select no run, or share one
     if findings:
         print(f"error: {SpecError(findings, args.grid)}", file=sys.stderr)
@@ -492,7 +507,9 @@ def _add_reading_commands(sub, command: str | None) -> None:
         "findings", help="verdicts on the findings (papers' claims) of one or more results folders"
     )
     p.add_argument("grid_dirs", type=Path, nargs="+", metavar="GRID_DIR", help="results/<grid>, one or more")
-    p.add_argument("--markdown", action="store_true", help="print a markdown table (as the README's)")
+    p.add_argument(
+        "--markdown", action="store_true", help="print a markdown table (as the README's findings table)"
+    )
     p.set_defaults(func=cmd_findings)
 
     p = sub.add_parser(

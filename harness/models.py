@@ -491,6 +491,24 @@ def resolve_model(
     return str(local) if local.is_dir() else model
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether a ``save_pretrained`` model folder's tokenizer has a chat template: a
+    ``chat_template`` in ``tokenizer_config.json`` (older transformers), or a
+    ``chat_template.jinja`` / ``chat_template.json`` file or ``additional_chat_templates/`` folder
+    beside it (transformers >= 4.43 and 5.x), where ``AutoTokenizer`` looks for one."""
+    import json
+
+    if any((folder / name).exists() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    if (folder / "additional_chat_templates").is_dir():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
 def check_model(model: str) -> list[str]:
     """Problems with a model name as messages; empty when it is ``"tiny"``, ``"tiny-chat"``, a model
     folder or a hub id.

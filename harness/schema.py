@@ -27,7 +27,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -64,11 +64,23 @@ RUN_ID_LENGTH = 10
 
 
 class SpecError(ValueError):
-    """One or more problems with a grid file; ``problems`` lists each as a full sentence."""
+    """One or more problems with a grid file; ``problems`` lists each as a full sentence.
 
-    def __init__(self, problems: Sequence[str], source: str | Path | None = None):
+    ``partial`` is the grid of what passed the file's checks (the settings with problems left out at
+    their defaults, their dotted keys in ``left_out``), or None: its cells can still be checked, so
+    that one pass reports every problem (:func:`harness.spec.load_grid`)."""
+
+    def __init__(
+        self,
+        problems: Sequence[str],
+        source: str | Path | None = None,
+        partial: Any = None,
+        left_out: Iterable[str] = (),
+    ):
         self.problems = list(dict.fromkeys(problems))  # an axis repeats a key's problem per value
         self.source = str(source) if source is not None else None
+        self.partial = partial
+        self.left_out = frozenset(left_out)
         head = f"{self.source}: " if self.source else ""
         n = len(self.problems)
         super().__init__(

@@ -1003,24 +1003,60 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
     path = Path(path)
     config = read_yaml(path)
     shape = _shape_problems(config)
-    if shape:
-        raise SpecError(shape, path)
+    if shape:  # the rest is checked on what has the expected shape: every problem in one pass
+        config = _pruned(config)
     from harness.losses.loading import load_grid_plugins
 
     plugins = load_grid_plugins(config, overrides, profile)
     token = _PLUGIN_NOTE.set(plugins.key_note())
     try:
-        return _checked_grid(path, config, overrides, profile, plugins)
+        grid = _checked_grid(path, config, overrides, profile, plugins)
+    except SpecError as e:
+        if shape:
+            raise SpecError([*shape, *e.problems], path, partial=e.partial, left_out=e.left_out) from None
+        raise
     finally:
         _PLUGIN_NOTE.reset(token)
+    if shape:
+        raise SpecError(shape, path, partial=grid)
+    return grid
+
+
+def _pruned(node: Any, where: str = "") -> Any:
+    """``node`` without what :func:`_shape_problems` refuses (keys that are not strings, containers
+    of the wrong kind), so that the rest of the file is still checked and each problem said once."""
+    containers = {"grid": Mapping, "report": Mapping, "findings": Mapping, "subgrids": Mapping, "zip": list}
+    containers.update({"set": Mapping} if where.startswith("subgrids.") else {})
+    if isinstance(node, list):
+        return [_pruned(v, where) for v in node if where not in ("zip", "") or isinstance(v, Mapping)]
+    if not isinstance(node, Mapping):
+        return node
+    out = {}
+    for k, v in node.items():
+        if not isinstance(k, str):
+            continue
+        kind = containers.get(k) if where == "" or where.startswith("subgrids.") else None
+        if kind is not None and v is not None and not isinstance(v, kind):
+            continue
+        inner = f"subgrids.{k}" if where == "subgrids" else (k if where == "" else f"{where}.{k}")
+        if where == "subgrids" and not isinstance(v, Mapping):
+            continue
+        out[k] = _pruned(v, "zip" if k == "zip" else inner)
+    return out
 
 
 def _checked_grid(
-    path: Path, config: dict, overrides: Sequence[str], profile: str | None, plugins: Any
+    path: Path,
+    config: dict,
+    overrides: Sequence[str],
+    profile: str | None,
+    plugins: Any,
+    salvage: bool = True,
 ) -> GridSpec:
-    """:func:`load_grid` after the loss plugins are loaded: every key and type checked. A
-    ``loss_type`` naming nothing is reported here only when other problems stop the load (else each
-    cell reports it, :func:`harness.validate.rule_loss_type`)."""
+    """:func:`load_grid` after the loss plugins are loaded: every key and type checked. On problems,
+    the :class:`SpecError` carries the grid of what passed (``partial``, :func:`_partial_grid`) so
+    that its cells are checked in the same pass. A ``loss_type`` naming nothing is reported here only
+    when there is no such grid (else each cell reports it, :func:`harness.validate.rule_loss_type`)."""
     problems: list[str] = list(plugins.problems)
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
@@ -1031,7 +1067,7 @@ def _checked_grid(
     for key, value, given in pairs:
         where = f"-o {key}" if given == "-o" else given
         _apply_setting(config, key, value, where, axis_keys, inner_keys, report_where, problems)
-    _check_name(config.get("name", path.stem), path)
+    problems += _name_problems(config.get("name", path.stem))
     _check_section_keys(config, problems)
     axes = _axis_list(config.get("grid"), "grid", problems)
     zips = _zip_list(config.get("zip"), "zip", problems)
@@ -1050,7 +1086,10 @@ def _checked_grid(
         executor = ExecutorSettings.build(config.get("executor") or {}, problems)
     if problems:
         at = len(plugins.problems)
-        raise SpecError([*problems[:at], *plugins.unknown_problems(), *problems[at:]], path)
+        left_out: set[str] = set()
+        partial = _partial_grid(path, config, plugins, problems, left_out) if salvage else None
+        problems[at:at] = plugins.unknown_problems()
+        raise SpecError(problems, path, partial=partial, left_out=left_out)
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
     if config.get("plugins"):  # each run imports them again where it trains (not in the run id)
         base["plugins"] = list(config["plugins"])
@@ -1077,14 +1116,16 @@ def _checked_grid(
 def _given_settings(
     config: Mapping[str, Any], overrides: Sequence[str], profile: str | None, problems: list[str], path: Path
 ) -> list[tuple[str, Any, str]]:
-    """``(key, value, where it was given)`` of the profile's settings, then the ``-o`` overrides.
-
-    Raises:
-        SpecError: ``profiles`` is not a mapping of mappings.
-    """
+    """``(key, value, where it was given)`` of the profile's settings, then the ``-o`` overrides
+    (a ``profiles`` section that is not a mapping of mappings is a problem; its mappings still apply)."""
     profiles = config.get("profiles") or {}
     if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):
-        raise SpecError(["profiles: a mapping of profile name -> {key: value} overrides."], path)
+        problems.append("profiles: a mapping of profile name -> {key: value} overrides.")
+        profiles = (
+            {k: v for k, v in profiles.items() if isinstance(v, Mapping)}
+            if isinstance(profiles, Mapping)
+            else {}
+        )
     pairs: list[tuple[str, Any, str]] = []
     if profile is not None:
         if profile not in profiles:
@@ -1191,25 +1232,108 @@ def _apply_setting(
     set_dotted(config, key, value)
 
 
-def _check_name(name: Any, path: Path) -> None:
-    """Raise :class:`SpecError` unless ``name`` can name a results folder."""
+def _partial_grid(
+    path: Path, config: Mapping[str, Any], plugins: Any, problems: Sequence[str], left_out: set[str]
+) -> GridSpec | None:
+    """The grid of what in ``config`` (profile and ``-o`` applied) passes the file's checks, the
+    rest left out at its defaults (:func:`_usable`, which adds their keys to ``left_out``; the
+    executor, report and findings sections too where ``problems`` name them); None when even that
+    is refused."""
+    from dataclasses import replace
+
+    try:
+        usable = _usable(config, left_out)
+        for section in ("executor", "report", "findings"):
+            if section in config and not any(p.startswith(section) for p in problems):
+                usable[section] = copy.deepcopy(config[section])
+        return _checked_grid(path, usable, (), None, replace(plugins, problems=[], unknown=[]), salvage=False)
+    except Exception:  # the file's own problems are reported either way; its cells wait for them
+        return None
+
+
+def _usable(config: Mapping[str, Any], left_out: set[str]) -> dict[str, Any]:
+    """A copy of ``config`` with only the settings and axis values that pass :func:`check_setting`
+    and name a loss that loaded; an unusable name, executor, report or findings section left out.
+    The dotted keys of the settings left out are added to ``left_out``."""
+    keep = functools.partial(_usable_setting, left_out=left_out)
+    out = {k: v for k, value in config.items() if (v := _usable_entry(k, value, keep)) is not None}
+    if "name" in config:
+        out["name"] = config["name"] if not _name_problems(config["name"]) else "unnamed"
+    return out
+
+
+def _usable_entry(key: str, value: Any, keep: Callable[[str, Any], bool]) -> Any:
+    """The usable part of the top-level entry ``key: value`` (:func:`_usable`), or None."""
+    if key in SETTING_SECTIONS and key != "executor" and isinstance(value, Mapping):
+        return {k: copy.deepcopy(v) for k, v in value.items() if keep(f"{key}.{k}", v)}
+    if key in SCALAR_SETTINGS:
+        return value if keep(key, value) else None
+    if key in ("grid", "zip"):
+        return _usable_axes(value, keep) if key == "grid" else _usable_zips(value, keep)
+    if key == "subgrids" and isinstance(value, Mapping):
+        return {name: sub for name, raw in value.items() if (sub := _usable_subgrid(raw, keep))}
+    return value if key in ("description", "notes", "plugins") else None
+
+
+def _usable_setting(key: str, value: Any, left_out: set[str]) -> bool:
+    """Whether ``key: value`` passes :func:`check_setting` and, for ``loss_type``, names a loss that
+    loaded; else ``key`` is added to ``left_out``."""
+    from harness import losses
+    from harness.trl_boundary import loss_types
+
+    is_loss = key in ("loss_type", "trainer.loss_type")
+    known = isinstance(value, str) and (value in loss_types() or value in losses.REGISTRY)
+    if check_setting(key, value, "") is not None or (is_loss and not known):
+        left_out.add(key)
+        return False
+    return True
+
+
+def _usable_axes(section: Any, keep: Callable[[str, Any], bool]) -> dict[str, list]:
+    if not isinstance(section, Mapping):
+        return {}
+    lists = {k: values for k, values in section.items() if isinstance(values, list)}
+    kept = {k: [v for v in values if keep(normalize_key(str(k)), v)] for k, values in lists.items()}
+    return {k: values for k, values in kept.items() if values}
+
+
+def _usable_zips(section: Any, keep: Callable[[str, Any], bool]) -> list[dict]:
+    """The zip groups all of whose values are usable (a group left partly would pair values anew)."""
+    groups = section if isinstance(section, list) else [section] if section else []
+    return [g for g in groups if isinstance(g, Mapping) and g and _usable_axes(g, keep) == dict(g)]
+
+
+def _usable_subgrid(sub: Any, keep: Callable[[str, Any], bool]) -> dict | None:
+    """A sub-grid's usable settings and axes; None when it is unreadable or sets a ``loss_type``
+    that did not load (its other settings would be that plugin's unknown keys)."""
+    settings = sub.get("set") if isinstance(sub, Mapping) else None
+    settings = settings if isinstance(settings, Mapping) else {}
+    if not isinstance(sub, Mapping) or (
+        "loss_type" in settings and not keep("loss_type", settings["loss_type"])
+    ):
+        return None
+    good = {k: v for k, v in settings.items() if keep(normalize_key(str(k)), v)}
+    return {
+        "set": good,
+        "grid": _usable_axes(sub.get("grid"), keep),
+        "zip": _usable_zips(sub.get("zip"), keep),
+    }
+
+
+def _name_problems(name: Any) -> list[str]:
+    """Why ``name`` cannot name a results folder (empty when it can)."""
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise SpecError(
-            [
-                f"name = {name!r}: results go to results/<name>/, so use letters, digits, '.', '_' and '-' "
-                "only (in the file, a profile or -o name=...)."
-            ],
-            path,
-        )
+        return [
+            f"name = {name!r}: results go to results/<name>/, so use letters, digits, '.', '_' and '-' "
+            "only (in the file, a profile or -o name=...)."
+        ]
     if len(name) > MAX_NAME:
-        raise SpecError(
-            [
-                f"name = {name[:40]!r}... is {len(name)} characters: results go to results/<name>/, and a "
-                f"folder name has at most 255 bytes on most file systems (less with its runs' paths under "
-                f"it); use at most {MAX_NAME} characters."
-            ],
-            path,
-        )
+        return [
+            f"name = {name[:40]!r}... is {len(name)} characters: results go to results/<name>/, and a "
+            f"folder name has at most 255 bytes on most file systems (less with its runs' paths under "
+            f"it); use at most {MAX_NAME} characters."
+        ]
+    return []
 
 
 #: Longest grid name: a results folder's own name, with room left for the files written under it

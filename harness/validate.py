@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,69 @@ class Validation:
             which = f" [{', '.join(ids[:6])}{', ...' if len(ids) > 6 else ''}]" if ids else ""
             lines.append(f"warning ({n} run{'s' if n != 1 else ''}{which}): {f.message}")
         return "\n".join(lines)
+
+
+#: Where a grid-file problem comes from, by how its message begins (:func:`problem_origin`).
+ORIGINS = (
+    ("-o ", "-o overrides"),
+    ("--profile", "the profile"),
+    ("profiles", "the profile"),
+    ("executor", "the executor section"),
+    ("report", "the report section"),
+    ("findings", "the findings section"),
+    ("plugins", "the loss plugins"),
+    ("loss '", "the loss plugins"),
+    ("plugin ", "the loss plugins"),
+)
+
+
+def problem_origin(problem: str) -> str:
+    """Where a :class:`harness.spec.SpecError` problem comes from: ``-o overrides``, ``the
+    profile``, ``the executor section``, ``the report section``, ``the findings section``, ``the
+    loss plugins``, or ``the file's keys and values``."""
+    return next(
+        (name for prefix, name in ORIGINS if problem.startswith(prefix)), "the file's keys and values"
+    )
+
+
+def format_one_pass(
+    source: str,
+    file_problems: Sequence[str],
+    validation: Validation | None,
+    arms: Sequence[str],
+    left_out: Iterable[str] = (),
+) -> str:
+    """Every problem of a grid in one listing: the file's, grouped by :func:`problem_origin`; then
+    the errors of the cells of what passed (settings with problems left out at their defaults, one
+    line per distinct message with the runs it covers; a message naming a ``left_out`` key is the
+    default's, not the grid's, and is not shown); then the findings' arms. One origin and nothing
+    else keeps the plain listing of :class:`harness.spec.SpecError`."""
+    import re
+
+    from harness.spec import SpecError
+
+    names = [re.escape(k) for k in left_out]
+    default = re.compile(rf"(?<![\w.])({'|'.join(names)})(?!\w)") if names else None
+    errors = (
+        [f for f in validation.errors if not (default and default.search(f.message))] if validation else []
+    )
+    cells = _error_lines(errors)
+    groups: dict[str, list[str]] = {}
+    for p in dict.fromkeys(file_problems):
+        groups.setdefault(problem_origin(p), []).append(p)
+    if len(groups) == 1 and not cells and not arms:
+        return str(SpecError(file_problems, source))
+    n = sum(map(len, groups.values())) + len(cells) + len(arms)
+    lines = [f"{source}: {n} problem{'s' if n != 1 else ''}; nothing was run or written:"]
+    sections = [*groups.items()]
+    sections += [("the cells (checked with the settings above left out, at their defaults)", cells)]
+    sections += [("the findings' arms", list(arms))]
+    for title, items in sections:
+        if items:
+            lines += [f"  {title}:", *(f"    - {p}" for p in items)]
+    if validation is None:
+        lines.append("  (the cells are checked once the problems above are fixed)")
+    return "\n".join(lines)
 
 
 def _error_lines(errors: Sequence[Finding]) -> list[str]:
@@ -308,6 +371,7 @@ def rule_cannot_act(ctx: RunContext) -> list[Finding]:
                 "trainer.ref_model_mixup_alpha = 0 with sync_ref_model: each sync keeps the reference as it "
                 "is (alpha x policy + (1 - alpha) x reference). Use alpha > 0 (TRL's default is 0.6; 1 is a hard sync)."
             )
+    out += _chat_template_missing(ctx)
     ex = ctx.executor
     if ex.name == "slurm" and ctx.run.harness.device == "cuda" and ex.gpus_per_node == 0:
         out += _err(
@@ -315,6 +379,26 @@ def rule_cannot_act(ctx: RunContext) -> list[Finding]:
             "run would fail at start. Set executor.gpus_per_node (one per process: tasks_per_node)."
         )
     return out
+
+
+def _chat_template_missing(ctx: RunContext) -> list[Finding]:
+    """``task.template: chat`` with a model folder whose tokenizer has no chat template: every run
+    would fail at its first prompt (:meth:`harness.tasks.Task.prompt_text`). A hub id is not
+    checked (that needs the hub); ``auto`` falls back to bare prompts."""
+    from pathlib import Path
+
+    from harness.models import has_chat_template
+
+    folder = Path(ctx.run.model).expanduser()
+    if ctx.run.task.template != "chat" or ctx.run.model in EMBEDDED_MODEL_SECTIONS or not folder.is_dir():
+        return []
+    if has_chat_template(folder):
+        return []
+    return _err(
+        f"task.template = 'chat' with model folder {ctx.run.model!r}, whose tokenizer has no chat template "
+        "(no chat_template in tokenizer_config.json, no chat_template.jinja): every run would fail at its "
+        "first prompt. Use template 'bare' (or 'auto', which picks bare here), or a chat model's folder."
+    )
 
 
 def rule_loss_fields(ctx: RunContext) -> list[Finding]:
@@ -952,22 +1036,80 @@ def _unused_sections(plan: Plan) -> list[Finding]:
 
 
 def _report_cannot_act(plan: Plan) -> list[Finding]:
-    """The ``report:`` section's choices no run can fill: a panel on the greedy accuracy when no run
-    evaluates (``harness.eval_steps = 0`` everywhere)."""
+    """The ``report:`` section's choices no run can fill: the greedy accuracy when no run evaluates
+    (``harness.eval_steps = 0`` everywhere): as ``report.metric``, the score of every table, an
+    error (the tables would be empty); as a panel of ``curves`` or ``metrics``, a warning. And a
+    ``baseline`` of KEY=VALUE pairs that no cell has (:func:`_baseline_missing`), an error: the
+    report would compare nothing with it."""
     from harness import layout
 
     report = plan.grid.report or {}
+    out = _baseline_missing(plan, report.get("baseline"))
+    if not plan.runs or any(run.harness.eval_steps > 0 for run in plan.runs):
+        return out
+    if report.get("metric") == layout.EVAL_ACCURACY:
+        out.append(
+            Finding(
+                "error",
+                f"report.metric = {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): every "
+                "table of the report would be empty. Set harness.eval_steps > 0, or score on reward.",
+            )
+        )
     named = [k for k in ("curves", "metrics") if layout.EVAL_ACCURACY in (report.get(k) or [])]
-    if not named or not plan.runs or any(run.harness.eval_steps > 0 for run in plan.runs):
+    if named:
+        keys = " and ".join(f"report.{k}" for k in named)
+        out.append(
+            Finding(
+                "warning",
+                f"{keys} name {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): its panels "
+                "would be empty. Set harness.eval_steps > 0, or drop it from the report section.",
+            )
+        )
+    return out
+
+
+def _baseline_missing(plan: Plan, baseline: Any) -> list[Finding]:
+    """``report.baseline`` as KEY=VALUE pairs that no run of the plan has (a variant label, without
+    ``=``, is left to the report). A key is a run setting or the last part of one the grid varies
+    (``max_digits``); a trainer field the runs leave unset takes TRL's default; values compare as
+    text, or as numbers where both read as one."""
+    from harness.spec import normalize_key
+
+    if not isinstance(baseline, str) or "=" not in baseline or not plan.runs:
         return []
-    keys = " and ".join(f"report.{k}" for k in named)
+    pairs = [tuple(s.strip() for s in part.partition("=")[::2]) for part in baseline.split(",")]
+    keys = {k.rsplit(".", 1)[-1]: k for k in plan.varying_keys}
+
+    def value(run: RunSpec, key: str) -> Any:
+        dotted = keys.get(key) or normalize_key(key)
+        got = run.get(dotted, _UNSET)
+        if got is _UNSET and dotted.startswith("trainer."):
+            got = grpo_config_defaults().get(dotted.split(".", 1)[1], _UNSET)
+        return got
+
+    def same(got: Any, text: str) -> bool:
+        if got is _UNSET or str(got).lower() == text.lower():
+            return True
+        try:
+            return not isinstance(got, bool) and float(got) == float(text)
+        except (TypeError, ValueError):
+            return False
+
+    if any(all(same(value(run, k), v) for k, v in pairs) for run in plan.runs):
+        return []
+    shown = "; ".join(
+        f"{k} is {', '.join(sorted({str(value(run, k)) for run in plan.runs}))}" for k, _ in pairs
+    )
     return [
         Finding(
-            "warning",
-            f"{keys} name {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): its panels "
-            "would be empty. Set harness.eval_steps > 0, or drop it from the report section.",
+            "error",
+            f"report.baseline = {baseline!r}: no cell of this grid has it ({shown}), so the report would "
+            "compare nothing with it. Name a cell's values, or drop the baseline.",
         )
     ]
+
+
+_UNSET = object()
 
 
 def _run_executor(

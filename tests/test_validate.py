@@ -445,3 +445,68 @@ def test_an_embedded_model_section_no_run_reads_is_said(tmp_path):
         for f in report_for(tmp_path, model="tiny", tiny={"sft_steps": 5}).warnings
         if "reads it" in f.message
     ]
+
+
+def _model_folder(root: Path, **files: str) -> Path:
+    folder = root / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gpt2", "n_positions": 64}')
+    for name, text in files.items():
+        (folder / name.replace("__", ".")).write_text(text)
+    return folder
+
+
+def test_a_chat_template_on_a_folder_without_one_is_refused(tmp_path):
+    from harness.models import has_chat_template
+
+    bare = _model_folder(tmp_path, tokenizer_config__json='{"model_max_length": 64}')
+    task = {**BASE["task"], "template": "chat"}
+    report = report_for(tmp_path, model=str(bare), task=task)
+    (error,) = [f for f in report.errors if "has no chat template" in f.message]
+    assert "every run would fail at its first prompt" in error.message
+    auto = report_for(tmp_path, model=str(bare), task={**task, "template": "auto"})
+    assert not [f for f in auto.errors if "chat template" in f.message]
+    assert not has_chat_template(bare)
+    (bare / "chat_template.jinja").write_text("{{ messages }}")
+    assert has_chat_template(bare)
+    assert not [
+        f for f in report_for(tmp_path, model=str(bare), task=task).errors if "chat template" in f.message
+    ]
+
+
+def test_has_chat_template_reads_the_tokenizer_config(tmp_path):
+    from harness.models import has_chat_template
+
+    folder = _model_folder(tmp_path, tokenizer_config__json='{"chat_template": "{{ messages }}"}')
+    assert has_chat_template(folder)
+
+
+def test_a_report_scored_on_accuracy_without_evaluation_is_refused(tmp_path):
+    report = report_for(
+        tmp_path, harness={"device": "cpu", "eval_steps": 0}, report={"metric": "eval/accuracy"}
+    )
+    (error,) = [f for f in report.errors if "no run evaluates" in f.message]
+    assert error.message.startswith("report.metric = eval/accuracy") and "every table" in error.message
+
+
+@pytest.mark.parametrize(
+    ("baseline", "refused"),
+    [
+        ("loss_type=grpo", False),
+        ("loss_type=grpo_x", True),
+        ("loss_type=dapo, epsilon=0.2", False),  # epsilon unset: TRL's default 0.2
+        ("loss_type=dapo, epsilon=0.3", True),
+        ("max_digits=1", False),  # a grid key by its last part
+        ("grpo", False),  # a variant label: left to the report
+    ],
+)
+def test_a_report_baseline_no_cell_has_is_refused(tmp_path, baseline, refused):
+    grid = {"loss_type": ["grpo", "dapo"], "task.kwargs.max_digits": [1, 2]}
+    report = report_for(tmp_path, grid=grid, report={"hue": "loss_type", "baseline": baseline})
+    errors = [f for f in report.errors if f.message.startswith("report.baseline")]
+    assert bool(errors) == refused, report.format()
+    if refused:
+        assert (
+            "no cell of this grid has it" in errors[0].message
+            and "loss_type is dapo, grpo" in errors[0].message
+        )

@@ -1,0 +1,120 @@
+"""Every problem of a grid in one pass: the file's keys and types, the profile, ``-o``, the executor
+and the cells are all checked and reported together, grouped by where they come from; a setting
+left out for its problem does not bring its default's errors into the cells' listing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cli import main
+from harness.spec import SpecError, load_grid
+
+BASE = {
+    "name": "onepass",
+    "task": {"name": "chain_sum", "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1}},
+    "harness": {"device": "cpu", "checkpoint_steps": 2},
+    "trainer": {
+        "max_steps": 3,
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 8,
+    },
+}
+
+
+def plan(tmp_path: Path, capsys, data: dict, *args: str) -> tuple[int, str]:
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    results = tmp_path / "results"
+    code = main(["plan", str(path), "--results", str(results), *args])
+    out = capsys.readouterr()
+    assert not results.exists(), "plan wrote results"
+    return code, out.err + out.out
+
+
+def with_trainer(**trainer) -> dict:
+    return {**BASE, "trainer": {**BASE["trainer"], **trainer}}
+
+
+def test_a_string_number_does_not_hide_the_cells_errors(tmp_path, capsys):
+    code, text = plan(tmp_path, capsys, with_trainer(learning_rate="1e-5", epsilon=-1.0))
+    assert code == 2
+    assert "trainer.learning_rate = '1e-5' is read by YAML as a string" in text
+    assert "trainer.epsilon = -1.0 must be >= 0" in text
+    assert "the cells (checked with the settings above left out, at their defaults):" in text
+    assert "2 problems" in text
+
+
+def test_a_bad_name_does_not_hide_the_profile_and_overrides(tmp_path, capsys):
+    data = {**BASE, "name": "bad name!"}
+    code, text = plan(tmp_path, capsys, data, "--profile", "paper", "-o", "trainer.max_stepz=3")
+    assert code == 2
+    assert "name = 'bad name!'" in text
+    assert "--profile paper: no such profile" in text
+    assert "unknown key 'trainer.max_stepz'" in text
+    for group in ("the file's keys and values:", "the profile:", "-o overrides:"):
+        assert group in text
+
+
+def test_an_executor_error_does_not_hide_the_rest(tmp_path, capsys):
+    data = {**with_trainer(num_generations=3), "executor": {"mem_gb": -5}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2
+    assert "the executor section:" in text and "executor.mem_gb = -5" in text
+    assert "must be divisible by num_generations (3)" in text
+
+
+def test_a_left_out_setting_brings_no_error_of_its_default(tmp_path, capsys):
+    # TRL's max_steps default (-1) is refused by the harness: that is the default's, not the grid's
+    code, text = plan(tmp_path, capsys, with_trainer(max_steps="10", epsilon=-1.0))
+    assert code == 2
+    assert "trainer.max_steps = '10' has type str" in text
+    assert "trainer.max_steps = -1" not in text
+    assert "trainer.epsilon = -1.0" in text
+
+
+def test_shape_problems_do_not_hide_the_rest_and_are_said_once(tmp_path, capsys):
+    data = {**with_trainer(learning_rate="x"), "grid": ["loss_type", "grpo"], "report": 3}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2
+    assert "grid must be a mapping of key: [values], got list" in text
+    assert "report must be a mapping" in text
+    assert "trainer.learning_rate = 'x'" in text
+    assert text.count("grid must be a mapping") == 1
+
+
+def test_a_non_string_key_is_said_once(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(with_trainer(learning_rate="x")) + "grid:\n  1: [2]\n")
+    with pytest.raises(SpecError) as e:
+        load_grid(path)
+    text = str(e.value)
+    assert "key 1 is not a string" in text and "trainer.learning_rate = 'x'" in text
+    assert "unknown key '1'" not in text
+
+
+def test_one_origin_keeps_the_plain_listing(tmp_path, capsys):
+    code, text = plan(tmp_path, capsys, with_trainer(learning_rate="x"))
+    assert code == 2
+    assert "g.yaml: 1 problem:" in text and "the file's keys and values:" not in text
+
+
+def test_a_valid_grid_still_plans(tmp_path, capsys):
+    code, text = plan(tmp_path, capsys, BASE)
+    assert code == 0, text
+
+
+def test_the_partial_grid_leaves_out_what_failed(tmp_path):
+    path = tmp_path / "g.yaml"
+    data = {**with_trainer(learning_rate="x"), "grid": {"loss_type": ["grpo", "nope"], "seed": [0, "1"]}}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as e:
+        load_grid(path)
+    partial = e.value.partial
+    assert partial is not None
+    assert {a.key: a.values for a in partial.axes} == {"trainer.loss_type": ("grpo",), "seed": (0,)}
+    assert "learning_rate" not in partial.base["trainer"]
+    assert {"trainer.learning_rate", "trainer.loss_type", "seed"} <= e.value.left_out
