@@ -223,9 +223,37 @@ def _note() -> str:
     return f": {note}, so its hyperparameters are not known" if note else ""
 
 
+def invisible(text: str) -> list[str]:
+    """The invisible characters of ``text`` (format and control characters, spaces other than
+    ' ': Unicode categories Cf, Cc, Zs, Zl, Zp), as ``U+200B ZERO WIDTH SPACE``."""
+    import unicodedata
+
+    odd = [
+        c
+        for c in dict.fromkeys(text)
+        if unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") and c != " "
+    ]
+    return [f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in odd]
+
+
+def shown_key(key: str) -> str:
+    """``key`` quoted for a message, its invisible characters escaped (``'max_steps\\u200b'``) so that
+    it does not look the same as the name it should be."""
+    if not invisible(key):
+        return f"'{key}'"
+    return "'" + "".join(c if c == " " or c.isprintable() else f"\\u{ord(c):04x}" for c in key) + "'"
+
+
 def check_key(key: str, where: str) -> str | None:
     """Problem with dotted ``key`` as the name of a run setting (unknown section or field, sub-keys
     of a single value, a whole section), or None. ``where`` names the place for the message."""
+    odd = invisible(key)
+    if odd:
+        clean = "".join(c for c in key if c == " " or c.isprintable())
+        return (
+            f"{where}: key {shown_key(key)} holds the invisible character{'s' if len(odd) > 1 else ''} "
+            f"{', '.join(odd)}; retype it as '{clean}'."
+        )
     parts = key.split(".")
     head = parts[0]
     if head in SCALAR_SETTINGS:
@@ -519,6 +547,10 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     if path.resolve() in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path.resolve()))
         raise SpecError([f"include cycle: {chain}."], path)
+    if path.is_dir():
+        yamls = sorted(p.name for p in path.glob("*.yaml"))[:3]
+        hint = f" (it holds {', '.join(yamls)})" if yamls else ""
+        raise SpecError([f"{path} is a folder, not a grid file{hint}; give the grid's YAML file."], path)
     if not path.is_file():
         raise SpecError([f"no such grid file: {path}."], path)
     try:
@@ -539,6 +571,10 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
             [f"include: {data.get('include')!r}: give a file name or a list of file names."], path
         )
     for inc in includes:
+        if (path.parent / inc).is_dir():
+            raise SpecError(
+                [f"include: {inc!r}: {path.parent / inc} is a folder; include a grid file."], path
+            )
         if not (path.parent / inc).is_file():
             raise SpecError([f"include: {inc!r}: no such file {path.parent / inc}."], path)
     merged: dict = {}
@@ -1284,9 +1320,23 @@ def _usable_setting(key: str, value: Any, left_out: set[str]) -> bool:
     is_loss = key in ("loss_type", "trainer.loss_type")
     known = isinstance(value, str) and (value in loss_types() or value in losses.REGISTRY)
     if check_setting(key, value, "") is not None or (is_loss and not known):
-        left_out.add(key)
+        left_out.update((key, *_meant(key)))
         return False
     return True
+
+
+def _meant(key: str) -> list[str]:
+    """The settings a refused ``key`` may have meant (its invisible characters dropped, the close
+    matches of an unknown field): the cells' errors about their defaults are then not shown."""
+    clean = "".join(c for c in key if c == " " or c.isprintable())
+    head, _, name = clean.partition(".")
+    if head not in SETTING_SECTIONS or not name or "." in name:
+        return [clean]
+    try:
+        fields = list(section_fields(head))
+    except Exception:  # a section whose fields cannot be listed here (peft without the package)
+        return [clean]
+    return [clean, *(f"{head}.{m}" for m in difflib.get_close_matches(name, fields, n=3, cutoff=0.6))]
 
 
 def _usable_axes(section: Any, keep: Callable[[str, Any], bool]) -> dict[str, list]:

@@ -118,3 +118,36 @@ def test_the_partial_grid_leaves_out_what_failed(tmp_path):
     assert {a.key: a.values for a in partial.axes} == {"trainer.loss_type": ("grpo",), "seed": (0,)}
     assert "learning_rate" not in partial.base["trainer"]
     assert {"trainer.learning_rate", "trainer.loss_type", "seed"} <= e.value.left_out
+
+
+def test_an_invisible_character_in_a_key_is_shown_and_named(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    text = yaml.safe_dump(BASE).replace("max_steps:", "max_steps\u200b:")
+    path.write_text(text, encoding="utf-8")
+    code = main(["plan", str(path), "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'trainer.max_steps\\u200b' holds the invisible character U+200B ZERO WIDTH SPACE" in err
+    assert "retype it as 'trainer.max_steps'" in err
+    assert "max_steps = -1" not in err  # the default's error, not the grid's
+
+
+def test_a_typo_brings_no_error_of_the_default_it_left(tmp_path, capsys):
+    data = {
+        **BASE,
+        "trainer": {k if k != "max_steps" else "max_stepz": v for k, v in BASE["trainer"].items()},
+    }
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2 and "unknown key 'trainer.max_stepz'" in text and "max_steps = -1" not in text
+
+
+def test_a_folder_is_not_called_missing(tmp_path, capsys):
+    (tmp_path / "grids").mkdir()
+    (tmp_path / "grids" / "a.yaml").write_text("name: a\n")
+    assert main(["plan", str(tmp_path / "grids")]) == 2
+    assert "is a folder, not a grid file (it holds a.yaml)" in capsys.readouterr().err
+    (tmp_path / "g.yaml").write_text("include: grids\n")
+    assert main(["plan", str(tmp_path / "g.yaml")]) == 2
+    assert (
+        "include: 'grids':" in (err := capsys.readouterr().err) and "is a folder; include a grid file" in err
+    )
