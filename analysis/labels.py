@@ -347,7 +347,3 @@ def titles(keys: Sequence[str]) -> str:
     """Legend title for a set of keys: ``epsilon / epsilon_high``."""
     return " / ".join(key_title(k) for k in keys)
 
-
-def alias_map(mapping: Mapping[str, str] | None) -> dict[str, str]:
-    """``{dotted key: alias}`` from a loader's ``{alias: dotted key}``."""
-    return {v: k for k, v in (mapping or {}).items()}

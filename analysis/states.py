@@ -29,7 +29,6 @@ count as "improved".
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -73,13 +72,38 @@ ZERO_STD = "frac_reward_zero_std"
 GRAD_NORM = "grad_norm"
 
 
-def _read_object(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
+def _state_row(rdir: str) -> dict[str, Any]:
+    """One run's row of :func:`read_states`: its state by :func:`harness.layout.files_state` (the
+    one reader of a run's state), and what its marker says."""
+    state = layout.files_state(rdir)
+    row: dict[str, Any] = {
+        "state": state,
+        "marker_step": None,
+        "diverged_metric": None,
+        "missing_steps": 0,
+        "error": "",
+        "conflict": "",
+    }
+    marker = {DONE: layout.DONE_FILE, DIVERGED: layout.DIVERGED_FILE, FAILED: layout.FAILED_FILE}.get(state)
+    info = (layout.read_json_object(os.path.join(rdir, marker)) or {}) if marker else {}
+    if state == DONE:
+        missing = info.get("missing_steps")
+        row.update(
+            marker_step=_int_or_none(info.get("steps")),
+            missing_steps=len(missing) if isinstance(missing, list) else 0,
+        )
+        if os.path.exists(os.path.join(rdir, layout.DIVERGED_FILE)):  # a new attempt removes it first
+            row["conflict"] = "has both a DONE and a DIVERGED marker"
+    elif state == DIVERGED:
+        metric = info.get("metric")
+        row.update(
+            marker_step=_int_or_none(info.get("step")),
+            diverged_metric=metric if isinstance(metric, str) else None,
+        )
+    elif state == FAILED:
+        error = info.get("error")
+        row["error"] = error.splitlines()[0][:200] if isinstance(error, str) else ""
+    return row
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -110,45 +134,7 @@ def read_states(grid_dir: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
     DONE file is only written once the run finished.
     """
     runs_dir = os.path.join(os.fspath(grid_dir), layout.RUNS_DIR)
-    rows = []
-    for rid in run_ids:
-        rdir = os.path.join(runs_dir, rid)
-        row: dict[str, Any] = {
-            "state": "",
-            "marker_step": None,
-            "diverged_metric": None,
-            "missing_steps": 0,
-            "error": "",
-            "conflict": "",
-        }
-        done = os.path.join(rdir, layout.DONE_FILE)
-        diverged = os.path.join(rdir, layout.DIVERGED_FILE)
-        failed = os.path.join(rdir, layout.FAILED_FILE)
-        if os.path.exists(done):
-            info = _read_object(done) or {}
-            missing = info.get("missing_steps")
-            row.update(
-                state=DONE,
-                marker_step=_int_or_none(info.get("steps")),
-                missing_steps=len(missing) if isinstance(missing, list) else 0,
-            )
-            if os.path.exists(diverged):  # a new attempt removes DIVERGED before it trains
-                row["conflict"] = "has both a DONE and a DIVERGED marker"
-        elif os.path.exists(diverged):
-            info = _read_object(diverged) or {}
-            metric = info.get("metric")
-            row.update(
-                state=DIVERGED,
-                marker_step=_int_or_none(info.get("step")),
-                diverged_metric=metric if isinstance(metric, str) else None,
-            )
-        elif os.path.exists(failed):
-            info = _read_object(failed) or {}
-            error = info.get("error")
-            row.update(state=FAILED, error=error.splitlines()[0][:200] if isinstance(error, str) else "")
-        else:
-            row["state"] = layout.files_state(rdir)  # running, stopped or pending
-        rows.append(row)
+    rows = [_state_row(os.path.join(runs_dir, rid)) for rid in run_ids]
     out = pd.DataFrame(rows, index=pd.Index(list(run_ids), name=layout.RUN_ID, dtype=object))
     if out.empty:
         out = pd.DataFrame(
