@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-# Fast settings for end-to-end runs: a barely warm-started tiny model and a few short steps.
-FAST_TINY = {"sft_steps": 30, "sft_examples": 512}
-FAST_OVERRIDES = [f"-o tiny.{k}={v}" for k, v in FAST_TINY.items()]
-#: A small task and model fields whose whole build (data, tokenizer, a few SFT steps, save) takes a
-#: few seconds: the unit tests of both embedded models build with them.
-SMALL_TASK = {
-    "name": "chain_sum",
-    "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
-    "train_size": 64,
-    "eval_size": 16,
-}
-SMALL_MODEL = {
-    "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2, "intermediate_size": 64,
-    "sft_steps": 4, "sft_batch_size": 16, "sft_examples": 64,
-}  # fmt: skip
-
+from helpers import FAST_TINY, MODEL_FIXTURES
 
 #: Lines tests report for the session's terminal summary (the ``summary`` fixture).
 SUMMARY = pytest.StashKey[list]()
@@ -50,6 +32,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("reported values")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before ``-m`` selects: mark slow every test that uses a model fixture (helpers.MODEL_FIXTURES),
+    directly or through another fixture, and every SLURM test, so the fast tier
+    (``pytest -m "not slow"``) leaves them out."""
+    for item in items:
+        if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -86,34 +78,3 @@ def tiny_model(model_cache, chain_sum_task) -> str:
     from harness.models import TinyModelSpec, tiny_model_path
 
     return str(tiny_model_path(TinyModelSpec(**FAST_TINY), chain_sum_task, model_cache))
-
-
-def require_cluster(reason: str | None, *, in_ci: str, otherwise: str) -> None:
-    """At a SLURM test module's top: nothing when ``reason`` is None (the cluster is there); else fail
-    under CI=true (``in_ci``: CI starts the cluster, so a missing one is a fault) or skip the module
-    (``otherwise``, with the command that starts it)."""
-    if not reason:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(in_ci, pytrace=False)
-    pytest.skip(otherwise, allow_module_level=True)
-
-
-def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 900):
-    """Run ``python -m harness ARGS`` in a subprocess; returns the CompletedProcess."""
-    import subprocess
-
-    env = dict(os.environ)
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd or REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
-        )
-    return proc

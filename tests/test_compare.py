@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from conftest import cli
+from helpers import cli
 
 from harness import compare, layout
 from harness.metrics import MetricsWriter

@@ -30,8 +30,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import FAST_TINY, SMALL_TASK, cli
-from test_multinode import _assert_whole_reference
+from helpers import FAST_TINY, SMALL_TASK, assert_whole_reference, cli
 
 from harness import checkpoints, compare, layout
 from harness.metrics import read_metrics
@@ -156,7 +155,7 @@ def test_zero3_saves_the_whole_reference(zero_runs, tiny_model):
         for stage in (0, 3)
     }
     path = checkpoints.checkpoints(zero_runs[3] / layout.CHECKPOINTS_DIR)[-1][1] / checkpoints.REF_MODEL
-    _assert_whole_reference(path, tiny_model)
+    assert_whole_reference(path, tiny_model)
     assert last[0].keys() == last[3].keys()
     for key, value in last[0].items():
         torch.testing.assert_close(last[3][key], value, rtol=RTOL, atol=ATOL)

@@ -4,7 +4,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import FAST_TINY, cli
+from helpers import FAST_TINY, cli
 
 from harness import layout
 from harness.wseq import WSEQ_COLUMNS

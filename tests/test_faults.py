@@ -18,8 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
-from test_trainer import make_spec
+from helpers import REPO, make_spec
 
 from harness import checkpoints, layout, status
 

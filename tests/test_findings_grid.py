@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import cli
+from helpers import cli
 
 from harness import layout
 from harness.grid import expand

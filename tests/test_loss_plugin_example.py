@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import FAST_TINY, REPO, cli
+from helpers import FAST_TINY, REPO, cli
 
 from harness import layout, losses
 from harness.grid import expand

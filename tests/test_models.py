@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL_MODEL, SMALL_TASK
+from helpers import SMALL_MODEL, SMALL_TASK
 
 from harness import models
 from harness.models import (

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import FAST_TINY, cli, require_cluster
+from helpers import FAST_TINY, assert_whole_reference, cli, require_cluster
 
 from harness import checkpoints, layout, slurm, status
 
@@ -175,7 +175,7 @@ def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
     assert list(df.index) == list(range(1, STEPS + 1))
     kept = [p for _, p in checkpoints.checkpoints(run_dir / layout.CHECKPOINTS_DIR)]
     assert kept and all((p / checkpoints.REF_MODEL).exists() for p in kept)  # the synced reference
-    _assert_whole_reference(kept[-1] / checkpoints.REF_MODEL, tiny_model)
+    assert_whole_reference(kept[-1] / checkpoints.REF_MODEL, tiny_model)
     if deepspeed:  # DeepSpeed's own checkpoint, one optimizer shard per rank, is what it resumed from
         shards = sorted(q.name for q in kept[-1].glob("global_step*/*optim_states.pt"))
         assert len(shards) == 2, shards
@@ -203,16 +203,3 @@ def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
     assert fresh.sum() >= STEPS // 2 and fresh[1] and fresh[resumed + 1]
     assert (kl[fresh] <= 1e-6).all(), kl[fresh][kl[fresh] > 1e-6]
     assert (kl[~fresh] > 1e-6).all(), kl[~fresh][kl[~fresh] <= 1e-6]
-
-
-def _assert_whole_reference(path: Path, model_dir: str) -> None:
-    """``ref_model.pt`` holds every tensor of the model whole (the shapes of the model's own
-    safetensors, not one rank's shard: a ZeRO-3 shard is an empty placeholder or a flat slice)."""
-    import torch
-    from safetensors import safe_open
-
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    with safe_open(str(Path(model_dir) / "model.safetensors"), "pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
-    assert {k: tuple(v.shape) for k, v in saved.items() if k in shapes} == shapes
-    assert all(v.numel() > 0 and torch.isfinite(v).all() for v in saved.values())

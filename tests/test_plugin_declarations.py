@@ -173,7 +173,7 @@ def test_a_field_the_plugin_ignores_is_a_warning(tmp_path):
 
 
 def test_plan_shows_the_declarations(tmp_path):
-    from conftest import cli
+    from helpers import cli
 
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump({**BASE, "trainer": {**BASE["trainer"], "loss_type": "kl_cov"}}))

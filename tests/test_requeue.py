@@ -8,8 +8,7 @@ import time
 
 import pyarrow.parquet as pq
 import submitit
-from conftest import FAST_TINY, cli
-from test_trainer import make_spec
+from helpers import FAST_TINY, cli, make_spec
 
 from harness import layout, status
 from harness.executors import TrainingJob

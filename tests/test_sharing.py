@@ -115,7 +115,7 @@ def test_file_in_place_of_folder_gives_no_count(tmp_path, monkeypatch):
 
 
 def test_run_records_concurrent_runs(tmp_path, active, tiny_model, chain_sum_task):
-    from test_trainer import make_spec
+    from helpers import make_spec
 
     from harness.training import train
 

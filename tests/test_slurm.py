@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import FAST_TINY, REPO, cli, require_cluster
+from helpers import FAST_TINY, REPO, cli, require_cluster
 
 from harness import layout, slurm, status
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from conftest import SMALL_MODEL, SMALL_TASK, cli
+from helpers import SMALL_MODEL, SMALL_TASK, cli
 
 from harness import layout, models, tiny_chat
 from harness.grid import expand

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL_MODEL
+from helpers import SMALL_MODEL
 
 from harness import tiny_steps
 from harness.grid import expand

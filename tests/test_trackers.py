@@ -9,53 +9,15 @@ import struct
 from pathlib import Path
 
 import pytest
+from helpers import cli, tracker_spec, train_stopped_then_resumed
 
 from harness import trackers
-from harness.schema import RunSpec
 
 HARNESS_KEYS = ("w_seq/mean", "off_policy", "reuse_index", "policy_lag")
 
 
-def _spec(report_to: list[str], model_cache: Path) -> RunSpec:
-    settings = {
-        "seed": 1,
-        "model": "tiny",
-        "tiny": {"sft_steps": 4, "sft_examples": 64},
-        "task": {
-            "name": "chain_sum",
-            "kwargs": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
-            "train_size": 64,
-            "eval_size": 16,
-        },
-        "harness": {"device": "cpu", "eval_steps": 0, "samples_steps": 0, "checkpoint_steps": 2},
-        "trainer": {
-            "max_steps": 4,
-            "per_device_train_batch_size": 8,
-            "num_generations": 4,
-            "max_completion_length": 6,
-            "num_iterations": 2,
-            "loss_type": "dapo",
-            "report_to": report_to,
-            "seed": 1,
-        },
-    }
-    varying = {"trainer.loss_type": "dapo", "trainer.epsilon_high": 0.28, "seed": 1}
-    return RunSpec(grid="trk", settings=settings, varying=varying, subgrid="clip")
-
-
-def _train_stopped_then_resumed(spec: RunSpec, root: Path) -> Path:
-    """Stop the run after step 2 (a checkpoint), then train it again: it resumes at step 2."""
-    from harness.training import train
-
-    run_dir = root / spec.grid / "runs" / spec.run_id
-    calls = []
-    assert train(spec, run_dir, stop_requested=lambda: calls.append(1) or len(calls) >= 2)["steps"] == 2
-    assert train(spec, run_dir)["resumed_from"] == 2
-    return run_dir
-
-
 def test_names_come_from_the_grid():
-    spec = _spec([], Path("."))
+    spec = tracker_spec([], Path("."))
     run = trackers.tracker_run(spec)
     assert (run.project, run.group, run.name) == (
         "trk",
@@ -104,8 +66,8 @@ def test_wandb_offline_one_run_continued_after_a_resume(tmp_path, model_cache, m
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_DIR", raising=False)
-    spec = _spec(["wandb"], model_cache)
-    run_dir = _train_stopped_then_resumed(spec, tmp_path)
+    spec = tracker_spec(["wandb"], model_cache)
+    run_dir = train_stopped_then_resumed(spec, tmp_path)
     files = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 2  # one per attempt, both of the same run
     steps, runs = [], []
@@ -145,10 +107,10 @@ TRACKIO_CHECK = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
-from test_trackers import _spec, _train_stopped_then_resumed
+from helpers import tracker_spec, train_stopped_then_resumed
 from harness import trackers
-spec = _spec(["trackio"], None)
-_train_stopped_then_resumed(spec, Path(sys.argv[1]))
+spec = tracker_spec(["trackio"], None)
+train_stopped_then_resumed(spec, Path(sys.argv[1]))
 from trackio.sqlite_storage import SQLiteStorage
 run = trackers.tracker_run(spec)
 print(json.dumps({"runs": SQLiteStorage.get_runs(run.project), "name": run.name,
@@ -181,8 +143,8 @@ def test_tensorboard_one_folder_per_run_continued_after_a_resume(tmp_path, model
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    spec = _spec(["tensorboard"], model_cache)
-    _train_stopped_then_resumed(spec, tmp_path)
+    spec = tracker_spec(["tensorboard"], model_cache)
+    train_stopped_then_resumed(spec, tmp_path)
     root = tmp_path / spec.grid / trackers.TENSORBOARD_DIR
     (folder,) = root.iterdir()
     assert folder.name == trackers.folder_name(trackers.tracker_run(spec).name)
@@ -200,13 +162,12 @@ def test_only_rank_0_of_a_two_process_run_logs(tmp_path, model_cache, monkeypatc
     pytest.importorskip("wandb")
     pytest.importorskip("tensorboard")
     import yaml
-    from conftest import cli
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_DIR", raising=False)
-    settings = _spec(["wandb", "tensorboard"], model_cache).settings
+    settings = tracker_spec(["wandb", "tensorboard"], model_cache).settings
     trainer = {k: v for k, v in settings["trainer"].items() if k != "seed"}  # the grid's seed seeds it
     grid = {
         **settings,

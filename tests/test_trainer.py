@@ -4,30 +4,10 @@ import math
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import make_spec
 
 from harness import layout
-from harness.schema import RunSpec
 from harness.training import train
-
-
-def make_spec(tiny_model, chain_sum_task, **trainer):
-    config = {
-        "seed": 0,
-        "model": tiny_model,
-        "task": {"name": chain_sum_task.name, "kwargs": dict(chain_sum_task.kwargs), "train_size": 256},
-        "harness": {"device": "cpu", "eval_steps": 0, "samples_steps": 0},
-        "trainer": {
-            "max_steps": 4,
-            "per_device_train_batch_size": 8,
-            "num_generations": 4,
-            "max_completion_length": 6,
-            "learning_rate": 1e-3,
-            "loss_type": "grpo",
-            **trainer,
-        },
-    }
-    config["trainer"]["seed"] = 0
-    return RunSpec(grid="t", settings=config)
 
 
 def metrics_of(tmp_path, spec):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli
+from helpers import cli
 
 from harness.grid import expand
 from harness.spec import SpecError, load_grid

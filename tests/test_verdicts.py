@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from harness import verdicts
 
