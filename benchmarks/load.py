@@ -9,8 +9,10 @@ busy-loop processes beside it. For every arm it prints, per variant against the 
 * the speedup from wall time (``time/step_s``) and from CPU time (``time/step_cpu_s``), over every
   step, each with a 95% bootstrap interval over the steps of the runs;
 * the share of steps the run recorded as loaded (:func:`analysis.tables.loaded_steps`);
-* what the report's timing table says (:func:`analysis.tables.timing_table`): its speedup, or why
-  it gives none.
+* how many harness runs shared the machine with the variant's run (the report's "runs at once");
+* what the report's timing table says (:func:`analysis.tables.timing_table` grouped as the report
+  groups it, by variant and runs at once): its speedup, or "left out" (loaded, or no baseline
+  that ran alike).
 
 The quiet arms' spread is the range of their speedups (and bootstrap intervals); a hogged arm holds
 when every speedup its timing table reports lies within that spread. Writes the printed text to
@@ -74,17 +76,22 @@ def arm_rows(grid_dir: Path, by: str, baseline: str, seed: int) -> list[dict]:
     what the timing table reports."""
     from analysis import tables
     from analysis.load import load
+    from analysis.report import AT_ONCE, _at_once
     from harness import layout
 
     df = load(grid_dir)
     df[by] = df[by].astype(str)
-    table = tables.timing_table(df, by=by, baseline=baseline)
+    # as the report does: runs compared only with runs that shared the machine alike
+    at_once = _at_once(df)
+    df[AT_ONCE] = df[layout.RUN_ID].astype(str).map(at_once).fillna("unknown")
+    table = tables.timing_table(df, by=[by, AT_ONCE], baseline=baseline, same=[AT_ONCE])
     loaded = tables.loaded_steps(df)
     rng = np.random.default_rng(seed)
     base = df[df[by] == baseline]
     rows = []
     for variant, part in df.groupby(by, sort=True):
         row = {"variant": variant, "loaded": float(loaded[part.index].mean())}
+        row["at_once"] = "/".join(sorted(set(part[AT_ONCE])))
         for name, col in (("wall", layout.STEP_WALL_S), ("cpu", layout.STEP_CPU_S)):
             a, b = base[col].to_numpy(float), part[col].to_numpy(float)
             row[name] = float(a.mean() / b.mean())
@@ -97,13 +104,16 @@ def arm_rows(grid_dir: Path, by: str, baseline: str, seed: int) -> list[dict]:
 
 def _fmt(rows: list[dict]) -> list[str]:
     out = [
-        f"  {'variant':8} {'wall speedup [95% CI]':>26} {'CPU speedup [95% CI]':>26} {'loaded':>7} {'reported':>9}"
+        f"  {'variant':8} {'wall speedup [95% CI]':>26} {'CPU speedup [95% CI]':>26} {'loaded':>7} "
+        f"{'at once':>7} {'reported':>9}"
     ]
     for r in rows:
         wall = f"{r['wall']:.3f} [{r['wall_ci'][0]:.3f}, {r['wall_ci'][1]:.3f}]"
         cpu = f"{r['cpu']:.3f} [{r['cpu_ci'][0]:.3f}, {r['cpu_ci'][1]:.3f}]"
         rep = "left out" if np.isnan(r["reported"]) else f"{r['reported']:.3f}"
-        out.append(f"  {r['variant']:8} {wall:>26} {cpu:>26} {r['loaded']:>7.0%} {rep:>9}")
+        out.append(
+            f"  {r['variant']:8} {wall:>26} {cpu:>26} {r['loaded']:>7.0%} {r.get('at_once', ''):>7} {rep:>9}"
+        )
     return out
 
 

@@ -103,6 +103,57 @@ def _timer():
     return Timer()
 
 
+#: What the harness adds to a step, timed one by one in one more harness run: (owner, attribute,
+#: label); a label starting with spaces is part of the one above it.
+PARTS = (
+    ("harness.training:_StepRecorder", "on_step_end", "callback on_step_end (clock, samples, stop check)"),
+    ("harness.metrics:StepClock", "stop", "  StepClock.stop (reads the machine)"),
+    ("harness.training:_StepRecorder", "_write_samples", "  samples.jsonl"),
+    ("harness.training:_StepRecorder", "on_log", "callback on_log (the row)"),
+    ("harness.wseq:wseq_stats", None, "  w_seq statistics"),
+    ("harness.metrics:MetricsWriter", "append", "  metrics row buffered (parts written in the background)"),
+    ("harness.training:_StepRecorder", "_write_progress", "  progress.json"),
+    ("harness.training:_StepRecorder", "_concurrent_runs", "  machine lease count"),
+    ("harness.training:_StepRecorder", "on_save", "callback on_save (checkpoint marker, rows flushed)"),
+    ("harness.trainer:sequence_log_ratios", None, "trainer: log w_seq per micro-batch"),
+    ("harness.trainer:HarnessGRPOTrainer", "_gather_step", "trainer: rows pooled per optimizer step"),
+)
+
+
+def attribute(train_once, steps: int) -> list[str]:
+    """Run ``train_once()`` (one harness run of ``steps`` steps) with every part of :data:`PARTS`
+    wrapped in a wall-clock timer; returns one line per part: ms per step and share of the step."""
+    import importlib
+
+    spent = {label: 0.0 for *_, label in PARTS}
+    undo = []
+    for owner, attr, label in PARTS:
+        module, name = owner.split(":")
+        mod = importlib.import_module(module)
+        holder, key = (getattr(mod, name), attr) if attr else (mod, name)
+        original = getattr(holder, key)
+
+        def timed(*a, _f=original, _label=label, **kw):
+            t0 = time.perf_counter()
+            try:
+                return _f(*a, **kw)
+            finally:
+                spent[_label] += time.perf_counter() - t0
+
+        setattr(holder, key, timed)
+        undo.append((holder, key, original))
+    try:
+        step_s = train_once()
+    finally:
+        for holder, key, original in reversed(undo):
+            setattr(holder, key, original)
+    lines = [f"What the harness adds to a step (one more harness run, {step_s * 1e3:.1f} ms/step):"]
+    for *_, label in PARTS:
+        ms = spent[label] / steps * 1e3
+        lines.append(f"  {label:58} {ms:7.3f} ms/step  {100 * ms / (step_s * 1e3):6.2f}% of a step")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default="ablations/smoke.yaml")
@@ -175,6 +226,16 @@ def main() -> int:
         print(line, flush=True)
         lines.append(line)
     tail = summary_lines(ratios, arms)
+
+    def train_once() -> float:
+        tmp = Path(tempfile.mkdtemp(prefix="overhead-"))
+        try:
+            harness(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return timers[-1].wall / args.steps
+
+    tail += ["", *attribute(train_once, args.steps)]
     print(*tail, sep="\n")
     lines += ["", *tail]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

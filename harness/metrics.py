@@ -373,8 +373,6 @@ def _cpu_stall_us() -> float | None:
 def _process_cpu_s(pids: list[int]) -> dict[int, float]:
     """CPU seconds (user + system, in clock ticks like :func:`_machine_busy_s`) of each of processes
     ``pids``; a process that is gone or cannot be read is left out."""
-    import psutil
-
     out = {}
     for pid in pids:
         if pid == os.getpid():  # this process: times(2), without a file to read
@@ -382,6 +380,8 @@ def _process_cpu_s(pids: list[int]) -> dict[int, float]:
             out[pid] = t.user + t.system
             continue
         try:
+            import psutil
+
             t = psutil.Process(pid).cpu_times()
         except Exception:
             continue
@@ -410,7 +410,7 @@ class StepClock:
     Raises nothing for an unreadable ``/proc``: the machine's columns are then left out.
     """
 
-    def __init__(self, device: str, harness_pids=None, refresh_s: float = 1.0):
+    def __init__(self, device: str, harness_pids=None, refresh_s: float = 2.0):
         self.cuda = False
         if str(device).startswith("cuda"):
             import torch

@@ -17,6 +17,7 @@ import random
 import resource
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -187,6 +188,8 @@ class _StepRecorder:
         self._reward: float | None = None
         self._progress_at = -math.inf  # time.monotonic() of the last progress.json
         self.clock = StepClock(device, harness_pids=_lease_pids(machine_lease))
+        self._marking: threading.Thread | None = None  # the last checkpoint's marker being written
+        self._marking_error: BaseException | None = None
         self._threads = 1
         from harness.wseq import wseq_stats  # imports torch: only once a run trains
 
@@ -202,6 +205,8 @@ class _StepRecorder:
     def on_step_end(self, args, state, control, model=None, **kw):
         self.clock.stop()
         self.clock.step_done()
+        if control.should_save:  # transformers may rotate old checkpoints before on_save
+            self.finish_marking()
         step = state.global_step
         s = self.settings
         due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
@@ -272,8 +277,10 @@ class _StepRecorder:
     def on_save(self, args, state, control, **kw):
         """transformers has written ``checkpoint-<step>``: mark it complete (files flushed, marker
         last), then keep the newest ``keep_checkpoints`` complete ones, unless the trainer block
-        set ``save_total_limit`` and transformers prunes. With several processes every rank writes
-        its own RNG state into the checkpoint: all of them finish before rank 0 lists the files."""
+        set ``save_total_limit`` and transformers prunes; both in a thread while training goes on
+        (:meth:`_mark`, waited for before the next checkpoint and at the end). With several
+        processes every rank writes its own RNG state into the checkpoint: all of them finish
+        before rank 0 lists the files."""
         _barrier()
         step = state.global_step
         _save_ref_model(
@@ -281,9 +288,38 @@ class _StepRecorder:
         )
         if not state.is_world_process_zero:
             return
-        checkpoints.mark_complete(Path(args.output_dir) / f"checkpoint-{step}", step)
-        if args.save_total_limit is None:
-            checkpoints.prune(args.output_dir, self.settings.keep_checkpoints)
+        self.finish_marking()
+        keep = self.settings.keep_checkpoints if args.save_total_limit is None else None
+        ckpt = Path(args.output_dir) / f"checkpoint-{step}"
+        self._marking = threading.Thread(
+            target=self._mark, args=(ckpt, step, args.output_dir, keep), name="checkpoint-marker"
+        )
+        self._marking.start()
+
+    def _mark(self, ckpt: Path, step: int, output_dir: str, keep: int | None) -> None:
+        """Off the training step (a thread; its fsyncs are most of a checkpoint's cost to the
+        harness): mark ``ckpt`` complete, then prune. A kill before the marker leaves a checkpoint
+        judged by inspection, as a kill inside :func:`harness.checkpoints.mark_complete` always did."""
+        try:
+            checkpoints.mark_complete(ckpt, step)
+            if keep is not None:
+                checkpoints.prune(output_dir, keep)
+        except BaseException as e:  # raised on the training thread by finish_marking
+            self._marking_error = e
+
+    def finish_marking(self) -> None:
+        """Wait for the last checkpoint's marker and pruning (:meth:`_mark`); raise their error
+        (an OSError of a full disk). Called before the next checkpoint is written and when
+        training ends."""
+        if self._marking is not None:
+            self._marking.join()
+            self._marking = None
+        error, self._marking_error = self._marking_error, None
+        if error is not None:
+            raise error
+
+    def on_train_end(self, args, state, control, **kw):
+        self.finish_marking()
 
     def on_log(self, args, state, control, logs=None, **kw):
         shared, logs = logs, dict(logs or {})
@@ -638,7 +674,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     from harness.sharing import MachineLease
 
     # rank 0 tells other runs on this machine that it trains here (harness.sharing)
-    lease = MachineLease(spec.run_id, device) if state.is_main_process else None
+    lease = MachineLease(spec.run_id, device, min_interval_s=5.0) if state.is_main_process else None
     callback = _make_callback(
         trainer=trainer,
         writer=writer,

@@ -118,7 +118,7 @@ def wseq_stats(log_w: np.ndarray, log_s: np.ndarray, advantages: np.ndarray, n_m
     with np.errstate(over="ignore", invalid="ignore"):
         w = np.exp(log_w)
         s = np.exp(log_s)
-        q05, q50, q95 = np.exp(np.quantile(log_w, [0.05, 0.5, 0.95]))
+        q05, q50, q95 = np.exp(_quantiles(log_w, (0.05, 0.5, 0.95)))
         out.update(
             {
                 WSEQ_PREFIX + "mean": float(w.mean()),
@@ -140,3 +140,18 @@ def wseq_stats(log_w: np.ndarray, log_s: np.ndarray, advantages: np.ndarray, n_m
             }
         )
     return out
+
+
+def _quantiles(x: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """``np.quantile(x, qs)`` with numpy's default ``linear`` method (Hyndman & Fan 1996, type 7:
+    position ``q * (n - 1)`` of the sorted values, interpolated), by one sort: several times faster
+    on the few hundred values of a step, and this runs every optimizer step. ``x`` (N,), N >= 1,
+    without NaN; infinities give what numpy gives (NaN where it takes inf - inf)."""
+    srt = np.sort(x)
+    pos = np.asarray(qs, dtype=np.float64) * (srt.size - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, srt.size - 1)
+    frac = pos - lo
+    a, b = srt[lo], srt[hi]
+    diff = b - a  # numpy's _lerp: a + (b - a) t, from the other end when t >= 0.5
+    return np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)

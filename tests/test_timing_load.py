@@ -234,3 +234,38 @@ def test_load_benchmark_verdict_flags_a_reported_speedup_outside_the_quiet_sprea
     assert held[-1] == "verdict: every reported speedup holds" and "left out" in held[-2]
     broke = bench.verdict([quiet, ("hogged-1", [row("grpo", 1.0), row("dapo", 2.24)])], "grpo")
     assert broke[-1] == "verdict: a reported speedup is outside" and "OUTSIDE" in broke[-2]
+
+
+def _recorder_for_save(monkeypatch, mark):
+    from types import SimpleNamespace
+
+    from harness import checkpoints
+
+    monkeypatch.setattr(checkpoints, "mark_complete", mark)
+    monkeypatch.setattr(checkpoints, "prune", lambda folder, keep: [])
+    rec = training._StepRecorder.__new__(training._StepRecorder)
+    rec.trainer, rec.settings = SimpleNamespace(), SimpleNamespace(keep_checkpoints=2)
+    rec._marking, rec._marking_error = None, None
+    state = SimpleNamespace(global_step=4, is_world_process_zero=True)
+    return rec, state
+
+
+def test_a_checkpoint_is_marked_off_the_step_and_waited_for(tmp_path, monkeypatch):
+    marked = []
+    rec, state = _recorder_for_save(monkeypatch, lambda ckpt, step: marked.append((ckpt.name, step)))
+    args = type("Args", (), {"output_dir": str(tmp_path), "save_total_limit": None})()
+    rec.on_save(args, state, None)
+    rec.on_train_end(args, state, None)  # training's end waits for the marker
+    assert marked == [("checkpoint-4", 4)] and rec._marking is None
+
+
+def test_a_failed_marker_is_raised_on_the_training_thread(tmp_path, monkeypatch):
+    def full(ckpt, step):
+        raise OSError(28, "No space left on device")
+
+    rec, state = _recorder_for_save(monkeypatch, full)
+    args = type("Args", (), {"output_dir": str(tmp_path), "save_total_limit": None})()
+    rec.on_save(args, state, None)
+    with pytest.raises(OSError, match="No space left"):
+        rec.finish_marking()
+    rec.finish_marking()  # raised once
