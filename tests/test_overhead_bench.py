@@ -48,3 +48,23 @@ def test_summary_says_the_median_overhead_and_the_sign(bench):
     assert "median 1.0050 (+0.50%)" in wall and "harness slower in 2 of 4" in wall
     assert "bare 100.0 ms/step, harness 101.0 ms/step" in wall
     assert "harness slower in 0 of 4" in cpu
+
+
+def test_the_per_step_quantiles_equal_numpys():
+    """harness.wseq's one-sort quantiles (what the harness computes every step) equal np.quantile,
+    infinities included (NaN where numpy takes inf - inf)."""
+    import numpy as np
+
+    from harness.wseq import _quantiles
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 8, 512):
+        for _ in range(50):
+            x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3])
+            if rng.random() < 0.3:
+                x[rng.integers(0, n)] = np.inf
+            if rng.random() < 0.3:
+                x[rng.integers(0, n)] = -np.inf
+            with np.errstate(invalid="ignore"):
+                want, got = np.quantile(x, [0.05, 0.5, 0.95]), _quantiles(x, (0.05, 0.5, 0.95))
+            assert np.array_equal(want, got, equal_nan=True), (x, want, got)
