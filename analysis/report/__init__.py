@@ -1,0 +1,83 @@
+"""``grpo-harness report``: a grid's figures and tables, written to ``results/<grid>/report/``.
+
+Three steps, so the numbers can be checked (and timed) apart from the drawing:
+
+1. :func:`load_report_inputs`: the runs' metrics (:func:`analysis.load.load`) and end states
+   (:func:`analysis.states.read_states`);
+2. :func:`compute_report`: every figure's and table's numbers (pure: frames in, a
+   :class:`ReportData` out);
+3. :func:`render_report`: figures (PNG + PDF), tables (markdown, CSV, LaTeX) and ``index.md``.
+
+What the report stands behind: tables and figures count finished runs only (``DONE``); every
+other run is listed with its state and step (diverged at step s in which metric, failed,
+stopped or running at step s of ``max_steps``), and ``include_unfinished`` adds them, marked. A run
+whose ``config.json`` is damaged is named and left out. A run that never had a learning signal
+is flagged and never counts as improved. Curves are smoothed by a stated rule; importance-ratio
+metrics are drawn over off-policy steps only. A grid with a ``findings:`` section gets the verdict
+on each finding (:mod:`analysis.findings`) near the top; every report states, under the final
+performance table, the smallest difference of final score its seeds can resolve.
+
+Layout comes, in order of precedence, from the command line, the grid file's ``report:``
+section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
+
+The modules, in the order a report is made:
+
+=================  ==========================================================================
+``settings``       :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
+``inputs``         reading a results folder: metrics, states, ``grid.json``, findings
+``runs``           one row per run, its labels and panels, and the runs left out
+``baseline``       the baseline variant and the variants table
+``compute``        every number of the report (:func:`compute_report`), no drawing
+``data``           :class:`ReportData`, what ``compute`` hands to ``render``
+``render``         the figures and ``index.md`` (:func:`render_report`)
+``render_tables``  the table and findings sections of ``index.md`` and their captions
+``api``            :func:`make_report` and the command line
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from analysis.report.api import add_arguments, main, make_report
+from analysis.report.compute import _at_once, compute_report, merge_plugin_metrics, plugin_metrics
+from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, REPORT_SUFFIXES, VARIANT, ReportData
+from analysis.report.inputs import TRL_LOSS_TYPES, findings_results, load_report_inputs, report_columns
+from analysis.report.render import render_report
+from analysis.report.render_tables import _load_caption, power_lines
+from analysis.report.runs import findings_runs, finished_run_ids
+from analysis.report.settings import (
+    ReportError,
+    ReportSettings,
+    check_section,
+    parse_baseline,
+    parse_smoothing,
+)
+
+__all__ = [
+    "AT_ONCE",
+    "PANEL",
+    "PANEL_ROW",
+    "REPORT_SUFFIXES",
+    "TRL_LOSS_TYPES",
+    "VARIANT",
+    "ReportData",
+    "ReportError",
+    "ReportSettings",
+    "_at_once",
+    "_load_caption",
+    "add_arguments",
+    "check_section",
+    "compute_report",
+    "findings_results",
+    "findings_runs",
+    "finished_run_ids",
+    "load_report_inputs",
+    "main",
+    "make_report",
+    "merge_plugin_metrics",
+    "parse_baseline",
+    "parse_smoothing",
+    "plugin_metrics",
+    "power_lines",
+    "render_report",
+    "report_columns",
+]

@@ -1,0 +1,113 @@
+"""What :func:`analysis.report.compute.compute_report` hands to the drawing: :class:`ReportData`, and
+the names of the label columns the report adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analysis import curves
+from analysis.aggregate import Curves
+from analysis.report.settings import ReportSettings
+
+#: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
+REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
+
+#: Column names of the label columns the report adds to the metrics frame.
+VARIANT, PANEL, PANEL_ROW = "variant", "panel", "panel row"
+#: Per-run number of harness runs sharing the run's CPUs or GPU while it trained.
+AT_ONCE = "runs at once"
+
+
+@dataclass
+class ReportData:
+    """Every number a report shows, computed by :func:`compute_report`, drawn by :func:`render_report`.
+
+    Attributes:
+        title: the grid's name.
+        settings: the layout used.
+        lines: the report's opening lines (run set, what is compared, notes).
+        left_out: one line per run the tables and figures leave out (state and step).
+        runs: one row per run with metrics (index ``run_id``): labels, state, last step,
+            ``max_steps``, ``no_signal``, ``included``.
+        hue, col, row: label column names in the frames (None when not used).
+        hue_order, col_values, row_values: labels in display order.
+        colors: ``{variant label: colour}``.
+        baseline: the baseline's variant label, or None.
+        variants: one row per (variant, facet) with the full key values.
+        curve_sets: ``{metric: Curves}`` of the curve figures, in order.
+        marks, mark_runs: diverged runs to mark per curve metric.
+        syncs: reference-model sync steps per facet.
+        on_policy: facets whose runs are on-policy throughout.
+        dynamics: ``{metric: Curves}`` of the dynamics panels.
+        wseq: :func:`analysis.curves.wseq_bands` of the included runs' off-policy steps.
+        off_policy_how: how off-policy steps were told (see :func:`analysis.aggregate.off_policy_rows`).
+        scores: final score per included run, with labels.
+        timing, final, check, summary, ttt: tables.
+        profile: :func:`analysis.finals.profile_frame`.
+        resolvable: :func:`analysis.tables.resolvable_differences` of the final scores per panel.
+        findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
+    """
+
+    title: str
+    settings: ReportSettings
+    lines: list[str]
+    left_out: list[str]
+    runs: pd.DataFrame
+    hue: str | None = None
+    col: str | None = None
+    row: str | None = None
+    hue_order: list[str] = field(default_factory=list)
+    col_values: list[Any] = field(default_factory=lambda: [None])
+    row_values: list[Any] = field(default_factory=lambda: [None])
+    colors: dict[str, str] = field(default_factory=dict)
+    baseline: str | None = None
+    legend_title: str | None = None
+    variants: pd.DataFrame | None = None
+    curve_sets: dict[str, Curves] = field(default_factory=dict)
+    marks: dict[str, list[curves.Mark]] = field(default_factory=dict)
+    mark_runs: dict[str, pd.DataFrame | None] = field(default_factory=dict)
+    syncs: dict[tuple[Any, Any], list[float]] = field(default_factory=dict)
+    on_policy: list[tuple[Any, Any]] = field(default_factory=list)
+    dynamics: dict[str, Curves] = field(default_factory=dict)
+    dynamics_missing: list[str] = field(default_factory=list)
+    dynamics_absent: dict[str, list[str]] = field(default_factory=dict)
+    wseq: pd.DataFrame | None = None
+    off_policy_how: str = ""
+    scores: pd.DataFrame | None = None
+    timing: pd.DataFrame | None = None
+    final: pd.DataFrame | None = None
+    check: pd.DataFrame | None = None
+    summary: pd.DataFrame | None = None
+    ttt: pd.DataFrame | None = None
+    profile: pd.DataFrame | None = None
+    resolvable: pd.DataFrame | None = None
+    findings: pd.DataFrame | None = None
+    empty: bool = False
+
+    def panels(self) -> dict[str, Any]:
+        """The layout keywords every faceted figure takes (:func:`analysis.curves.plot_curve_set`,
+        :func:`analysis.finals.plot_final`): label columns, colours, orders, on-policy panels."""
+        return {
+            "hue": self.hue,
+            "col": self.col,
+            "row": self.row,
+            "colors": self.colors,
+            "hue_order": self.hue_order,
+            "col_values": self.col_values,
+            "row_values": self.row_values,
+            "on_policy": self.on_policy,
+        }
+
+
+@dataclass
+class _Keys:
+    """The config columns behind the labels: panels (``col``, ``row``), variants (``label``), and
+    every column the panels tell apart (``faceted``, dotted and as given)."""
+
+    col: list[str]
+    row: list[str]
+    label: list[str]
+    faceted: set[str]

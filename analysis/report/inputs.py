@@ -1,0 +1,276 @@
+"""Reading a grid's results folder for a report: the metrics, the runs' states, ``grid.json``,
+its ``report:`` section and its findings."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import curves, states
+from analysis import findings as findings_mod
+from analysis.load import SkippedFileWarning, list_runs, load, read_grid
+from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
+from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
+from harness import layout
+
+
+def report_columns(settings: ReportSettings) -> list[str]:
+    """The metric and config columns a report with ``settings`` reads (a projection: real runs log
+    many more, and reading only these is most of what makes a 1,000-run report quick)."""
+    metrics = [
+        settings.metric,
+        *settings.curves,
+        *settings.metrics,
+        *states.DIVERGENCE_METRICS,
+        states.ZERO_STD,
+        states.GRAD_NORM,
+        layout.OFF_POLICY,
+        layout.REUSE_INDEX,
+        layout.CONCURRENT_RUNS,
+        layout.STEP_WALL_S,
+        layout.STEP_CPU_S,
+        layout.STEP_GPU_S,
+        layout.OTHER_CPUS,
+        layout.CPUS,
+        layout.RUN_THREADS,
+        "step_time",
+        layout.TOKENS_GENERATED,
+        layout.TOKENS_TRAINED,
+        layout.TOKENS_GENERATED_TOTAL,
+        layout.PEAK_MEMORY_MB,
+        layout.ELAPSED_S,
+        *curves.WSEQ_Q,
+        "w_seq/min",
+        "w_seq/max",
+        *([settings.wseq_split] if settings.wseq_split else []),
+    ]
+    keys = [*(settings.hue or ()), *settings.col, *settings.row]
+    keys += [k for k, _ in (_baseline_pairs(settings.baseline or "") or [])]
+    config = [
+        "trainer.max_steps",
+        "trainer.loss_type",
+        "trainer.sync_ref_model",
+        "trainer.ref_model_sync_steps",
+        "trainer.importance_sampling_level",
+    ]
+    config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
+    return list(dict.fromkeys([*metrics, *config]))
+
+
+def load_report_inputs(
+    grid_dir: str | Path,
+    run_ids: Sequence[str] | None = None,
+    *,
+    all_runs: bool = False,
+    settings: ReportSettings | None = None,
+    extra_columns: Sequence[str] = (),
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None, str]:
+    """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set.
+
+    With ``settings`` only the columns that report needs are read (:func:`report_columns`, and
+    ``extra_columns``, e.g. the findings' metrics); without, every column.
+
+    Raises:
+        FileNotFoundError: no ``runs/`` folder.
+        ReportError: a damaged ``grid.json``.
+    """
+    grid_dir = Path(grid_dir)
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
+        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
+    try:
+        grid_info = read_grid(grid_dir)
+    except ValueError as e:
+        raise ReportError(f"{e}; fix or delete it, or use --all") from e
+    if all_runs:
+        ids = list_runs(grid_dir)
+        run_set = f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
+    elif run_ids is not None:
+        ids = list(run_ids)
+        run_set = f"{len(ids)} run(s) given on the command line"
+    elif grid_info and isinstance(grid_info.get("run_ids"), list):
+        ids = [str(r) for r in grid_info["run_ids"]]
+        run_set = f"the {len(ids)} run(s) of {layout.GRID_FILE} (the grid as currently specified)"
+    else:
+        ids = list_runs(grid_dir)
+        run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedFileWarning)
+        df = load(
+            grid_dir,
+            ids,
+            columns=None
+            if settings is None
+            else list(
+                dict.fromkeys([*report_columns(settings), *extra_columns, *_plugin_prefixes(grid_dir, ids)])
+            ),
+            cache_dir=grid_dir / layout.GRID_CACHE_DIR,
+        )
+    for w in caught:
+        if issubclass(w.category, SkippedFileWarning):
+            print(f"report: {w.message}", file=sys.stderr)
+        elif "not found" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    present = set(list_runs(grid_dir))
+    st = states.read_states(grid_dir, [r for r in ids if r in present])
+    df.attrs["run_set"] = run_set
+    df.attrs["requested_runs"] = ids
+    if grid_info and isinstance(grid_info.get("runs"), Mapping):
+        df.attrs["grid_runs"] = grid_info["runs"]  # each run's varying values, damaged runs' too
+    return df, st, grid_info, run_set
+
+
+def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
+    """``"<name>/"`` for each loss plugin a run's ``config.json`` names as its ``loss_type`` (the
+    columns of its metrics, read beside the report's own: :func:`plugin_metrics`)."""
+    import json
+
+    names: set[str] = set()
+    for rid in ids:
+        try:
+            data = json.loads((layout.run_dir(grid_dir, rid) / layout.CONFIG_FILE).read_text())
+            name = data["config"]["trainer"]["loss_type"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(name, str) and name not in TRL_LOSS_TYPES:
+            names.add(name)
+    return [f"{n}/" for n in sorted(names)]
+
+
+def _not_a_grid_folder(path: Path) -> str:
+    """Why ``path`` is not a grid's results folder, and which folders near it are."""
+    near = path if path.is_dir() else path.parent
+    grids = (
+        sorted(str(p.parent) for p in near.glob(f"*/{layout.RUNS_DIR}") if p.is_dir())
+        if near.is_dir()
+        else []
+    )
+    what = "does not exist" if not path.exists() else f"has no '{layout.RUNS_DIR}' folder"
+    hint = (
+        f"; grid results folders there: {', '.join(grids[:8])}" + (" ..." if len(grids) > 8 else "")
+        if grids
+        else "; give results/<grid>, the folder `grpo-harness run` wrote"
+    )
+    return f"{path} {what}{hint}"
+
+
+#: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
+#: plugin's: harness.trl_boundary.KNOWN_LOSS_TYPES (analysis takes only the layout and schema from
+#: harness; tests/test_analysis_report.py checks the two agree).
+TRL_LOSS_TYPES = frozenset({"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"})
+
+
+def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
+    """The ``report:`` section of the grid's ``grid.json`` (None without one, or when the file
+    cannot be read: :func:`load_report_inputs` names it then).
+
+    Raises:
+        ReportError: listing every problem of the section (:func:`check_section`).
+    """
+    try:
+        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
+    except ValueError:
+        grid_info = None  # load_report_inputs names the damaged file
+    section = grid_info.get("report") if isinstance(grid_info, dict) else None
+    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
+    if problems:
+        raise ReportError(
+            "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
+            "`plan` again, or give the layout on the command line)"
+        )
+    return section if isinstance(section, Mapping) else None
+
+
+def _grid_findings(grid_dir: Path) -> list[findings_mod.Finding]:
+    """The findings recorded in the grid's ``grid.json`` (none without the file or the section,
+    or when the file cannot be read: :func:`load_report_inputs` names it then).
+
+    Raises:
+        ReportError: a damaged findings record, listing its problems.
+    """
+    try:
+        grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
+    except ValueError:
+        return []
+    section = grid_info.get("findings") if isinstance(grid_info, dict) else None
+    try:
+        return findings_mod.read_findings(section, str(grid_dir / layout.GRID_FILE))
+    except ValueError as e:
+        raise ReportError(
+            f"{e} (fix the grid file's findings: section and record it again with `grpo-harness run` or "
+            "`submit`: done runs are skipped)"
+        ) from e
+
+
+def findings_results(grid_dir: str | Path) -> pd.DataFrame:
+    """The verdicts on a results folder's findings, as its report computes them
+    (:func:`analysis.findings.findings_table` over the grid's finished runs).
+
+    Args:
+        grid_dir: ``results/<grid>``, whose ``grid.json`` records a ``findings:`` section.
+
+    Returns:
+        The findings table.
+
+    Raises:
+        FileNotFoundError: no ``runs/`` folder.
+        ReportError: ``grid.json`` records no findings (the message says how to add them), or a
+            damaged record.
+    """
+    grid_dir = Path(grid_dir)
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
+        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
+    path = grid_dir / layout.GRID_FILE
+    if not path.is_file():
+        raise ReportError(
+            f"{path} does not exist, so nothing says which runs each finding compares; run `grpo-harness run "
+            "GRID.yaml` (done runs are skipped) or `grpo-harness submit` for the grid whose results these are"
+        )
+    try:
+        read_grid(grid_dir)
+    except ValueError as e:
+        raise ReportError(
+            f"{e}; write it again with `grpo-harness run GRID.yaml` (done runs are skipped) or `grpo-harness submit`"
+        ) from e
+    findings = _grid_findings(grid_dir)
+    if not findings:
+        raise ReportError(
+            f"{path} records no findings: section; add one to the grid file (see the "
+            "README, Findings) and record it with `grpo-harness run GRID.yaml` (done runs are skipped), or "
+            "`grpo-harness submit`"
+        )
+    settings = ReportSettings.merged(_grid_section(grid_dir))
+    df, run_states, _, _ = load_report_inputs(
+        grid_dir, settings=settings, extra_columns=[f.metric for f in findings]
+    )
+    logged = _logged_for(grid_dir, df, findings)
+    df, _, without = _runs_without_metrics(df, run_states)
+    finished: list[str] = []
+    if not df.empty:
+        # the report's score metric plays no part: a finding reads its own (the step is always there)
+        runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
+        finished, without = findings_runs(runs, without, df)
+    return findings_mod.findings_table(df, findings, finished, unfinished=without, logged=logged)
+
+
+def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
+    """The metric names a few runs' files hold, read only when no run of ``df`` has a value of a
+    finding's metric (to suggest the name meant); [] otherwise."""
+    if all(f.metric in df.columns and df[f.metric].notna().any() for f in findings):
+        return []
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names: set[str] = set()
+    ids = list(df[layout.RUN_ID].unique()[:8]) if len(df) else []
+    for rid in ids:
+        for path in layout.metric_paths(layout.run_dir(grid_dir, str(rid)))[:1]:
+            with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # the load names a damaged file
+                names.update(pq.read_schema(path).names)
+    return sorted(names - {layout.RUN_ID, layout.STEP})
