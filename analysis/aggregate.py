@@ -25,6 +25,7 @@ from scipy.signal import lfilter
 from analysis import stats
 from analysis.labels import NONE_LABEL, format_value, sort_key
 from harness import layout
+from harness.report_section import AUTO, parse_smoothing
 
 __all__ = [
     "AUTO",
@@ -60,7 +61,6 @@ X_LABELS: dict[str, str] = {
 }
 
 #: ``smoothing="auto"``: a trailing window of :func:`auto_window` logged points.
-AUTO = "auto"
 
 #: Metrics that depend on the importance ratio between the current and the old policy. They are
 #: identically 1 (ratios) or 0 (clip fractions) on a step whose old log-probs came from the current
@@ -341,20 +341,20 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
         ``{}``, ``{"window": n}`` or ``{"ema": a}``.
 
     Raises:
-        ValueError: for anything else.
+        ValueError: (:class:`harness.report_section.SmoothingError`) for anything
+            :func:`harness.report_section.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
     """
-    if smoothing is None or smoothing == "none" or (isinstance(smoothing, Mapping) and not smoothing):
+    if smoothing is None or (isinstance(smoothing, Mapping) and not smoothing):
         return {}
-    if smoothing == AUTO:
+    setting = parse_smoothing(smoothing)
+    if setting == AUTO:
         w = auto_window(n_points)
         return {"window": w} if w > 1 else {}
-    if isinstance(smoothing, Mapping) and len(smoothing) == 1:
-        kind, value = next(iter(smoothing.items()))
-        if kind == "window" and int(value) >= 1:
-            return {"window": int(value)} if int(value) > 1 else {}
-        if kind == "ema" and 0.0 < float(value) <= 1.0:
-            return {"ema": float(value)}
-    raise ValueError(f"smoothing must be 'auto', 'none', {{'window': n}} or {{'ema': a}}, got {smoothing!r}")
+    if setting == "none":
+        return {}
+    if "window" in setting:
+        return {"window": setting["window"]} if setting["window"] > 1 else {}
+    return dict(setting)
 
 
 def smoothing_caption(

@@ -51,6 +51,7 @@ from analysis.aggregate import (
 )
 from analysis.labels import format_value, metric_label
 from harness import layout
+from harness.report_section import DYNAMICS_METRICS
 
 __all__ = [
     "DYNAMICS_METRICS",
@@ -70,18 +71,6 @@ __all__ = [
     "wseq_bands",
     "x_values",
 ]
-
-#: Training-dynamics panels, in display order.
-DYNAMICS_METRICS: tuple[str, ...] = (
-    layout.EVAL_ACCURACY,
-    "entropy",
-    "kl",
-    "clip_ratio/region_mean",
-    "clip_ratio/low_mean",
-    "clip_ratio/high_mean",
-    "completions/mean_length",
-    "vespo/phi_seq_mean",
-)
 
 ON_POLICY_NOTE = "on-policy throughout:\nratio ≡ 1, not drawn"
 

@@ -346,4 +346,3 @@ def describe_combo(keys: Sequence[str], values: Sequence[Any]) -> str:
 def titles(keys: Sequence[str]) -> str:
     """Legend title for a set of keys: ``epsilon / epsilon_high``."""
     return " / ".join(key_title(k) for k in keys)
-

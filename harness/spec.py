@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from harness import lora
+from harness import lora, report_section
 from harness.schema import (
     EPOCH,
     Axis,
@@ -779,23 +779,10 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
 
 #: Keys of the top-level ``report:`` section: how the grid's report is laid out (no run setting;
 #: no run id depends on it). Every key is optional; null leaves a key unset (also an included one).
-REPORT_KEYS = (
-    "hue",  # setting key(s) whose values are the compared variants (colours)
-    "col",  # setting key(s) faceted as columns
-    "row",  # setting key(s) faceted as rows
-    "baseline",  # KEY=VALUE, several joined by commas, or a variant label
-    "x",  # one of REPORT_X
-    "smoothing",  # auto | none | {window: N} | {ema: A}
-    "metric",  # the score of the tables (e.g. reward, eval/accuracy)
-    "curves",  # metrics drawn as curves, one figure each, in order
-    "metrics",  # training-dynamics panels
-    "target",  # a finite number: time to reach metric >= target
-    "lead",  # one of REPORT_LEAD: which figure comes first
-    "seeds",  # bool: draw each run faintly
-)
-REPORT_X = ("step", "tokens", "time")
-REPORT_LEAD = ("curves", "final")
-REPORT_SMOOTHING = ("auto", "none")
+#: The schema is :class:`harness.report_section.ReportSettings`.
+REPORT_KEYS = report_section.REPORT_KEYS
+REPORT_X, REPORT_LEAD = report_section.REPORT_X, report_section.REPORT_LEAD
+REPORT_SMOOTHING = report_section.REPORT_SMOOTHING
 
 
 def _override_report(
@@ -897,31 +884,13 @@ def _report_baseline(value: Any, where: str, problems: list[str], grid_keys: Seq
 
 
 def _report_smoothing(value: Any, where: str, problems: list[str]) -> Any:
-    """``smoothing``: "auto", "none", ``{"window": n}`` (int n >= 1) or ``{"ema": a}`` (0 < a <= 1)."""
-    allowed = "auto, none, {window: N} (N logged points, an integer >= 1) or {ema: A} (0 < A <= 1)"
-    if isinstance(value, str) and value in REPORT_SMOOTHING:
-        return value
-    if isinstance(value, Mapping) and len(value) == 1:
-        ((kind, n),) = value.items()
-        number = isinstance(n, int | float) and not isinstance(n, bool)
-        if kind == "window":
-            if number and isinstance(n, int) and n >= 1:
-                return {"window": n}
-            problems.append(
-                f"{where}.window = {n!r}: the window is a number of logged points, an integer >= 1; "
-                "write e.g. {window: 5}, or none for no smoothing."
-            )
-            return None
-        if kind == "ema":
-            if number and math.isfinite(n) and 0 < n <= 1:
-                return {"ema": float(n)}
-            problems.append(
-                f"{where}.ema = {n!r}: the EMA weight of the newest point is a number with 0 < A <= 1; "
-                "write e.g. {ema: 0.3}, or none for no smoothing."
-            )
-            return None
-    problems.append(f"{where} = {value!r}: smoothing is one of {allowed}; e.g. smoothing: {{window: 5}}.")
-    return None
+    """``smoothing``: :func:`harness.report_section.parse_smoothing`'s setting, or None (a problem)."""
+    try:
+        return report_section.parse_smoothing(value)
+    except report_section.SmoothingError as e:
+        part = f".{e.part}" if e.part else ""
+        problems.append(f"{where}{part} = {e.value!r}: {e}")
+        return None
 
 
 def _report_target(value: Any, where: str, problems: list[str]) -> float | None:

@@ -377,9 +377,10 @@ def test_the_cache_sees_a_copy_that_keeps_size_and_mtime(broken):
         (["--baseline", "loss_type=foo"], "no run has it; loss_type is dapo, grpo in these runs"),
         (["--baseline", "nothing=1"], "'nothing' is not a setting of these runs"),
         (["--wseq-split", "foo"], "--wseq-split 'foo': no counted run recorded it"),
-        (["--smooth", "window=0"], "the window is a whole number of logged points, at least 1"),
-        (["--smooth", "ema=2"], "the EMA weight of the newest point must be in (0, 1]"),
-        (["--smooth", "box"], "use auto, none, window=N"),
+        (["--smooth", "window=0"], "the window is a number of logged points, an integer >= 1"),
+        (["--smooth", "window=2.5"], "the window is a number of logged points, an integer >= 1"),
+        (["--smooth", "ema=2"], "the EMA weight of the newest point is a number with 0 < A <= 1"),
+        (["--smooth", "box"], "auto, none, window=N or ema=A"),
     ],
 )
 def test_a_command_line_setting_that_names_nothing_stops_before_writing(broken, capsys, args, says):

@@ -1,7 +1,7 @@
 """The import rules of the code, read from its source (no module is imported):
 
-- ``analysis`` takes from ``harness`` only the results layout (``harness.layout``) and the schema
-  (``harness.schema``);
+- ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
+  (``harness.schema``) and the report's settings (``harness.report_section``);
 - the schema imports nothing of the project, so every module can take it;
 - the schema, planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch,
   transformers or trl at module level, so planning a grid never loads the model stack;
@@ -59,7 +59,7 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-ANALYSIS_MAY_TAKE = ("harness.layout", "harness.schema")
+ANALYSIS_MAY_TAKE = ("harness.layout", "harness.schema", "harness.report_section")
 
 
 def _within(name: str, modules) -> bool:

@@ -50,6 +50,7 @@ from analysis.report.settings import (
     check_section,
     parse_baseline,
     parse_smoothing,
+    parse_smoothing_text,
 )
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "merge_plugin_metrics",
     "parse_baseline",
     "parse_smoothing",
+    "parse_smoothing_text",
     "plugin_metrics",
     "power_lines",
     "render_report",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +11,9 @@ from typing import Any
 from analysis.report.compute import compute_report
 from analysis.report.inputs import _grid_findings, _grid_section, _logged_for, load_report_inputs
 from analysis.report.render import _write_report
-from analysis.report.settings import _X_CHOICES, ReportError, ReportSettings, _keys, parse_smoothing
-from harness import layout
+from analysis.report.settings import ReportError, ReportSettings, _keys
+from harness import layout, report_section
+from harness.report_section import REPORT_X
 
 
 def make_report(
@@ -55,8 +55,8 @@ def make_report(
         ReportError: (a ValueError) if ``x`` is unknown or a key or metric does not fit the results.
     """
     grid_dir = Path(grid_dir)
-    if x is not None and x not in _X_CHOICES:
-        raise ReportError(f"x must be one of {_X_CHOICES}, got {x!r}")
+    if x is not None and x not in REPORT_X:
+        raise ReportError(f"x must be one of {REPORT_X}, got {x!r}")
     settings = ReportSettings.merged(
         _grid_section(grid_dir),
         hue=_keys(hue),
@@ -102,45 +102,10 @@ def make_report(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``report`` subcommand's arguments to ``parser``."""
+    """Add the ``report`` subcommand's arguments to ``parser``: the results folder, ``--all``, and
+    one flag per setting that has one (:func:`harness.report_section.add_arguments`)."""
     parser.add_argument("grid", type=Path, help="a grid's results folder, results/<grid>")
-    parser.add_argument(
-        "--baseline",
-        default=None,
-        help="reference variant: KEY=VALUE[,KEY=VALUE] or a variant label (default: the grid's report "
-        "section, else loss_type=grpo)",
-    )
-    parser.add_argument("--x", choices=_X_CHOICES, default=None, help="x axis of the curves (default: step)")
-    parser.add_argument(
-        "--hue", default=None, help="key(s) compared as colours, comma-separated (default: loss_type)"
-    )
-    parser.add_argument("--col", default=None, help="key(s) faceted into panel columns, comma-separated")
-    parser.add_argument("--row", default=None, help="key(s) faceted into panel rows, comma-separated")
-    parser.add_argument("--metric", default=None, help="curve and table metric (default: reward)")
-    parser.add_argument(
-        "--target", type=float, default=None, help="also tabulate time to reach METRIC >= TARGET"
-    )
-    parser.add_argument("--ci", choices=("t", "bootstrap"), default=None, help="curve band (default: t)")
-    parser.add_argument(
-        "--smooth",
-        default=None,
-        metavar="auto|none|window=N|ema=A",
-        help="smoothing of each run before averaging (default: auto, a trailing mean over a tenth of each "
-        "run's logged points)",
-    )
-    parser.add_argument("--seeds", action="store_true", default=None, help="also draw each run faintly")
-    parser.add_argument(
-        "--include-unfinished",
-        action="store_true",
-        default=None,
-        help="also count runs that did not finish (diverged, failed, stopped), marked",
-    )
-    parser.add_argument(
-        "--wseq-split",
-        default=None,
-        metavar="COLUMN",
-        help="split the w_seq figure by a column, e.g. reuse_index",
-    )
+    report_section.add_arguments(parser)
     parser.add_argument(
         "--all",
         dest="all_runs",
@@ -150,37 +115,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run :func:`make_report` from parsed arguments; print where the outputs went.
+    """Run :func:`make_report` from parsed arguments (:func:`add_arguments`); print where the
+    outputs went.
 
     Returns:
         0 on success, 2 when the folder or an argument is invalid (message on stderr).
     """
     try:
-        smoothing = parse_smoothing(getattr(args, "smooth", None))
-    except ValueError as e:
-        print(f"report: --smooth {args.smooth!r}: {e}", file=sys.stderr)
+        given = report_section.given_in(args)
+    except report_section.SmoothingError as e:
+        print(
+            f"report: --smooth {args.smoothing!r}: {e} On the command line: auto, none, window=N or ema=A.",
+            file=sys.stderr,
+        )
         return 2
-    target = getattr(args, "target", None)
-    if target is not None and not math.isfinite(target):
-        print(f"report: --target {target}: give a finite value (e.g. 0.5)", file=sys.stderr)
+    except ReportError as e:
+        print(f"report: {e}", file=sys.stderr)
         return 2
     try:
-        out = make_report(
-            args.grid,
-            smoothing=smoothing,
-            all_runs=getattr(args, "all_runs", False),
-            baseline=getattr(args, "baseline", None),
-            x=getattr(args, "x", None),
-            hue=getattr(args, "hue", None),
-            col=getattr(args, "col", None),
-            row=getattr(args, "row", None),
-            metric=getattr(args, "metric", None),
-            target=target,
-            ci=getattr(args, "ci", None),
-            seeds=getattr(args, "seeds", None),
-            include_unfinished=getattr(args, "include_unfinished", None),
-            wseq_split=getattr(args, "wseq_split", None),
-        )
+        out = make_report(args.grid, all_runs=getattr(args, "all_runs", False), **given)
     except (FileNotFoundError, NotADirectoryError, ReportError) as e:
         print(f"report: {e}", file=sys.stderr)
         return 2

@@ -30,8 +30,9 @@ from analysis.report.runs import (
     _runs_without_metrics,
     findings_runs,
 )
-from analysis.report.settings import _X_CHOICES, ReportError, ReportSettings
+from analysis.report.settings import ReportError, ReportSettings
 from harness import layout
+from harness.report_section import REPORT_X
 
 
 def compute_report(
@@ -69,8 +70,8 @@ def compute_report(
         ReportError: ``x``, a layout key or the metric does not fit the results.
     """
     s = settings
-    if s.x not in _X_CHOICES:
-        raise ReportError(f"x must be one of {_X_CHOICES}, got {s.x!r}")
+    if s.x not in REPORT_X:
+        raise ReportError(f"x must be one of {REPORT_X}, got {s.x!r}")
     data = ReportData(title=title, settings=s, lines=[], left_out=[], runs=pd.DataFrame())
     df, unreadable, without = _runs_without_metrics(df, run_states)
     if df.empty:
