@@ -406,11 +406,12 @@ class StepClock:
         harness_pids: the process ids of the harness's other runs on this machine (called at most
             every ``refresh_s`` seconds); None: this process alone.
         refresh_s: seconds between two calls of ``harness_pids``.
+        machine_every_s: seconds between two reads of the machine (see :meth:`stop`).
 
     Raises nothing for an unreadable ``/proc``: the machine's columns are then left out.
     """
 
-    def __init__(self, device: str, harness_pids=None, refresh_s: float = 2.0):
+    def __init__(self, device: str, harness_pids=None, refresh_s: float = 2.0, machine_every_s: float = 1.0):
         self.cuda = False
         if str(device).startswith("cuda"):
             import torch
@@ -418,6 +419,8 @@ class StepClock:
             self.cuda = torch.cuda.is_available()
         self.harness_pids = harness_pids
         self.refresh_s = refresh_s
+        self.machine_every_s = machine_every_s
+        self._rates: dict[str, float] = {}  # the machine's latest rates, for steps between reads
         self._pids: list[int] = [os.getpid()]
         self._pids_at = -math.inf
         self._open: tuple | None = None
@@ -457,8 +460,10 @@ class StepClock:
 
     def stop(self) -> None:
         """End the interval begun by :meth:`start` (steps are counted by :meth:`step_done`).
-        Does nothing without an open interval. The machine is read once per call, over the time
-        since the last read (what ran between intervals included: a rate of cores, not a time)."""
+        Does nothing without an open interval. The machine is read here when ``machine_every_s``
+        has passed since its last read (reading ``/proc/stat`` costs the kernel more than the
+        rest of the clock): its columns are rates over the time between two reads (what ran
+        between intervals included), and a step between reads gets the latest rates."""
         if self._open is None:
             return
         w0, c0 = self._open
@@ -471,7 +476,10 @@ class StepClock:
             finish = torch.cuda.Event(enable_timing=True)
             finish.record()
             self._events[-1] = (self._events[-1][0], finish)
-        then, now = self._machine, self._sample_machine()
+        then = self._machine
+        if then is not None and time.perf_counter() - then[0] < self.machine_every_s:
+            return
+        now = self._sample_machine()
         self._machine = now
         if then is None:
             return
@@ -504,10 +512,12 @@ class StepClock:
         if self.cuda and self._events:
             out[layout.STEP_GPU_S] = self._gpu_seconds() / steps
         if s["machine_wall"] > 0:
+            self._rates = {}
             if self._known["other"]:
-                out[layout.OTHER_CPUS] = s["other"] / s["machine_wall"]
+                self._rates[layout.OTHER_CPUS] = s["other"] / s["machine_wall"]
             if self._known["stall"]:
-                out[layout.CPU_STALL] = min(s["stall"] / s["machine_wall"], 1.0)
+                self._rates[layout.CPU_STALL] = min(s["stall"] / s["machine_wall"], 1.0)
+        out.update(self._rates)
         with contextlib.suppress(OSError, AttributeError):
             out[layout.LOAD_1M] = os.getloadavg()[0]
         out[layout.CPUS] = float(os.cpu_count() or 1)

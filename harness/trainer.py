@@ -18,6 +18,7 @@ calls the same TRL methods around the plugin's formula). The subclass only wraps
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from trl import GRPOTrainer
 
@@ -45,8 +46,8 @@ class HarnessGRPOTrainer(GRPOTrainer):
         self._local_rows: list[torch.Tensor] = []  # (n, 5) float64: log_w, log_s, advantage, valid, real
         self._local_trained_tokens: torch.Tensor | int = 0
         self._local_generated_tokens = 0
-        self._pooled: list[torch.Tensor] = []
-        self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+        self._pooled: list[np.ndarray] = []  # (n, 3) float64 per optimizer step: log_w, log_s, advantage
+        self._pooled_counts = np.zeros(3)  # completions masked, tokens trained, tokens generated
         # Off-policy state, plain Python values (no device work): set by the generation wrapper, read
         # by the _prepare_inputs wrapper, pooled per optimizer step. Same on every rank.
         self._generated_now = False
@@ -128,30 +129,32 @@ class HarnessGRPOTrainer(GRPOTrainer):
 
     def _gather_step(self) -> None:
         """Pool this step's per-completion rows (columns: log_w, log_s, advantage, valid, real) over
-        every micro-batch and rank; one host transfer per optimizer step."""
+        every micro-batch and rank; one host transfer per optimizer step, then numpy (a few small
+        arrays: numpy's per-call cost is a fraction of torch's)."""
         device = self.accelerator.device
         local = (
             torch.cat(self._local_rows)
             if self._local_rows
             else torch.zeros((0, 5), dtype=torch.float64, device=device)
         )
-        trained = torch.as_tensor(self._local_trained_tokens, dtype=torch.float64, device=device).reshape(1)
-        counts = torch.cat(
-            [trained, torch.tensor([float(self._local_generated_tokens)], device=device, dtype=torch.float64)]
-        )
+        trained, generated = self._local_trained_tokens, float(self._local_generated_tokens)
         self._local_rows = []
         self._local_trained_tokens = 0
         self._local_generated_tokens = 0
         if self.accelerator.num_processes > 1:
             # Ranks may hold different numbers of rows: pad (real = 0), gather, drop the padding.
+            trained = torch.as_tensor(trained, dtype=torch.float64, device=device).reshape(1)
+            counts = torch.cat([trained, torch.tensor([generated], device=device, dtype=torch.float64)])
             local = self.accelerator.pad_across_processes(local, dim=0, pad_index=0)
             local = self.accelerator.gather(local)
-            counts = self.accelerator.reduce(counts, reduction="sum")
-        local = local.cpu()
-        local = local[local[:, 4] > 0]
-        valid = local[:, 3] > 0
-        self._pooled.append(local[valid][:, :3])
-        self._pooled_counts += torch.cat([(~valid).sum().reshape(1).to(torch.float64), counts.cpu()])
+            counts = self.accelerator.reduce(counts, reduction="sum").cpu().numpy()
+        else:
+            counts = np.array([float(trained), generated])
+        rows = local.cpu().numpy()
+        rows = rows[rows[:, 4] > 0]
+        valid = rows[:, 3] > 0
+        self._pooled.append(rows[valid, :3])
+        self._pooled_counts += np.array([float((~valid).sum()), counts[0], counts[1]])
         self._pooled_off_policy = self._pooled_off_policy or self._step_off_policy
         self._pooled_policy_lag = max(self._pooled_policy_lag, self._step_policy_lag)
         self._pooled_reuse_index = self._step_reuse_index
@@ -165,10 +168,10 @@ class HarnessGRPOTrainer(GRPOTrainer):
             "tokens_trained": int, "tokens_generated": int}`` with float64 numpy arrays; token counts
             are completion tokens summed over ranks (trained counts each reuse of a generation batch).
         """
-        rows = torch.cat(self._pooled).numpy() if self._pooled else torch.zeros((0, 3)).numpy()
+        rows = np.concatenate(self._pooled) if self._pooled else np.zeros((0, 3))
         masked, trained, generated = (int(x) for x in self._pooled_counts.tolist())
         self._pooled = []
-        self._pooled_counts = torch.zeros(3, dtype=torch.float64)
+        self._pooled_counts = np.zeros(3)
         off_policy, lag, reuse = self._pooled_off_policy, self._pooled_policy_lag, self._pooled_reuse_index
         self._pooled_off_policy, self._pooled_policy_lag, self._pooled_reuse_index = False, 0, 0
         return {

@@ -269,3 +269,21 @@ def test_a_failed_marker_is_raised_on_the_training_thread(tmp_path, monkeypatch)
     with pytest.raises(OSError, match="No space left"):
         rec.finish_marking()
     rec.finish_marking()  # raised once
+
+
+def test_steps_between_reads_of_the_machine_get_its_latest_rates(monkeypatch):
+    m = FakeMachine(monkeypatch)
+    monkeypatch.setattr(metrics.os, "getpid", lambda: 1)
+    m.procs = {1: 0.0}
+    clock = StepClock("cpu", machine_every_s=1.0)
+    clock.start()
+    m.advance(wall=1.0, cpu=0.5, busy=1.5, p1=0.5)  # a read: 1 other core
+    clock.stop()
+    clock.step_done()
+    assert clock.take()[layout.OTHER_CPUS] == pytest.approx(1.0)
+    clock.start()
+    m.advance(wall=0.2, cpu=0.2, busy=0.2, p1=0.2)  # too soon for a read: the latest rate
+    clock.stop()
+    clock.step_done()
+    got = clock.take()
+    assert got[layout.OTHER_CPUS] == pytest.approx(1.0) and got[layout.STEP_CPU_S] == pytest.approx(0.2)
