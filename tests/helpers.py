@@ -31,9 +31,10 @@ SMALL_MODEL = {
     "sft_steps": 4, "sft_batch_size": 16, "sft_examples": 64,
 }  # fmt: skip
 
-#: Session fixtures (tests/conftest.py) that build the tiny model or hold the models that CLI runs
-#: build: conftest marks slow every test that uses one, so the fast tier leaves it out.
-MODEL_FIXTURES = frozenset({"tiny_model", "model_cache"})
+#: Fixtures that build a model (conftest's ``tiny_model``; ``tiny_dir`` of test_models.py, ``chat_dir``
+#: of test_tiny_chat.py) or hold the models that CLI runs build (``model_cache``): conftest marks slow
+#: every test that uses one, so the fast tier leaves it out.
+MODEL_FIXTURES = frozenset({"tiny_model", "model_cache", "tiny_dir", "chat_dir"})
 
 
 def require_cluster(reason: str | None, *, in_ci: str, otherwise: str) -> None:

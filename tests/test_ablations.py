@@ -28,6 +28,7 @@ def profiles(path):
     return [None, *(read_yaml(path).get("profiles") or {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ABLATIONS, ids=[p.name for p in ABLATIONS])
 def test_grid_plans_and_validates(path):
     assert path.name in EXPECTED_RUNS, f"add the expected run count of {path.name} to this test"

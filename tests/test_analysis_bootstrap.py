@@ -52,6 +52,7 @@ def endpoint_spread(df: pd.DataFrame, reps: int | None) -> float:
     return float(np.max(np.ptp(ends, axis=0)[finite]))
 
 
+@pytest.mark.slow
 def test_report_interval_endpoints_move_less_than_0_005_across_bootstrap_seeds():
     df = fixed_matrix()
     table = tables.final_performance_table(df, "reward", by="loss_type", baseline="grpo")
@@ -158,6 +159,7 @@ def test_resolvable_differences_per_panel_by_hand():
     assert list(overall.columns) == ["variants", "n_min", "n_max", "pooled_sd", "resolvable"]
 
 
+@pytest.mark.slow
 def test_every_report_has_the_power_line_under_the_final_table(tmp_path):
     g = tmp_path / "toy"
     synthetic_grid(g, variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20)

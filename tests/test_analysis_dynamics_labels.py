@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis import curves, style
 from harness import layout
@@ -44,6 +45,7 @@ def vespo_like_frame(steps: int = 12) -> pd.DataFrame:
     return df
 
 
+@pytest.mark.slow
 def test_dynamics_y_labels_of_neighbouring_rows_do_not_overlap(tmp_path):
     fig, axes = curves.plot_panels(vespo_like_frame(), METRICS, hue="variant", col="panel")
     assert axes.shape == (4, 3)

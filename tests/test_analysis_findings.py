@@ -233,6 +233,7 @@ def test_read_findings_names_each_damaged_entry(tmp_path):
     assert fm.read_findings(None, "x") == [] and fm.read_findings({}, "x") == []
 
 
+@pytest.mark.slow
 def test_report_shows_the_findings_near_the_top_in_three_formats(tmp_path):
     g = tmp_path / "g"
     write_findings_grid(g)
@@ -263,6 +264,7 @@ def test_report_shows_the_findings_near_the_top_in_three_formats(tmp_path):
     assert (out / "findings.md").read_text().startswith("Each finding")
 
 
+@pytest.mark.slow
 def test_report_without_findings_has_no_findings_section(tmp_path):
     g = tmp_path / "g"
     write_findings_grid(g, findings={})
@@ -355,6 +357,7 @@ def rewrite_run(grid_dir, rid, *, state="done", **columns):
     write_run(grid_dir, rid, config=cfg["config"], varying=cfg["varying"], columns=cols, state=state)
 
 
+@pytest.mark.slow
 def test_each_run_a_finding_leaves_out_is_named_with_why(tmp_path, capsys):
     g = tmp_path / "g"
     write_findings_grid(g, seeds=4, stopped=("variant-s3",))
@@ -536,6 +539,7 @@ def test_arms_without_any_spread_get_a_note_not_just_a_zero_width_interval():
 # --- the power line ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_power_line_resolves_among_the_variants_with_seeds_when_one_has_a_single_run(tmp_path):
     from analysis_helpers import synthetic_grid
 
@@ -550,6 +554,7 @@ def test_power_line_resolves_among_the_variants_with_seeds_when_one_has_a_single
     assert "no difference in final reward can be resolved" not in line
 
 
+@pytest.mark.slow
 def test_power_line_says_when_it_counts_unfinished_runs(tmp_path):
     g = tmp_path / "g"
     write_findings_grid(g, stopped=("variant-s1", "variant-s2"))

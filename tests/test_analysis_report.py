@@ -28,6 +28,7 @@ def grid(tmp_path):
     return g
 
 
+@pytest.mark.slow
 def test_report_files_and_index(grid):
     out = report.make_report(grid, target=0.2)
     assert out == grid / layout.REPORT_DIR
@@ -51,6 +52,7 @@ def test_report_files_and_index(grid):
     assert "old-grpo-lr" not in (out / "learning_check.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_all_runs_labels_by_difference(grid, capsys):
     out = report.make_report(grid, all_runs=True, x="tokens")
     text = (out / "learning_check.md").read_text()
@@ -62,6 +64,7 @@ def test_report_all_runs_labels_by_difference(grid, capsys):
     assert (out / "reward_tokens.pdf").exists()
 
 
+@pytest.mark.slow
 def test_report_skipped_file_listed(grid):
     bad = layout.run_dir(grid, "grpo-s0") / layout.METRICS_DIR / layout.COMPACT_FILE
     bad.write_bytes(bad.read_bytes()[:100])
@@ -70,6 +73,7 @@ def test_report_skipped_file_listed(grid):
     assert "Files not loaded" in index and str(bad) in index
 
 
+@pytest.mark.slow
 def test_cli_hooks(grid, capsys):
     parser = argparse.ArgumentParser()
     report.add_arguments(parser)
@@ -95,6 +99,7 @@ def test_report_before_any_metrics(tmp_path):
     assert "No metrics yet" in (out / "index.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_grid_without_loss_axis(tmp_path):
     g = tmp_path / "results" / "lr"
     for s in (0, 1):
@@ -110,6 +115,7 @@ def test_report_grid_without_loss_axis(tmp_path):
     assert "Compared: loss_type (grpo)" in (out / "index.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_without_a_baseline_run_omits_comparisons_and_says_why(tmp_path, capsys):
     g = tmp_path / "results" / "clip"
     for i, lt in enumerate(("dapo", "cispo")):
@@ -139,6 +145,7 @@ def test_variant_colours_stay_distinct_up_to_fifteen():
     assert len(set(colours.values())) == 15
 
 
+@pytest.mark.slow
 def test_a_new_report_replaces_the_previous_one(grid):
     out = report.make_report(grid)
     stale = out / "final_performance_old_metric.md"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from helpers import cli
 
 from harness import compare, layout
@@ -38,6 +39,7 @@ def test_columns_within_tolerance_agree_and_the_others_are_named(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_the_command_exits_by_verdict(tmp_path):
     a, b = _run(tmp_path, "a", [1.0, 2.0]), _run(tmp_path, "b", [1.0, 2.5])
     assert cli("compare", str(a), str(a)).returncode == 0

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MAX_README_LINES = 250
@@ -84,6 +86,7 @@ def test_every_public_module_has_a_reference_page():
     assert not [m for m in modules if any(part.startswith("_") for part in m.split("."))]
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run(

@@ -112,6 +112,7 @@ def test_two_processes_per_run(tmp_path, model_cache):
     assert len(logs) == 2  # one per task
 
 
+@pytest.mark.slow
 def test_status_and_cancel_survive_damaged_run_files(tmp_path):
     """Every run file damaged a different way: status lists them all, cancel runs; no traceback."""
     import pyarrow as pa

@@ -191,6 +191,7 @@ def test_a_run_another_process_holds_is_no_failure(tmp_path):
     assert _print_outcomes([busy], tmp_path) == 0
 
 
+@pytest.mark.slow
 def test_unwritable_results_is_one_error_and_writes_nothing(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", "/proc/grpo-harness-results"],

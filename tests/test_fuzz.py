@@ -95,6 +95,7 @@ def _plan(text: str, *overrides: str) -> tuple[int, str]:
     return code, said
 
 
+@pytest.mark.slow
 @FUZZ
 @given(DOCUMENT)
 def test_any_grid_document_plans_or_is_refused_with_a_message(document):
@@ -107,6 +108,7 @@ def test_any_file_text_plans_or_is_refused_with_a_message(text):
     _plan(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     st.lists(st.text(max_size=40) | st.builds(lambda k, v: f"{k}={v}", KEY, st.text(max_size=20)), max_size=3)
@@ -115,6 +117,7 @@ def test_any_override_plans_or_is_refused_with_a_message(overrides):
     _plan(yaml.safe_dump(VALID), *overrides)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.dictionaries(st.sampled_from(FIELDS + ["x_axis", "ci", "seeds", "dynamics"]), VALUE, max_size=4))
 def test_any_report_section_plans_or_is_refused_with_a_message(report):

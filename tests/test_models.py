@@ -73,6 +73,7 @@ def test_sft_pairs_noise_fraction():
 # ---------------------------------------------------------------------------------------------- build + cache
 
 
+@pytest.mark.slow
 def test_tiny_model_loads_locally(tiny_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -172,6 +172,7 @@ def test_a_field_the_plugin_ignores_is_a_warning(tmp_path):
     assert undeclared.ok and not any("no effect" in w for w in _warnings(undeclared))
 
 
+@pytest.mark.slow
 def test_plan_shows_the_declarations(tmp_path):
     from helpers import cli
 
@@ -228,6 +229,7 @@ def test_a_plugin_reading_the_clip_is_not_told_it_has_no_effect_on_policy(tmp_pa
     assert report.ok and not any("no effect" in w for w in _warnings(report))
 
 
+@pytest.mark.slow
 def test_declarations_are_checked_at_the_runs_values(tmp_path, registry):
     """A field read only past a threshold, a str hyperparameter, a term that exists only with beta > 0,
     and a plugin drawing random numbers (compared with itself under a fixed seed)."""

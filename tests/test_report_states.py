@@ -132,6 +132,7 @@ def test_signal_flags(broken):
     assert flags["no_signal"].sum() == 1
 
 
+@pytest.mark.slow
 def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
     assert _cli(broken) == 0
     out = broken / layout.REPORT_DIR
@@ -159,6 +160,7 @@ def test_report_counts_finished_runs_and_lists_the_others(broken, capsys):
     assert "`grpo-nosignal` (grpo): no learning signal" in index
 
 
+@pytest.mark.slow
 def test_include_unfinished_adds_them_marked(broken):
     out = report.make_report(broken, include_unfinished=True)
     final = pd.read_csv(out / "final_performance.csv").set_index("variant")
@@ -179,6 +181,7 @@ def test_include_unfinished_adds_them_marked(broken):
     assert "Includes 2 run(s) that did not finish" in index  # final, aggregate and profile captions
 
 
+@pytest.mark.slow
 def test_include_unfinished_counts_each_timing_row_apart(broken):
     """With runs-at-once groups, the unfinished count is per row (variant and runs at once)."""
     import pyarrow.parquet as pq
@@ -242,6 +245,7 @@ def test_a_grid_of_damaged_configs_only_still_writes_an_index(tmp_path):
     assert "`r0`: damaged run file" in index and "not an object" in index
 
 
+@pytest.mark.slow
 def test_missing_steps_are_mentioned(broken):
     done = layout.run_dir(broken, "grpo-1") / layout.DONE_FILE
     done.write_text(json.dumps({"steps": STEPS, "missing_steps": [40, 41, 42]}))
@@ -249,6 +253,7 @@ def test_missing_steps_are_mentioned(broken):
     assert "`grpo-1` (grpo): 3 step(s) without metrics" in index
 
 
+@pytest.mark.slow
 def test_grid_report_section_lays_out_the_report_and_flags_override_it(broken):
     info = json.loads((broken / layout.GRID_FILE).read_text())
     info["report"] = {
@@ -299,6 +304,7 @@ def test_an_infinite_reward_stays_in_its_own_run(broken):
     assert "1 infinite value(s) of reward left out" in data.curve_sets["reward"].caption
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "marker, also_diverged, reason",
     [
@@ -316,6 +322,7 @@ def test_a_done_marker_that_disagrees_is_not_counted(broken, marker, also_diverg
     assert pd.read_csv(out / "final_performance.csv").set_index("variant").loc["dapo", "runs"] == 2
 
 
+@pytest.mark.slow
 def test_done_runs_whose_metrics_stop_early_or_lack_the_score_are_not_counted(broken):
     import pyarrow.parquet as pq
 
@@ -328,6 +335,7 @@ def test_done_runs_whose_metrics_stop_early_or_lack_the_score_are_not_counted(br
     assert "`dapo-2` (dapo): done, but no reward logged: not counted" in index
 
 
+@pytest.mark.slow
 def test_a_config_whose_max_steps_is_not_a_number_does_not_stop_the_report(broken):
     cfg = layout.run_dir(broken, "dapo-stopped") / layout.CONFIG_FILE
     data = json.loads(cfg.read_text())
@@ -350,6 +358,7 @@ def test_a_bad_report_section_in_grid_json_is_named(broken, capsys):
     )
 
 
+@pytest.mark.slow
 def test_the_cache_sees_a_copy_that_keeps_size_and_mtime(broken):
     import os
     import shutil
@@ -389,6 +398,7 @@ def test_a_command_line_setting_that_names_nothing_stops_before_writing(broken, 
     assert not (broken / layout.REPORT_DIR / "index.md").exists()
 
 
+@pytest.mark.slow
 def test_a_baseline_whose_runs_did_not_finish_is_a_note_not_an_error(broken, capsys):
     """A baseline some run has, but no finished run: the report is written and says why."""
     assert _cli(broken, "--baseline", "seed=7") == 0  # the diverged run's seed
@@ -402,6 +412,7 @@ def test_a_folder_that_is_not_a_grid_names_the_grids_near_it(broken, capsys):
     assert f"mixd does not exist; grid results folders there: {broken}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_captions_count_the_points_cut_by_the_y_range(broken):
     """One wild reward drawn on the curve: the robust y-range cuts it, and the caption says so."""
     import re

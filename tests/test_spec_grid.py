@@ -294,6 +294,7 @@ def test_top_level_axis_override_of_a_key_every_subgrid_sets_is_refused(tmp_path
     assert "-o grid.loss_type" in msg and "set by every sub-grid" in msg
 
 
+@pytest.mark.slow
 def test_yaml_that_contains_itself_or_nests_too_deep_is_refused(tmp_path):
     head = "name: g\ntask: {name: chain_sum}\n"
     path = tmp_path / "rec.yaml"

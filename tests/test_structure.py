@@ -152,6 +152,7 @@ def test_no_module_changes_the_working_folder():
     assert not offenders, f"os.chdir in {offenders}: pass a working folder to the subprocess instead"
 
 
+@pytest.mark.slow
 def test_no_function_over_the_length_and_nesting_limits(capsys):
     """``scripts/structure.py``: no function of harness or analysis over 60 lines of code or nested
     more than 4 levels deep."""

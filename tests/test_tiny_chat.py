@@ -66,6 +66,7 @@ def loaded(chat_dir):
 # ---------------------------------------------------------------------------------------------- the folder
 
 
+@pytest.mark.slow
 def test_folder_is_what_a_hub_download_leaves(chat_dir, loaded):
     from transformers import PreTrainedTokenizerFast
 
@@ -266,6 +267,7 @@ def _grid(tmp_path: Path, data: dict) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_tiny_chat_section_belongs_to_tiny_chat_runs_only(tmp_path):
     plain = expand(load_grid(_grid(tmp_path, {}))).runs[0]
     with_section = expand(load_grid(_grid(tmp_path, {"tiny_chat": {"sft_steps": 7}}))).runs[0]
@@ -283,6 +285,7 @@ def test_tiny_chat_section_belongs_to_tiny_chat_runs_only(tmp_path):
         load_grid(_grid(tmp_path, {"model": TINY_CHAT}), ["tiny_chat.vocab=300"])
 
 
+@pytest.mark.slow
 def test_templates_with_tiny_chat(tmp_path):
     for template, ok, warned in (("auto", True, False), ("chat", True, False), ("bare", True, True)):
         data = {"model": TINY_CHAT, "task": {"template": template, "rewards": ["correctness", "format"]}}

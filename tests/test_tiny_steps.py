@@ -132,6 +132,7 @@ def _validate(tmp_path: Path, model: str, template: str, **extra):
     return validate_plan(expand(load_grid(path)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "template", "needle"),
     [
@@ -154,6 +155,7 @@ def test_section_rules_and_context_check(tmp_path):
     assert fine.ok, fine.format()
 
 
+@pytest.mark.slow
 def test_small_build_is_cached_and_keyed(tmp_path):
     path = Path(resolve_model(TINY_STEPS, task=TASK, cache_dir=tmp_path, tiny_spec=SMALL))
     assert path.name == tiny_steps.tiny_steps_model_key(SMALL, TASK)
@@ -173,6 +175,7 @@ def test_small_build_is_cached_and_keyed(tmp_path):
     assert tok.decode(tok(text)["input_ids"]) == text and len(tok(text)["input_ids"]) == len(text)
 
 
+@pytest.mark.slow
 def test_the_warm_start_does_not_depend_on_the_thread_count(tmp_path):
     """A build takes every core the process may use (models.build_threads) and puts the run's threads
     back; the weights are the same bit for bit as on one thread, so the cache key need not hold it."""

@@ -153,6 +153,7 @@ def test_gpu_grid_validates_on_cpu_host(tmp_path):
     assert report.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
@@ -246,6 +247,7 @@ def test_trls_batch_checks_run_with_the_runs_process_count(tmp_path):
     assert [e.where for e in report.errors] == ["seed=1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "executor", "processes"),
     [
@@ -353,6 +355,7 @@ def test_the_tiny_chat_context_is_checked_too(tmp_path):
     assert "tiny_chat.max_position_embeddings = 32, but the warm start's sequences" in text
 
 
+@pytest.mark.slow
 def test_the_context_counts_the_runs_own_prompts_and_the_eval_budget(tmp_path):
     """leg_counting's training prompts run longer than the warm start's (SFT draws other items), and
     the greedy eval generates harness.eval_max_new_tokens; tiny-chat's bare prompts are short."""

@@ -59,6 +59,7 @@ def grid(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_reasoning_gym(grid, tmp_path):
     memo = tmp_path / "memo"
     cold = _probe(grid, memo)
@@ -76,6 +77,7 @@ def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_
     assert namespaces == ["embedded-lengths", "grpo-config", "grpo-config-fields", "reasoning-gym-dataset"]
 
 
+@pytest.mark.slow
 def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
     memo = tmp_path / "memo"
     cold = _probe(grid, memo)
@@ -89,6 +91,7 @@ def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
     assert all(json.loads(p.read_text()).keys() == {"value"} for p in memo.rglob("*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value",
     [None, 5, "abc", {}, {"types": {"loss_type": "weird"}, "defaults": {}}, {"values": {}, "error": "x"}],
@@ -121,6 +124,7 @@ def test_an_entry_path_taken_by_a_folder_leaves_no_temporary_files(tmp_path, mon
     assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == [entry.name]
 
 
+@pytest.mark.slow
 def test_memo_off_stores_nothing(grid, tmp_path):
     memo = tmp_path / "memo"
     env_off = "off"
