@@ -55,6 +55,8 @@ from harness.report_section import DYNAMICS_METRICS
 
 __all__ = [
     "DYNAMICS_METRICS",
+    "facet_values",
+    "panel_rows",
     "Mark",
     "X_LABELS",
     "aggregate",
@@ -189,16 +191,25 @@ def _draw(ax: Axes, part: pd.DataFrame, color: str, label: str, band: bool = Tru
             ax.fill_between(xs, lo, hi, where=ok, color=color, alpha=0.2, linewidth=0, interpolate=False)
 
 
-def _select(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:
+def panel_rows(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:
+    """The rows of ``frame`` in the panel at column label ``cv`` and row label ``rv`` (a facet left
+    None, or a label None, does not select). Labels are compared as text, so a panel selects the
+    same rows in every figure whatever the column's dtype (``0.1`` and ``"0.1"`` are one label).
+
+    Returns:
+        A view of ``frame``'s rows (same columns).
+    """
     sel = np.ones(len(frame), dtype=bool)
     if col is not None and cv is not None:
-        sel &= (frame[col] == cv).to_numpy()
+        sel &= (frame[col].astype(str) == str(cv)).to_numpy()
     if row is not None and rv is not None:
-        sel &= (frame[row] == rv).to_numpy()
+        sel &= (frame[row].astype(str) == str(rv)).to_numpy()
     return frame[sel]
 
 
-def _facet_values(frame: pd.DataFrame | None, col: str | None, given: Sequence[Any] | None) -> list[Any]:
+def facet_values(frame: pd.DataFrame | None, col: str | None, given: Sequence[Any] | None) -> list[Any]:
+    """The panel labels of facet ``col``: ``[None]`` without a facet; ``given`` when given (``[None]``
+    when empty); else the labels in ``frame[col]``, in :func:`analysis.aggregate.variant_labels`' order."""
     if col is None:
         return [None]
     if given is not None:
@@ -279,8 +290,8 @@ def plot_curve_set(
     colors = dict(colors) if colors is not None else {}
     for lab, col_ in style.variant_colors(hue_labels or ["all"]).items():
         colors.setdefault(lab, col_)
-    cols = _facet_values(agg, col, col_values)
-    rows = _facet_values(agg, row, row_values)
+    cols = facet_values(agg, col, col_values)
+    rows = facet_values(agg, row, row_values)
     on_policy = {tuple(f) for f in on_policy}
     ratio = is_ratio_metric(c.metric)
     with style.context():
@@ -292,12 +303,12 @@ def plot_curve_set(
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
-                part = _select(agg, col, cv, row, rv)
+                part = panel_rows(agg, col, cv, row, rv)
                 facet_on_policy = (cv, rv) in on_policy
                 if part.empty or part["mean"].isna().all():
                     no_data(ax, ON_POLICY_NOTE if ratio and facet_on_policy else "no data")
                 else:
-                    runs = _select(c.runs, col, cv, row, rv) if seeds and c.runs is not None else None
+                    runs = panel_rows(c.runs, col, cv, row, rv) if seeds and c.runs is not None else None
                     labs, ms, bs = _draw_panel_lines(ax, part, runs, hue, hue_labels, colors, c.metric)
                     drawn.extend(lab for lab in labs if lab not in drawn)
                     means.extend(ms)
@@ -542,7 +553,7 @@ def _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors) -> None:
             continue
         color = colors.get(m.hue, "0.3") if m.hue is not None else "0.3"
         if mark_runs is not None and len(mark_runs):
-            own = _select(mark_runs, col, cv, row, rv)
+            own = panel_rows(mark_runs, col, cv, row, rv)
             if hue is not None and m.hue is not None:
                 own = own[(own[hue].astype(str) == m.hue).to_numpy()]
             for _, p in own.groupby(layout.RUN_ID, sort=False):
@@ -612,8 +623,8 @@ def plot_curves(
         )
     else:
         c = Curves(agg, None, agg.attrs.get("caption", ""), metric, x, {}, 0)
-    cols = _facet_values(df, col, None)
-    rws = _facet_values(df, row, None)
+    cols = facet_values(df, col, None)
+    rws = facet_values(df, row, None)
     return plot_curve_set(
         c,
         hue=hue,
@@ -676,7 +687,7 @@ def plot_panels(
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(hue_labels or ["all"]).items():
         colors.setdefault(lab, c)
-    col_values = _facet_values(df, col, None)
+    col_values = facet_values(df, col, None)
     on_policy = set(on_policy)
     nc, nr, cells = _metric_cells(shown, col, col_values, ncols)
 
@@ -934,7 +945,7 @@ def plot_wseq(
     colors = dict(colors) if colors is not None else {}
     for lab, c in style.variant_colors(labels).items():
         colors.setdefault(lab, c)
-    facets = _facet_values(df if df is not None else bands, col, col_values)
+    facets = facet_values(df if df is not None else bands, col, col_values)
     skipped = [f for f in facets if f in set(on_policy)] if col is not None else []
     facets = [f for f in facets if f not in skipped] or ([None] if col is None else facets)
     nc, nr, cells = _wseq_cells(labels, facets, col, ncols)

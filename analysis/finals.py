@@ -26,18 +26,10 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis import stats, style
 from analysis.aggregate import robust_limits
-from analysis.curves import fit_legend, line_handles, no_data, wrap_title
+from analysis.curves import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
 from analysis.labels import metric_label
 
 __all__ = ["plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
-
-
-def _facet_list(frame: pd.DataFrame, col: str | None, given: Sequence[Any] | None) -> list[Any]:
-    if col is None:
-        return [None]
-    if given is not None:
-        return list(given)
-    return [str(v) for v in frame[col].drop_duplicates()]
 
 
 def plot_final(
@@ -81,8 +73,8 @@ def plot_final(
     colors = dict(colors or {})
     for lab, c in style.variant_colors(labels).items():
         colors.setdefault(lab, c)
-    cols = _facet_list(scores, col, col_values)
-    rows = _facet_list(scores, row, row_values)
+    cols = facet_values(scores, col, col_values)
+    rows = facet_values(scores, row, row_values)
     on_policy = {tuple(f) for f in on_policy}
     lim = robust_limits(
         np.r_[
@@ -100,8 +92,8 @@ def plot_final(
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
-                s = _sel(scores, col, cv, row, rv)
-                t = _sel(table, col, cv, row, rv)
+                s = panel_rows(scores, col, cv, row, rv)
+                t = panel_rows(table, col, cv, row, rv)
                 if s.empty:
                     no_data(ax)
                 for k, lab in enumerate(labels):
@@ -193,15 +185,6 @@ _STATE_MARKERS: dict[str, tuple[str, float, bool]] = {
     "diverged": ("x", 16.0, True),
     "other": ("^", 14.0, False),
 }
-
-
-def _sel(frame: pd.DataFrame, col: str | None, cv: Any, row: str | None, rv: Any) -> pd.DataFrame:
-    sel = np.ones(len(frame), dtype=bool)
-    if col is not None and cv is not None:
-        sel &= (frame[col].astype(str) == str(cv)).to_numpy()
-    if row is not None and rv is not None:
-        sel &= (frame[row].astype(str) == str(rv)).to_numpy()
-    return frame[sel]
 
 
 def plot_aggregate(
@@ -351,13 +334,13 @@ def plot_profile(
     colors = dict(colors or {})
     for lab, c in style.variant_colors(labels).items():
         colors.setdefault(lab, c)
-    cols = _facet_list(profile, col, col_values)
+    cols = facet_values(profile, col, col_values)
     with style.context():
         fig = style.figure(len(cols), 1)
         axes = fig.subplots(1, len(cols), squeeze=False, sharey=True, sharex=True)
         for j, cv in enumerate(cols):
             ax = axes[0, j]
-            part = _sel(profile, col, cv, None, None)
+            part = panel_rows(profile, col, cv, None, None)
             if part.empty:
                 no_data(ax)
             drawn = []

@@ -16,6 +16,7 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ _FLOAT64 = pa.float64()
 _INT64 = pa.int64()
 
 __all__ = [
+    "LoadInfo",
+    "Loaded",
+    "load_results",
     "SkippedFileWarning",
     "flatten_config",
     "list_runs",
@@ -292,6 +296,70 @@ def _order_rows(codes: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
     return order[last]
 
 
+@dataclass(frozen=True)
+class LoadInfo:
+    """What :func:`load_results` found besides the metrics.
+
+    Attributes:
+        skipped: ``(path, reason)`` of each file not loaded.
+        missing_runs: requested run ids without a run folder.
+        damaged_runs: ``{run_id: reason}``: runs whose ``config.json`` cannot be read or is not the
+            object the harness writes (with ``config`` they are left out of the frame, since their
+            metrics cannot be attributed to a variant).
+        metric_columns: the metric columns of the frame.
+        config_columns: the config columns joined to the frame.
+        constant_config: ``{dotted key: value}`` of config keys equal in every run and not joined.
+        varying: the dotted keys the grid varies.
+        aliases: ``{alias: dotted key}`` (``loss_type`` for ``trainer.loss_type``).
+    """
+
+    skipped: tuple[tuple[str, str], ...] = ()
+    missing_runs: tuple[str, ...] = ()
+    damaged_runs: Mapping[str, str] = field(default_factory=dict)
+    metric_columns: tuple[str, ...] = ()
+    config_columns: tuple[str, ...] = ()
+    constant_config: Mapping[str, Any] = field(default_factory=dict)
+    varying: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields as JSON data (tuples as lists), for the cache."""
+        return {f.name: _json_ready(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LoadInfo:
+        """:meth:`as_json`'s data back as a record (unknown keys ignored: an older cache)."""
+        names = {f.name for f in fields(cls)}
+        given = {k: v for k, v in data.items() if k in names}
+        for k in ("missing_runs", "metric_columns", "config_columns", "varying"):
+            if k in given:
+                given[k] = tuple(given[k])
+        if "skipped" in given:
+            given["skipped"] = tuple(tuple(x) for x in given["skipped"])
+        return cls(**given)
+
+
+def _json_ready(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_json_ready(x) for x in v]
+    if isinstance(v, Mapping):
+        return dict(v)
+    return v
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """:func:`load_results`' answer: the metrics frame and, beside it, what loading it found.
+
+    Attributes:
+        frame: :func:`load`'s frame.
+        info: :class:`LoadInfo`.
+    """
+
+    frame: pd.DataFrame
+    info: LoadInfo
+
+
 def load(
     results_dir: str | Path,
     run_ids: Iterable[str] | None = None,
@@ -300,18 +368,31 @@ def load(
     config: bool = True,
     cache_dir: str | Path | None = None,
 ) -> pd.DataFrame:
-    """All runs' per-step metrics as one frame, one row per (run, optimizer step).
+    """:func:`load_results`' frame alone (same arguments, same frame, same warnings and errors)."""
+    return load_results(results_dir, run_ids, columns=columns, config=config, cache_dir=cache_dir).frame
+
+
+def load_results(
+    results_dir: str | Path,
+    run_ids: Iterable[str] | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    config: bool = True,
+    cache_dir: str | Path | None = None,
+) -> Loaded:
+    """All runs' per-step metrics as one frame, one row per (run, optimizer step), and what
+    loading them found (:class:`LoadInfo`).
 
     Args:
         results_dir: a grid's results folder (``results/<grid>``, holding ``runs/``).
         run_ids: runs to load; default every run folder present. Unknown ids are warned about and
-            listed in ``df.attrs["missing_runs"]``.
+            listed in ``info.missing_runs``.
         columns: columns to read besides ``run_id`` and ``step``; default all. Metric names are
             read from the parquet files (much faster than reading every column); a requested
             metric that no file has comes back as an all-NaN column, so downstream code can rely
             on its presence (a requested config key that no run sets does not). With ``columns`` given, only the config keys that differ between the
             loaded runs, the grid's varying keys and config keys named in ``columns`` are joined;
-            the values of the constant ones are in ``df.attrs["constant_config"]``.
+            the values of the constant ones are in ``info.constant_config``.
         config: join each run's configuration as columns.
         cache_dir: keep the loaded frame there (one Arrow file per set of inputs, see
             :func:`cache_key`) and reuse it while no run's files changed: a report re-run on
@@ -319,7 +400,7 @@ def load(
             cannot be written only costs the speed-up.
 
     Returns:
-        Frame sorted by (run, step) with columns
+        :class:`Loaded`: ``frame`` sorted by (run, step) with columns
 
         * ``run_id``: categorical of strings (the run folder's name);
         * ``step``: int64, optimizer step (1-based);
@@ -330,11 +411,7 @@ def load(
           is unambiguous (``loss_type`` for ``trainer.loss_type``). One dtype per column: bool,
           int64, float64, or a categorical of strings; missing values are NaN.
 
-        ``df.attrs`` holds ``skipped`` (list of ``(path, reason)`` for files not loaded),
-        ``missing_runs``, ``damaged_runs`` (``{run_id: reason}``: runs whose ``config.json``
-        cannot be read or is not the object the harness writes; with ``config`` they are left out
-        of the frame, since their metrics cannot be attributed to a variant), ``metric_columns``, ``config_columns``, ``constant_config``, ``varying``
-        (dotted keys) and ``aliases`` (``{alias: dotted key}``). Repeated steps within a run (a
+        ``info``: :class:`LoadInfo`. Repeated steps within a run (a
         resumed run that re-logged them) keep the last row written.
 
     Raises:
@@ -384,18 +461,17 @@ def load(
     for path, reason in skipped:
         warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
 
-    df = pd.DataFrame(data, copy=False)
-    df.attrs.update(
-        skipped=skipped,
-        missing_runs=missing,
+    info = LoadInfo(
+        skipped=tuple(tuple(x) for x in skipped),
+        missing_runs=tuple(missing),
         damaged_runs=damaged,
-        metric_columns=metric_names,
-        config_columns=config_cols,
+        metric_columns=tuple(metric_names),
+        config_columns=tuple(config_cols),
         constant_config=constant,
-        varying=[] if cfg is None else list(cfg.varying),
+        varying=() if cfg is None else tuple(cfg.varying),
         aliases=aliases,
     )
-    return df
+    return Loaded(pd.DataFrame(data, copy=False), info)
 
 
 def _present_ids(grid_dir: Path, run_ids: Iterable[str] | None) -> tuple[list[str], list[str]]:
@@ -421,24 +497,22 @@ def _load_cached(
     *,
     columns: Sequence[str] | None,
     config: bool,
-) -> pd.DataFrame:
-    """:func:`load` through the cache in ``cache_dir``: the cached frame for these inputs (its
-    skipped files warned about again), else the frame loaded and cached."""
+) -> Loaded:
+    """:func:`load_results` through the cache in ``cache_dir``: the cached frame for these inputs
+    (its skipped files warned about again), else the frame loaded and cached."""
     key = cache_key(grid_dir, ids, columns, config)
     cached = _read_cached(cache_dir, key)
     if cached is not None:
-        cached.attrs["missing_runs"] = missing
-        for path, reason in cached.attrs.get("skipped", []):
+        for path, reason in cached.info.skipped:
             warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=3)
-        return cached
+        return Loaded(cached.frame, replace(cached.info, missing_runs=tuple(missing)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        df = load(grid_dir, ids, columns=columns, config=config)
+        loaded = load_results(grid_dir, ids, columns=columns, config=config)
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    df.attrs["missing_runs"] = missing
-    _write_cached(cache_dir, key, df)
-    return df
+    _write_cached(cache_dir, key, loaded)
+    return Loaded(loaded.frame, replace(loaded.info, missing_runs=tuple(missing)))
 
 
 def _metric_data(
@@ -513,12 +587,16 @@ def cache_key(grid_dir: Path, ids: Sequence[str], columns: Sequence[str] | None,
     return h.hexdigest()[:24]
 
 
-def _read_cached(folder: Path, key: str) -> pd.DataFrame | None:
+#: The key of a cached frame's :class:`LoadInfo` in its Arrow schema's metadata.
+_CACHE_INFO = b"grpo_harness_attrs"
+
+
+def _read_cached(folder: Path, key: str) -> Loaded | None:
     # Arrow IPC, uncompressed and memory-mapped: reading is a mapping, not a decode.
     path = folder / f"frame-{key}.arrow"
     try:
         table = feather.read_table(path, memory_map=True)
-        attrs = json.loads((table.schema.metadata or {}).get(b"grpo_harness_attrs", b"{}"))
+        info = json.loads((table.schema.metadata or {}).get(_CACHE_INFO, b"{}"))
         df = table.to_pandas()
     except (OSError, ValueError, pa.ArrowException):
         return None
@@ -529,20 +607,18 @@ def _read_cached(folder: Path, key: str) -> pd.DataFrame | None:
             df[name] = pd.Categorical.from_codes(
                 col.cat.codes.to_numpy(), categories=cats, ordered=col.cat.ordered
             )
-    attrs["skipped"] = [tuple(x) for x in attrs.get("skipped", [])]
-    df.attrs.update(attrs)
-    return df
+    return Loaded(df, LoadInfo.from_json(info))
 
 
-def _write_cached(folder: Path, key: str, df: pd.DataFrame) -> None:
+def _write_cached(folder: Path, key: str, loaded: Loaded) -> None:
     """Write the frame atomically; never raises (a cache that cannot be written is no cache)."""
 
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        attrs = json.dumps({k: v for k, v in df.attrs.items() if k != "missing_runs"}, default=str)
+        table = pa.Table.from_pandas(loaded.frame, preserve_index=False)
+        info = {k: v for k, v in loaded.info.as_json().items() if k != "missing_runs"}
         table = table.replace_schema_metadata(
-            {**(table.schema.metadata or {}), b"grpo_harness_attrs": attrs.encode()}
+            {**(table.schema.metadata or {}), _CACHE_INFO: json.dumps(info, default=str).encode()}
         )
         with layout.atomic_path(folder / f"frame-{key}.arrow", prefix=".frame-") as tmp:
             feather.write_feather(table, tmp, compression="uncompressed")

@@ -164,8 +164,8 @@ def report_numbers(grid_dir: Path) -> object:
 
     grid_info = json.loads((grid_dir / layout.GRID_FILE).read_text())
     settings = report.ReportSettings.merged(grid_info.get("report"), target=0.5)
-    df, states, _, _ = report.load_report_inputs(grid_dir, settings=settings)
-    return report.compute_report(df, states, settings, title=grid_dir.name)
+    inputs = report.load_report_inputs(grid_dir, settings=settings)
+    return report.compute_report(inputs, settings, title=grid_dir.name)
 
 
 def naive_load_and_aggregate(grid_dir: Path) -> pd.DataFrame:

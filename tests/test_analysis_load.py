@@ -5,12 +5,19 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from analysis_helpers import config_for, write_grid, write_metrics, write_run
 
 from analysis import load
-from analysis.load import SkippedFileWarning, flatten_config
+from analysis.load import LoadInfo, SkippedFileWarning, flatten_config, load_results
 from harness import layout
+
+
+def _load_with_info(*args, **kwargs) -> tuple[pd.DataFrame, LoadInfo]:
+    """:func:`analysis.load.load_results` as ``(frame, info)``."""
+    loaded = load_results(*args, **kwargs)
+    return loaded.frame, loaded.info
 
 
 def _cols(steps, **metrics):
@@ -65,14 +72,14 @@ def test_union_in_reverse_order(mixed_grid):
 
 
 def test_config_columns_and_aliases(mixed_grid):
-    df = load(mixed_grid)
+    df, info = _load_with_info(mixed_grid)
     assert set(df["loss_type"].astype(str)) == {"vespo", "grpo"}
     assert (df["loss_type"].astype(str) == df["trainer.loss_type"].astype(str)).all()
     assert df["trainer.beta"].dtype == np.float64
     assert df["seed"].dtype == np.int64
     assert df["task.name"].astype(str).unique().tolist() == ["countdown"]
-    assert df.attrs["aliases"] == {"loss_type": "trainer.loss_type"}
-    assert df.attrs["varying"] == ["trainer.loss_type", "seed"]
+    assert info.aliases == {"loss_type": "trainer.loss_type"}
+    assert info.varying == ("trainer.loss_type", "seed")
     assert df["report_to"].astype(str).unique().tolist() == ["[]"]
 
 
@@ -101,10 +108,10 @@ def test_truncated_file_is_skipped_and_named(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.warns(SkippedFileWarning, match="bad/metrics/metrics.parquet"):
-        df = load(g)
+        df, info = _load_with_info(g)
     assert len(df) == 2
-    assert [p for p, _ in df.attrs["skipped"]] == [str(path)]
-    assert "magic" in df.attrs["skipped"][0][1].lower() or "parquet" in df.attrs["skipped"][0][1].lower()
+    assert [p for p, _ in info.skipped] == [str(path)]
+    assert "magic" in info.skipped[0][1].lower() or "parquet" in info.skipped[0][1].lower()
 
 
 def test_damaged_compact_file_falls_back_to_parts(tmp_path):
@@ -160,22 +167,22 @@ def test_repeated_step_keeps_last_written(tmp_path):
 
 
 def test_columns_projection(mixed_grid):
-    df = load(mixed_grid, columns=["reward", "not_logged_anywhere", "trainer.epsilon"])
-    metric_cols = set(df.attrs["metric_columns"])
+    df, info = _load_with_info(mixed_grid, columns=["reward", "not_logged_anywhere", "trainer.epsilon"])
+    metric_cols = set(info.metric_columns)
     assert metric_cols == {"reward", "not_logged_anywhere"}
     assert "kl" not in df.columns and "entropy" not in df.columns
     assert df["not_logged_anywhere"].isna().all() and df["not_logged_anywhere"].dtype == np.float64
     # Varying keys always come, constants only when named.
     assert {"loss_type", "trainer.loss_type", "seed", "trainer.beta", "trainer.epsilon"} <= set(df.columns)
     assert "task.name" not in df.columns
-    assert df.attrs["constant_config"]["task.name"] == "countdown"
+    assert info.constant_config["task.name"] == "countdown"
 
 
 def test_run_subset_and_unknown_run(mixed_grid):
     with pytest.warns(UserWarning, match="nope"):
-        df = load(mixed_grid, ["b-grpo", "nope"])
+        df, info = _load_with_info(mixed_grid, ["b-grpo", "nope"])
     assert df.run_id.astype(str).unique().tolist() == ["b-grpo"]
-    assert df.attrs["missing_runs"] == ["nope"]
+    assert info.missing_runs == ("nope",)
 
 
 def test_run_without_metrics_and_bad_config(tmp_path):
@@ -184,11 +191,11 @@ def test_run_without_metrics_and_bad_config(tmp_path):
     write_run(g, "empty", config=config_for("grpo", 1), varying={})
     (layout.run_dir(g, "ok") / layout.CONFIG_FILE).write_text("{not json")
     with pytest.warns(SkippedFileWarning, match="config.json"):
-        df = load(g)
+        df, info = _load_with_info(g)
     # a run whose settings cannot be read cannot be attributed to a variant: left out, and named
     assert len(df) == 0
-    assert list(df.attrs["damaged_runs"]) == ["ok"]
-    assert "JSONDecodeError" in df.attrs["damaged_runs"]["ok"]
+    assert list(info.damaged_runs) == ["ok"]
+    assert "JSONDecodeError" in info.damaged_runs["ok"]
 
 
 def test_no_runs_folder(tmp_path):

@@ -164,8 +164,8 @@ def test_report_refuses_a_nan_target_and_names_a_missing_baseline_label(grid, ca
     with pytest.raises(report.ReportError, match="--baseline 'bogus' names no variant; give one of"):
         report.make_report(grid, baseline="bogus")
     # the same baseline from the grid file's report: section is a note, and the report is written
-    df, st, info, _ = report.load_report_inputs(grid)
-    data = report.compute_report(df, st, report.ReportSettings.merged({"baseline": "bogus"}))
+    df, st, info, _ = inputs = report.load_report_inputs(grid)
+    data = report.compute_report(inputs, report.ReportSettings.merged({"baseline": "bogus"}))
     assert data.baseline is None and any("no finished variant is labelled 'bogus'" in x for x in data.lines)
 
 
@@ -191,9 +191,9 @@ def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path)
             ids.append(rid)
     write_grid(g, ids, ["trainer.loss_type", "seed"])
     settings = report.ReportSettings(hue=("trainer.loss_type",), metrics=("entropy",), smoothing="none")
-    df, st, _, _ = report.load_report_inputs(g, settings=settings)
+    df, st, _, _ = inputs = report.load_report_inputs(g, settings=settings)
     assert {"my_pg/ratio_mean", "my_pg/logp"} <= set(df.columns)
-    data = report.compute_report(df, st, settings)
+    data = report.compute_report(inputs, settings)
     assert list(data.dynamics) == ["entropy", "my_pg/logp", "my_pg/ratio_mean"]
     assert aggregate.is_ratio_metric("my_pg/ratio_mean") and aggregate.is_ratio_metric("gmpo/clip_ratio/high")
     assert not aggregate.is_ratio_metric("my_pg/logp") and not aggregate.is_ratio_metric(

@@ -201,9 +201,9 @@ def test_include_unfinished_counts_each_timing_row_apart(broken):
 
 
 def test_final_figure_marks_runs_that_did_not_finish(broken):
-    df, st, info, _ = report.load_report_inputs(broken)
+    df, st, info, _ = inputs = report.load_report_inputs(broken)
     settings = report.ReportSettings.merged(info.get("report"), include_unfinished=True)
-    data = report.compute_report(df, st, settings)
+    data = report.compute_report(inputs, settings)
     assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "stopped": 1}
     from analysis import finals
 
@@ -218,8 +218,8 @@ def test_final_figure_marks_runs_that_did_not_finish(broken):
 
 
 def test_diverged_run_is_marked_on_the_curve(broken):
-    df, st, info, _ = report.load_report_inputs(broken)
-    data = report.compute_report(df, st, report.ReportSettings.merged(info.get("report")))
+    df, st, info, _ = inputs = report.load_report_inputs(broken)
+    data = report.compute_report(inputs, report.ReportSettings.merged(info.get("report")))
     marks = data.marks["reward"]
     assert len(marks) == 1 and marks[0].hue == "grpo" and marks[0].x == 2.0
     from analysis import curves
@@ -269,10 +269,10 @@ def test_grid_report_section_lays_out_the_report_and_flags_override_it(broken):
 
 
 def test_seeds_draw_each_run_and_wseq_splits_by_reuse_index(broken):
-    df, st, info, _ = report.load_report_inputs(broken)
+    df, st, info, _ = inputs = report.load_report_inputs(broken)
     df[layout.REUSE_INDEX] = np.where(df[layout.STEP] % 2 == 0, 2.0, 1.0)
     settings = report.ReportSettings.merged(info.get("report"), seeds=True, wseq_split=layout.REUSE_INDEX)
-    data = report.compute_report(df, st, settings)
+    data = report.compute_report(inputs, settings)
     runs = data.curve_sets["reward"].runs
     assert set(runs[layout.RUN_ID]) == {f"{lt}-{s}" for lt in ("grpo", "dapo") for s in range(3)} | {
         "grpo-nosignal"
@@ -296,8 +296,8 @@ def test_an_infinite_reward_stays_in_its_own_run(broken):
     t = pq.read_table(path).to_pandas()
     t.loc[t["step"] == 51, "reward"] = np.inf
     pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
-    df, st, info, _ = report.load_report_inputs(broken)
-    data = report.compute_report(df, st, report.ReportSettings.merged(info.get("report")))
+    df, st, info, _ = inputs = report.load_report_inputs(broken)
+    data = report.compute_report(inputs, report.ReportSettings.merged(info.get("report")))
     mean = data.curve_sets["reward"].mean
     for variant in ("grpo", "dapo"):  # every curve still has values after step 51
         assert mean[(mean["variant"] == variant) & (mean["x"] > 60)]["mean"].notna().all()

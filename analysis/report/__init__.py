@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from analysis.report.api import add_arguments, main, make_report
 from analysis.report.compute import _at_once, compute_report, merge_plugin_metrics, plugin_metrics
-from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, REPORT_SUFFIXES, VARIANT, ReportData
+from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, REPORT_SUFFIXES, VARIANT, ReportData, ReportInputs
 from analysis.report.inputs import TRL_LOSS_TYPES, findings_results, load_report_inputs, report_columns
 from analysis.report.render import render_report
 from analysis.report.render_tables import _load_caption, power_lines
@@ -62,6 +62,7 @@ __all__ = [
     "VARIANT",
     "ReportData",
     "ReportError",
+    "ReportInputs",
     "ReportSettings",
     "_at_once",
     "_load_caption",

@@ -73,15 +73,15 @@ def make_report(
         wseq_split=wseq_split,
     )
     findings = _grid_findings(grid_dir)
-    df, run_states, grid_info, _ = load_report_inputs(
+    inputs = load_report_inputs(
         grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
     )
+    df, grid_info = inputs.frame, inputs.grid_info
     title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
     strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
     given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
     data = compute_report(
-        df,
-        run_states,
+        inputs,
         settings,
         title=str(title),
         strict_keys=strict,
@@ -91,13 +91,13 @@ def make_report(
     )
     data.lines.insert(
         0,
-        f"Runs: {df.attrs.get('run_set', '')}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
+        f"Runs: {inputs.run_set}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
         f"with metrics, {len(df)} logged steps.",
     )
-    if df.attrs.get("missing_runs"):
-        data.lines.insert(1, f"Not found on disk (not started?): {len(df.attrs['missing_runs'])} run(s).")
+    if inputs.load.missing_runs:
+        data.lines.insert(1, f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
     out = grid_dir / layout.REPORT_DIR
-    _write_report(data, df.attrs.get("skipped", []), out)
+    _write_report(data, inputs.load.skipped, out)
     return out
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels, states
+from analysis.load import LoadInfo
 from analysis.report.data import PANEL, PANEL_ROW, VARIANT, ReportData
 from analysis.report.runs import _dotted, _resolve_column
 from analysis.report.settings import ReportError, _baseline_pairs
@@ -24,6 +25,7 @@ def _baseline_label(
     lines: list[str],
     label_keys: Sequence[str] = (),
     *,
+    info: LoadInfo,
     runs: pd.DataFrame | None = None,
     strict: bool = False,
 ) -> str | None:
@@ -46,7 +48,7 @@ def _baseline_label(
     if pairs is None:
         return _baseline_by_name(text, inc, every, lines, strict=strict)
     matched = _match_baseline(
-        text, pairs, inc, every, df, lines, label_keys, strict=strict, explicit=explicit
+        text, pairs, inc, every, df, lines, label_keys, info=info, strict=strict, explicit=explicit
     )
     if matched is None:
         return None
@@ -55,7 +57,7 @@ def _baseline_label(
     if hit.empty:
         if strict and not match_any.any():
             key = pairs[0][0]
-            col = _resolve_column(df, key)
+            col = _resolve_column(df, key, info)
             raise ReportError(
                 f"--baseline {text!r}: no run has it; {key} is "
                 + ", ".join(sorted({labels.format_value(v) for v in every[col]}))
@@ -64,7 +66,7 @@ def _baseline_label(
         if explicit or "loss_type" in df.columns:  # the default is news only where loss types vary
             _note(lines, f"no finished run has {text}; no baseline")
         return None
-    other = [k for k, _ in pairs if _dotted(df, _resolve_column(df, k)) not in label_keys]
+    other = [k for k, _ in pairs if _dotted(info, _resolve_column(df, k, info)) not in label_keys]
     if other:
         _note(
             lines,
@@ -110,6 +112,7 @@ def _match_baseline(
     lines: list[str],
     label_keys: Sequence[str],
     *,
+    info: LoadInfo,
     strict: bool,
     explicit: bool,
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -124,14 +127,14 @@ def _match_baseline(
     match_any = np.ones(len(every), dtype=bool)
     for key, value in pairs:
         try:
-            col = _resolve_column(df, key)
+            col = _resolve_column(df, key, info)
         except ReportError:
             col = None
         if col is None or col not in inc.columns:
             if strict:
                 raise ReportError(
                     f"--baseline {text!r}: {key!r} is not a setting of these runs; keys that tell variants apart: "
-                    + (", ".join(_dotted(df, k) for k in label_keys) or "none")
+                    + (", ".join(_dotted(info, k) for k in label_keys) or "none")
                 )
             if explicit:
                 _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")

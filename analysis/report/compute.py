@@ -14,8 +14,9 @@ from analysis import aggregate as agg_mod
 from analysis import curves, finals, labels, states, tables
 from analysis import findings as findings_mod
 from analysis.aggregate import Curves, off_policy_rows, x_values
+from analysis.load import LoadInfo
 from analysis.report.baseline import _baseline_label, _variants_table
-from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, VARIANT, ReportData, _Keys
+from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, VARIANT, ReportData, ReportInputs, _Keys
 from analysis.report.inputs import TRL_LOSS_TYPES
 from analysis.report.runs import (
     _check_axes,
@@ -36,8 +37,7 @@ from harness.report_section import REPORT_X
 
 
 def compute_report(
-    df: pd.DataFrame,
-    run_states: pd.DataFrame,
+    inputs: ReportInputs,
     settings: ReportSettings,
     *,
     title: str = "grid",
@@ -50,8 +50,8 @@ def compute_report(
     and the verdict on each finding.
 
     Args:
-        df: frame from :func:`analysis.load.load` (every requested run, finished or not).
-        run_states: :func:`analysis.states.read_states` of the same runs.
+        inputs: :func:`analysis.report.inputs.load_report_inputs`' record (every requested run,
+            finished or not, and the runs' states).
         settings: the layout.
         title: the grid's name.
         findings: the grid's findings (:func:`analysis.findings.read_findings`); their verdicts
@@ -73,7 +73,8 @@ def compute_report(
     if s.x not in REPORT_X:
         raise ReportError(f"x must be one of {REPORT_X}, got {s.x!r}")
     data = ReportData(title=title, settings=s, lines=[], left_out=[], runs=pd.DataFrame())
-    df, unreadable, without = _runs_without_metrics(df, run_states)
+    info, run_states = inputs.load, inputs.states
+    df, unreadable, without = _runs_without_metrics(inputs.frame, run_states, info, inputs.requested_runs)
     if df.empty:
         data.left_out.extend(f"`{rid}`: {what}" for rid, what in without.items())
         data.empty = True
@@ -82,17 +83,25 @@ def compute_report(
         return data
     _check_axes(df, s)
     runs, first, flags = _run_table(df, run_states, s)
-    keys = _label_variants(df, runs, first, s, strict_keys, data)
-    placed = _place_runs_without_metrics(df, runs, keys, without, data)
+    keys = _label_variants(df, info, runs, first, s, strict_keys, data)
+    placed = _place_runs_without_metrics(inputs, runs, keys, without, data)
     notes = _left_out_and_notes(df, runs, data, unreadable)
     data.runs = runs
     inc = runs[runs["included"]]
     work = _included_rows(df, runs)
     _orders(data, runs, inc)
     data.baseline = _baseline_label(
-        inc, df, data.hue, s.baseline, data.lines, keys.label, runs=runs, strict="baseline" in given
+        inc,
+        df,
+        data.hue,
+        s.baseline,
+        data.lines,
+        keys.label,
+        info=info,
+        runs=runs,
+        strict="baseline" in given,
     )
-    _compared_lines(df, inc, data, keys, notes)
+    _compared_lines(df, info, inc, data, keys, notes)
     data.variants = _variants_table(runs, keys.label, data, placed)
     if findings:
         finished, why = findings_runs(runs, without)
@@ -104,7 +113,7 @@ def compute_report(
         return data
     _check_wseq_split(work, data, strict="wseq_split" in given)
     off = _on_policy_panels(work, inc, data)
-    _numbers(work, df, runs, flags, off, data, keys)
+    _numbers(work, df, info, runs, flags, off, data, keys)
     return data
 
 
@@ -211,6 +220,7 @@ def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> t
 def _numbers(
     work: pd.DataFrame,
     df: pd.DataFrame,
+    info: LoadInfo,
     runs: pd.DataFrame,
     flags: pd.DataFrame,
     off: np.ndarray,
@@ -257,7 +267,7 @@ def _numbers(
     inc = runs[runs["included"]]
     data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
     data.wseq = results["wseq"]
-    _finish_tables(data, results, df, runs, by, timing_by, keys)
+    _finish_tables(data, results, info, runs, by, timing_by, keys)
 
 
 def _add_at_once(work: pd.DataFrame, runs: pd.DataFrame) -> bool:
@@ -346,7 +356,7 @@ def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[s
 def _finish_tables(
     data: ReportData,
     results: dict[str, Any],
-    df: pd.DataFrame,
+    info: LoadInfo,
     runs: pd.DataFrame,
     by: list[str],
     timing_by: list[str],
@@ -356,7 +366,7 @@ def _finish_tables(
     table's rows also split by runs at once), the final scores per run and the performance
     profile."""
     s = data.settings
-    names = _display_names(data, df, keys.col, keys.row)
+    names = _display_names(data, info, keys.col, keys.row)
     (data.final, scores), data.timing, data.check = results["final"], results["timing"], results["check"]
     data.summary = tables.learning_summary(data.check, by=by)
     for t in (data.timing, data.final, data.summary):

@@ -3,6 +3,7 @@ the names of the label columns the report adds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from analysis import curves
 from analysis.aggregate import Curves
+from analysis.load import LoadInfo
 from analysis.report.settings import ReportSettings
 
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
@@ -19,6 +21,36 @@ REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
 VARIANT, PANEL, PANEL_ROW = "variant", "panel", "panel row"
 #: Per-run number of harness runs sharing the run's CPUs or GPU while it trained.
 AT_ONCE = "runs at once"
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What :func:`analysis.report.inputs.load_report_inputs` read: the metrics frame and, beside
+    it, what is known of the runs it covers.
+
+    Attributes:
+        frame: :func:`analysis.load.load`'s frame (one row per run and step).
+        states: :func:`analysis.states.read_states` of the requested runs that have a folder.
+        grid_info: ``grid.json`` (None without one).
+        run_set: a phrase naming the run set ("the 6 run(s) of grid.json ...").
+        requested_runs: the run ids asked for, in order (with and without metrics).
+        grid_runs: ``{run_id: {key: value}}``: each planned run's varying values from ``grid.json``
+            (damaged runs' too; empty without).
+        load: :class:`analysis.load.LoadInfo`: skipped files, missing and damaged runs, the config
+            columns, varying keys and aliases.
+    """
+
+    frame: pd.DataFrame
+    states: pd.DataFrame
+    grid_info: Mapping[str, Any] | None
+    run_set: str
+    requested_runs: tuple[str, ...]
+    grid_runs: Mapping[str, Mapping[str, Any]]
+    load: LoadInfo
+
+    def __iter__(self) -> Iterator[Any]:
+        """``frame, states, grid_info, run_set = inputs``."""
+        return iter((self.frame, self.states, self.grid_info, self.run_set))
 
 
 @dataclass

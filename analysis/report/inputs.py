@@ -15,7 +15,8 @@ import pandas as pd
 
 from analysis import curves, states
 from analysis import findings as findings_mod
-from analysis.load import SkippedFileWarning, list_runs, load, read_grid
+from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
+from analysis.report.data import ReportInputs
 from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
 from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
 from harness import layout
@@ -71,8 +72,9 @@ def load_report_inputs(
     all_runs: bool = False,
     settings: ReportSettings | None = None,
     extra_columns: Sequence[str] = (),
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None, str]:
-    """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set.
+) -> ReportInputs:
+    """The metrics frame, the runs' states, ``grid.json`` and a phrase naming the run set, as a
+    :class:`ReportInputs` (which also unpacks as ``frame, states, grid_info, run_set``).
 
     With ``settings`` only the columns that report needs are read (:func:`report_columns`, and
     ``extra_columns``, e.g. the findings' metrics); without, every column.
@@ -102,7 +104,7 @@ def load_report_inputs(
         run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
-        df = load(
+        loaded = load_results(
             grid_dir,
             ids,
             columns=None
@@ -119,11 +121,16 @@ def load_report_inputs(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     present = set(list_runs(grid_dir))
     st = states.read_states(grid_dir, [r for r in ids if r in present])
-    df.attrs["run_set"] = run_set
-    df.attrs["requested_runs"] = ids
-    if grid_info and isinstance(grid_info.get("runs"), Mapping):
-        df.attrs["grid_runs"] = grid_info["runs"]  # each run's varying values, damaged runs' too
-    return df, st, grid_info, run_set
+    grid_runs = grid_info.get("runs") if grid_info else None
+    return ReportInputs(
+        frame=loaded.frame,
+        states=st,
+        grid_info=grid_info,
+        run_set=run_set,
+        requested_runs=tuple(ids),
+        grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
+        load=loaded.info,
+    )
 
 
 def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
@@ -246,11 +253,10 @@ def findings_results(grid_dir: str | Path) -> pd.DataFrame:
             "`grpo-harness submit`"
         )
     settings = ReportSettings.merged(_grid_section(grid_dir))
-    df, run_states, _, _ = load_report_inputs(
-        grid_dir, settings=settings, extra_columns=[f.metric for f in findings]
-    )
-    logged = _logged_for(grid_dir, df, findings)
-    df, _, without = _runs_without_metrics(df, run_states)
+    inputs = load_report_inputs(grid_dir, settings=settings, extra_columns=[f.metric for f in findings])
+    run_states = inputs.states
+    logged = _logged_for(grid_dir, inputs.frame, findings)
+    df, _, without = _runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
     finished: list[str] = []
     if not df.empty:
         # the report's score metric plays no part: a finding reads its own (the step is always there)

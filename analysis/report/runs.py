@@ -12,14 +12,15 @@ import pandas as pd
 
 from analysis import labels, states, style
 from analysis.aggregate import x_values
-from analysis.load import NONE_LABEL, seed_column
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, ReportData, _Keys
+from analysis.load import NONE_LABEL, LoadInfo, seed_column
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT, ReportData, ReportInputs, _Keys
 from analysis.report.settings import ReportError, ReportSettings
 from harness import layout
 
 
-def _resolve_column(df: pd.DataFrame, name: str | None) -> str | None:
-    """A column for a grid key named as given, by alias, or by its last dotted component."""
+def _resolve_column(df: pd.DataFrame, name: str | None, info: LoadInfo | None = None) -> str | None:
+    """A column for a grid key named as given, by alias, or by its last dotted component (``info``:
+    the grid axes and aliases the message names)."""
     if name is None:
         return None
     if name in df.columns:
@@ -29,17 +30,17 @@ def _resolve_column(df: pd.DataFrame, name: str | None) -> str | None:
     ends = [c for c in df.columns if isinstance(c, str) and c.endswith("." + name)]
     if len(ends) == 1:
         return ends[0]
+    info = info or LoadInfo()
     raise ReportError(
-        f"no column {name!r} in the results; grid axes: {sorted(df.attrs.get('varying', []))}, "
-        f"aliases: {sorted(df.attrs.get('aliases', {}))}"
+        f"no column {name!r} in the results; grid axes: {sorted(info.varying)}, aliases: {sorted(info.aliases)}"
     )
 
 
-def _key_column(df: pd.DataFrame, key: str, strict: bool) -> str:
+def _key_column(df: pd.DataFrame, key: str, strict: bool, info: LoadInfo) -> str:
     """The frame column holding config key ``key``; a key no run sets becomes an all-NaN column
     unless ``strict`` (a key typed on the command line must exist)."""
     try:
-        return _resolve_column(df, key)
+        return _resolve_column(df, key, info)
     except ReportError:
         if strict:
             raise
@@ -47,8 +48,9 @@ def _key_column(df: pd.DataFrame, key: str, strict: bool) -> str:
         return key
 
 
-def _dotted(df: pd.DataFrame, column: str) -> str:
-    return df.attrs.get("aliases", {}).get(column, column)
+def _dotted(info: LoadInfo, column: str) -> str:
+    """The dotted key of a column named by its alias (``loss_type`` → ``trainer.loss_type``)."""
+    return info.aliases.get(column, column)
 
 
 def _differing_keys(runs: pd.DataFrame, config_columns: Sequence[str], exclude: set[str]) -> list[str]:
@@ -106,24 +108,21 @@ def findings_runs(
 
 
 def _runs_without_metrics(
-    df: pd.DataFrame, run_states: pd.DataFrame
+    df: pd.DataFrame, run_states: pd.DataFrame, info: LoadInfo, requested: Sequence[str] = ()
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
-    """A shallow working copy of ``df`` (categorical run ids, only the small attrs); per run id, how
-    many of its metrics files could not be read; and each requested run that has no metric rows,
-    with why (``{run_id: phrase}``, in the requested order)."""
-    requested = df.attrs.get("requested_runs") or list(run_states.index)
-    missing_runs = list(df.attrs.get("missing_runs") or [])
-    damaged = dict(df.attrs.get("damaged_runs") or {})
+    """A shallow working copy of ``df`` (categorical run ids); per run id, how many of its metrics
+    files could not be read (``info.skipped``); and each requested run (default: those of
+    ``run_states``) that has no metric rows, with why (``{run_id: phrase}``, in the requested order)."""
+    requested = list(requested) or list(run_states.index)
+    missing_runs = list(info.missing_runs)
+    damaged = dict(info.damaged_runs)
     unreadable: dict[str, int] = {}  # run id -> metrics files that could not be read
-    for path, _ in df.attrs.get("skipped") or []:
+    for path, _ in info.skipped:
         parts = Path(path).parts
         if layout.METRICS_DIR in parts:
             rid = parts[parts.index(layout.METRICS_DIR) - 1]
             unreadable[rid] = unreadable.get(rid, 0) + 1
-    # pandas deep-copies attrs on every operation: keep only the small ones on the working frame
-    small = {k: df.attrs[k] for k in ("aliases", "varying", "config_columns", "grid_runs") if k in df.attrs}
     df = df.copy(deep=False)
-    df.attrs = small
     rid_col = df[layout.RUN_ID]
     if not isinstance(rid_col.dtype, pd.CategoricalDtype):
         df[layout.RUN_ID] = rid_col = rid_col.astype("category")
@@ -145,7 +144,7 @@ def _runs_without_metrics(
 
 
 def _place_runs_without_metrics(
-    df: pd.DataFrame, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], data: ReportData
+    inputs: ReportInputs, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], data: ReportData
 ) -> pd.DataFrame:
     """List each run without metrics in ``data.left_out``, under its variant (and panel) when its
     values in ``grid.json`` match a labelled run's on every key the labels and panels use.
@@ -153,7 +152,7 @@ def _place_runs_without_metrics(
     Returns:
         One row per placed run: index ``run_id``, the label columns of ``runs``.
     """
-    grid_runs = df.attrs.get("grid_runs") or {}
+    grid_runs = inputs.grid_runs
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
     key_cols = [*keys.label, *keys.col, *keys.row]
     known = {}  # normalised key values -> the run labels they give
@@ -165,7 +164,7 @@ def _place_runs_without_metrics(
         values = grid_runs.get(rid)
         where = None
         if isinstance(values, Mapping) and known:
-            probe = [values.get(_dotted(df, k), values.get(k, _UNKNOWN)) for k in key_cols]
+            probe = [values.get(_dotted(inputs.load, k), values.get(k, _UNKNOWN)) for k in key_cols]
             for key, lab in known.items():
                 if all(v is _UNKNOWN or _norm(v) == kv for v, kv in zip(probe, key, strict=True)):
                     where = lab
@@ -254,6 +253,7 @@ def _run_table(
 
 def _label_variants(
     df: pd.DataFrame,
+    info: LoadInfo,
     runs: pd.DataFrame,
     first: pd.DataFrame,
     s: ReportSettings,
@@ -263,18 +263,18 @@ def _label_variants(
     """Label each run's variant (hue), panel (col) and panel row (row) in ``runs``; set
     ``data.hue``/``col``/``row`` and the legend title; note in ``data.lines`` what the layout could
     not do as asked."""
-    col_keys = [_key_column(df, k, k in strict_keys) for k in s.col]
-    row_keys = [_key_column(df, k, k in strict_keys) for k in s.row]
+    col_keys = [_key_column(df, k, k in strict_keys, info) for k in s.col]
+    row_keys = [_key_column(df, k, k in strict_keys, info) for k in s.row]
     for k in (*col_keys, *row_keys):
         if k not in runs.columns:
             runs[k] = first[k] if k in first.columns else np.nan
-    faceted = {_dotted(df, k) for k in (*col_keys, *row_keys)} | set(col_keys) | set(row_keys)
-    config_cols = [c for c in df.attrs.get("config_columns", []) if c in runs.columns]
+    faceted = {_dotted(info, k) for k in (*col_keys, *row_keys)} | set(col_keys) | set(row_keys)
+    config_cols = [c for c in info.config_columns if c in runs.columns]
     # Labels come from every run with metrics, so a variant keeps its name whichever runs finished.
     differing = _differing_keys(runs, config_cols, faceted)
     if col_keys or row_keys:
         differing = _split_within_panels(runs, differing, [*col_keys, *row_keys])
-    hue_keys, explicit = _hue_keys(df, runs, first, s, strict_keys, differing)
+    hue_keys, explicit = _hue_keys(df, info, runs, first, s, strict_keys, differing)
     also_panels = [k for k in hue_keys if k in faceted]
     if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
         hue_keys = [k for k in hue_keys if k not in faceted]
@@ -297,7 +297,7 @@ def _label_variants(
     for name, keys_, attr in ((PANEL, col_keys, "col"), (PANEL_ROW, row_keys, "row")):
         if keys_:
             runs[name], _ = labels.label_runs(
-                runs, [_dotted(df, k) if _dotted(df, k) in runs else k for k in keys_]
+                runs, [_dotted(info, k) if _dotted(info, k) in runs else k for k in keys_]
             )
             setattr(data, attr, name)
     return _Keys(col_keys, row_keys, label_keys, faceted)
@@ -326,6 +326,7 @@ def _split_within_panels(runs: pd.DataFrame, keys: list[str], panel_keys: list[s
 
 def _hue_keys(
     df: pd.DataFrame,
+    info: LoadInfo,
     runs: pd.DataFrame,
     first: pd.DataFrame,
     s: ReportSettings,
@@ -339,11 +340,11 @@ def _hue_keys(
         lt = "trainer.loss_type" if "trainer.loss_type" in runs.columns else None
         hue_keys = [lt] if lt else list(differing)
     else:
-        hue_keys = [_key_column(df, k, k in strict_keys) for k in s.hue]
+        hue_keys = [_key_column(df, k, k in strict_keys, info) for k in s.hue]
         for k in hue_keys:
             if k not in runs.columns:
                 runs[k] = first[k] if k in first.columns else np.nan
-    return [_dotted(df, k) if _dotted(df, k) in runs.columns else k for k in hue_keys], s.hue is not None
+    return [_dotted(info, k) if _dotted(info, k) in runs.columns else k for k in hue_keys], s.hue is not None
 
 
 def _left_out_and_notes(
@@ -400,7 +401,6 @@ def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     included_ids = set(runs.index[runs["included"]])
     mask = np.isin(codes, [k for k, name in enumerate(run_names) if name in included_ids])
     work = df.copy(deep=False) if mask.all() else df[mask].copy()
-    work.attrs = dict(df.attrs)
     work_codes = codes[mask] if not mask.all() else codes
     for name in (VARIANT, PANEL, PANEL_ROW):
         if name in runs.columns:
@@ -426,7 +426,7 @@ def _orders(data: ReportData, runs: pd.DataFrame, inc: pd.DataFrame) -> None:
 
 
 def _compared_lines(
-    df: pd.DataFrame, inc: pd.DataFrame, data: ReportData, keys: _Keys, notes: list[str]
+    df: pd.DataFrame, info: LoadInfo, inc: pd.DataFrame, data: ReportData, keys: _Keys, notes: list[str]
 ) -> None:
     """The report's opening lines: what is compared, against which baseline, over how many runs."""
     curve_keys = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in inc.columns]
@@ -436,8 +436,8 @@ def _compared_lines(
     lines.append(
         "Compared: "
         + (f"{data.legend_title} ({' | '.join(data.hue_order)})" if data.hue else "all runs")
-        + (f", in panels by {labels.titles([_dotted(df, k) for k in keys.col])}" if keys.col else "")
-        + (f" and rows by {labels.titles([_dotted(df, k) for k in keys.row])}" if keys.row else "")
+        + (f", in panels by {labels.titles([_dotted(info, k) for k in keys.col])}" if keys.col else "")
+        + (f" and rows by {labels.titles([_dotted(info, k) for k in keys.row])}" if keys.row else "")
         + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
         + (
             f"; {_count_range(per_variant)} {'' if data.settings.include_unfinished else 'finished '}run(s) per curve"
@@ -520,10 +520,10 @@ def _where(r: pd.Series, data: ReportData) -> str:
     return "; ".join(parts) if parts else "all runs"
 
 
-def _display_names(data: ReportData, df: pd.DataFrame, col_keys, row_keys) -> dict[str, str]:
+def _display_names(data: ReportData, info: LoadInfo, col_keys, row_keys) -> dict[str, str]:
     out = {}
     if data.col:
-        out[PANEL] = labels.titles([_dotted(df, k) for k in col_keys])
+        out[PANEL] = labels.titles([_dotted(info, k) for k in col_keys])
     if data.row:
-        out[PANEL_ROW] = labels.titles([_dotted(df, k) for k in row_keys])
+        out[PANEL_ROW] = labels.titles([_dotted(info, k) for k in row_keys])
     return out
