@@ -9,7 +9,9 @@ from new ones.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +43,11 @@ class Rejected:
     varying: Mapping[str, Any]
     subgrid: str
     problems: tuple[str, ...]
+    #: the cell with the refused settings left out (at their defaults), whose other settings can
+    #: still be checked in the same pass; None when even that is refused
+    stand_in: RunSpec | None = None
+    #: the dotted keys left out of ``stand_in``
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,34 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
     return config
 
 
+#: A section setting a section's own check names in its problem (``task.train_size = 0 ...``).
+_SECTION_KEY = re.compile(r"\b(?:task|tiny|tiny_chat|tiny_steps|harness|peft)\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _stand_in(
+    grid: str, config: Mapping[str, Any], values: Mapping[str, Any], sub: str, problems: Sequence[str]
+) -> tuple[RunSpec | None, tuple[str, ...]]:
+    """A run of ``config`` with the settings its sections refused (the keys ``problems`` name) left
+    out at their defaults, and those keys; ``(None, ())`` when none is named or three rounds do not
+    give a run. Only validation uses it: its id is not the cell's."""
+    settings = copy.deepcopy(dict(config))
+    left_out: list[str] = []
+    for _ in range(3):
+        keys = sorted({m.group(0) for p in problems for m in _SECTION_KEY.finditer(p)} - set(left_out))
+        if not keys:
+            return None, ()
+        for key in keys:
+            head, name = key.split(".", 1)
+            if isinstance(settings.get(head), dict):
+                settings[head].pop(name, None)
+        left_out += keys
+        try:
+            return RunSpec(grid=grid, settings=settings, varying=values, subgrid=sub), tuple(left_out)
+        except SpecError as e:
+            problems = e.problems
+    return None, ()
+
+
 def _processes(grid: GridSpec, cell: Cell) -> int:
     """Processes of a cell's run: the grid's ``nodes * tasks_per_node``, with the cell's own
     ``executor.*`` values where it sets them."""
@@ -187,7 +222,9 @@ def expand(grid: GridSpec) -> Plan:
             run = RunSpec(grid=grid.name, settings=config, varying=values, subgrid=sub, executor=executor)
         except SpecError as e:
             rid = run_id_of(config)
-            rejected.setdefault(rid, Rejected(rid, values, sub, tuple(e.problems)))
+            if rid not in rejected:
+                stand_in, left_out = _stand_in(grid.name, config, values, sub, e.problems)
+                rejected[rid] = Rejected(rid, values, sub, tuple(e.problems), stand_in, left_out)
             continue
         if run.run_id in seen:  # shown with the values as written: that is where they differ
             kept, kept_written = seen[run.run_id]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import logging
@@ -530,5 +531,11 @@ def check_model(model: str) -> list[str]:
     if _looks_like_path(model):
         return [
             f"model path {model!r} does not exist (and is not a hub id like 'org/name', {TINY!r} or {TINY_CHAT!r})"
+        ]
+    close = difflib.get_close_matches(model, (TINY, TINY_CHAT, TINY_STEPS), n=1, cutoff=0.8)
+    if close and "/" not in model:
+        return [
+            f"model {model!r} is no embedded model and no folder; did you mean {close[0]!r}? (A hub id would "
+            "be downloaded; write it as 'org/name'.)"
         ]
     return []

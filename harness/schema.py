@@ -648,7 +648,8 @@ class ExecutorSettings(Section):
         if 0 < self.gpus_per_node < self.tasks_per_node:
             out.append(
                 f"executor.gpus_per_node = {self.gpus_per_node} with executor.tasks_per_node = "
-                f"{self.tasks_per_node}: local ranks {self.gpus_per_node}-{self.tasks_per_node - 1} would "
+                f"{self.tasks_per_node}: local rank{'s' if self.tasks_per_node - self.gpus_per_node > 1 else ''} "
+                f"{self.gpus_per_node}{'-' + str(self.tasks_per_node - 1) if self.tasks_per_node - self.gpus_per_node > 1 else ''} would "
                 "have no GPU; set tasks_per_node <= gpus_per_node (one process per GPU)."
             )
         return out

@@ -353,6 +353,15 @@ def _type_fix(value: Any, desc: Any) -> str:
         return f"is a string (quoted?); write the number bare: {value.strip()}."
     if isinstance(value, float) and type_ok(1, desc) and not type_ok(value, desc) and value.is_integer():
         return f"is a float; this field takes an integer: write {int(value)}."
+    if isinstance(value, str) and type_ok(1, desc) and _is_number(value) and float(value).is_integer():
+        whole = float(value)
+        if math.isfinite(whole):
+            return f"is read by YAML as a string; this field takes an integer: write {int(whole)}."
+    if isinstance(value, bool) and not type_ok(value, desc):
+        return (
+            f"is read by YAML 1.1 as the boolean {value} (from yes/no/on/off/true/false); expected "
+            f"{hint_name(desc)}. Quote it if it is text ('no')."
+        )
     return (
         f"has type {type(value).__name__}; expected {hint_name(desc)}. Fix the value (quote strings, "
         "write numbers bare)."
@@ -416,6 +425,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     bad_keys = _non_string_keys(value, key)
     if bad_keys:
         raise SpecError([f"-o {_shown(text)}: {bad_keys[0]}"])
+    wrapped = {key: value}
+    traps = _traps(wrapped)
+    if traps:
+        raise SpecError([f"-o {problem}" for _, problem in traps])
     return normalize_key(key), value
 
 
@@ -456,23 +469,60 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class YamlTrap(str):
+    """A number YAML 1.1 reads other than it looks (base 60 ``1:30:00`` = 5400, octal ``010`` = 8),
+    kept as its text with ``problem`` (the fix); :func:`read_yaml` reports and drops it, so the rest
+    of the file is still checked."""
+
+    problem: str = ""
+
+
 def _no_base_60(kind: str):
-    """PyYAML's int or float constructor, refusing YAML 1.1's base-60 form (``1:30:00`` is 5400)."""
+    """PyYAML's int or float constructor, trapping YAML 1.1's base-60 form (``1:30:00`` is 5400)
+    and, for ints, its octal form (``010`` is 8) as a :class:`YamlTrap`."""
     base = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
 
     def construct(loader, node):
         value = base(loader, node)
-        if ":" in node.value:
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"{node.value!r} is read by YAML 1.1 as the base-60 number {value}, not a time; write a plain "
-                "number in the setting's unit (timeout_min: 90 for 1 h 30 min), or quote it if it is text",
-                node.start_mark,
+        text = node.value
+        if ":" in text:
+            problem = (
+                f"{text!r} is read by YAML 1.1 as the base-60 number {value}, not a time; write a plain "
+                "number in the setting's unit (timeout_min: 90 for 1 h 30 min), or quote it if it is text"
             )
-        return value
+        elif kind == "int" and re.fullmatch(r"[-+]?0[0-7_]+", text):
+            digits = text.lstrip("+-").lstrip("0_") or "0"
+            problem = (
+                f"{text!r} is read by YAML 1.1 as the octal number {value}; write {digits} without the "
+                f"leading zero (or {value} if octal was meant), or quote it if it is text"
+            )
+        else:
+            return value
+        trap = YamlTrap(text)
+        trap.problem = f"{problem} (line {node.start_mark.line + 1})"
+        return trap
 
     return construct
+
+
+def _traps(node: Any, where: str = "") -> list[tuple[str, str]]:
+    """``(dotted key, problem)`` of every :class:`YamlTrap` in ``node``, each dropped from it."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for k in list(node):
+            here = f"{where}.{k}" if where else str(k)
+            if isinstance(node[k], YamlTrap):
+                found.append((here, f"{here}: {node.pop(k).problem}."))
+            else:
+                found += _traps(node[k], here)
+    elif isinstance(node, list):
+        for i, v in enumerate(list(node)):
+            if isinstance(v, YamlTrap):
+                found.append((where, f"{where}[{i}]: {v.problem}."))
+        node[:] = [v for v in node if not isinstance(v, YamlTrap)]
+        for v in node:
+            found += _traps(v, where)
+    return found
 
 
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _no_base_60("int"))
@@ -537,6 +587,14 @@ def load_yaml_text(text: str) -> Any:
 OWN_KEYS = ("name", "description", "notes")
 
 
+#: The problems of the :class:`YamlTrap` values :func:`read_yaml` dropped while one grid loads, and
+#: their keys (set by :func:`load_grid`).
+_YAML_TRAPS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("yaml_traps", default=None)
+_YAML_LEFT_OUT: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "yaml_left_out", default=None
+)
+
+
 def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     """Read a grid file and everything it ``include:``s, merged (this file over its includes).
 
@@ -554,11 +612,24 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     if not path.is_file():
         raise SpecError([f"no such grid file: {path}."], path)
     try:
-        data = load_yaml_text(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
         raise SpecError([f"not a UTF-8 text file ({e.reason} at byte {e.start})."], path) from e
     except yaml.YAMLError as e:
         raise SpecError([f"not valid YAML at {yaml_problem(e)}"], path) from e
+    if data is None and not _seen:
+        raise SpecError(
+            ["the file is empty (or only comments): a grid needs at least task: {name: ...}."], path
+        )
+    data = {} if data is None else data
+    if isinstance(data, dict):
+        traps = _traps(data)
+        said, keys = _YAML_TRAPS.get(), _YAML_LEFT_OUT.get()
+        if traps and (said is None or keys is None):  # read outside load_grid: refuse at once
+            raise SpecError([p for _, p in traps], path)
+        if traps:
+            said.extend(f"{path.name}: {p}" if _seen else p for _, p in traps)
+            keys.update(normalize_key(k) for k, _ in traps)
     if not isinstance(data, Mapping):
         raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
     shape = structure_problem(data)
@@ -876,6 +947,13 @@ def _report_baseline(value: Any, where: str, problems: list[str], grid_keys: Seq
             ok = False
             continue
         problem = None if k in short else _run_setting_key(normalize_key(k), where)
+        if normalize_key(k) in (normalize_key(p.split("=", 1)[0]) for p in parts):
+            problem = f"{where} = {value!r}: {k} is given twice; a baseline names one value per key."
+        elif k == "seed":
+            problem = (
+                f"{where} = {value!r}: seed cannot name the baseline: a variant pools its seeds (each seed "
+                "is one run of its interval); name the settings the variants differ in."
+            )
         if problem:
             problems.append(problem)
             ok = False
@@ -1006,8 +1084,14 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         malformed axes, unknown profile), naming the file.
     """
     path = Path(path)
-    config = read_yaml(path)
-    shape = _shape_problems(config)
+    traps, trapped = _YAML_TRAPS.set([]), _YAML_LEFT_OUT.set(set())
+    try:
+        config = read_yaml(path)
+        shape = [*(_YAML_TRAPS.get() or []), *_shape_problems(config)]
+        left_out = set(_YAML_LEFT_OUT.get() or ())
+    finally:
+        _YAML_TRAPS.reset(traps)
+        _YAML_LEFT_OUT.reset(trapped)
     if shape:  # the rest is checked on what has the expected shape: every problem in one pass
         config = _pruned(config)
     from harness.losses.loading import load_grid_plugins
@@ -1018,12 +1102,14 @@ def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | No
         grid = _checked_grid(path, config, overrides, profile, plugins)
     except SpecError as e:
         if shape:
-            raise SpecError([*shape, *e.problems], path, partial=e.partial, left_out=e.left_out) from None
+            raise SpecError(
+                [*shape, *e.problems], path, partial=e.partial, left_out=e.left_out | left_out
+            ) from None
         raise
     finally:
         _PLUGIN_NOTE.reset(token)
     if shape:
-        raise SpecError(shape, path, partial=grid)
+        raise SpecError(shape, path, partial=grid, left_out=left_out)
     return grid
 
 
@@ -1087,8 +1173,9 @@ def _checked_grid(
     from harness.findings import check_findings
 
     findings = check_findings(config.get("findings"), problems, path)
-    if not any(p.startswith("executor") for p in problems):  # else its values are already refused
-        executor = ExecutorSettings.build(config.get("executor") or {}, problems)
+    raw = config.get("executor") if isinstance(config.get("executor"), Mapping) else {}
+    typed = {k: v for k, v in raw.items() if check_setting(f"executor.{k}", v, "executor") is None}
+    executor = ExecutorSettings.build(typed, problems)  # keys refused for their type are said above
     if problems:
         at = len(plugins.problems)
         left_out: set[str] = set()
@@ -1124,13 +1211,21 @@ def _given_settings(
     """``(key, value, where it was given)`` of the profile's settings, then the ``-o`` overrides
     (a ``profiles`` section that is not a mapping of mappings is a problem; its mappings still apply)."""
     profiles = config.get("profiles") or {}
-    if not isinstance(profiles, Mapping) or not all(isinstance(v, Mapping) for v in profiles.values()):
-        problems.append("profiles: a mapping of profile name -> {key: value} overrides.")
-        profiles = (
-            {k: v for k, v in profiles.items() if isinstance(v, Mapping)}
-            if isinstance(profiles, Mapping)
-            else {}
+    if not isinstance(profiles, Mapping):
+        problems.append(
+            f"profiles = {profiles!r}: give a mapping of profile name -> {{key: value}} overrides."
         )
+        profiles = {}
+    for name, settings in profiles.items():
+        if not isinstance(settings, Mapping):
+            problems.append(
+                f"profiles.{name} = {settings!r}: a profile is a mapping of key: value overrides, "
+                "e.g. {trainer.max_steps: 50}."
+            )
+    profiles = {k: v for k, v in profiles.items() if isinstance(v, Mapping)}
+    for name, settings in profiles.items():  # an unselected profile's typo would wait for its day
+        if name != profile:
+            problems += [p for k in settings if (p := _profile_key_problem(normalize_key(str(k)), name))]
     pairs: list[tuple[str, Any, str]] = []
     if profile is not None:
         if profile not in profiles:
@@ -1145,6 +1240,13 @@ def _given_settings(
         except SpecError as e:
             problems += e.problems
     return pairs
+
+
+def _profile_key_problem(key: str, name: str) -> str | None:
+    """An unknown key in profile ``name`` (one not selected now: its values are checked when it is)."""
+    if key in OWN_KEYS or key == "report" or key.startswith(("report.", "grid.")):
+        return None
+    return check_key(key, f"profiles.{name}")
 
 
 def _inner_keys(config: Mapping[str, Any]) -> dict[str, str]:
@@ -1251,6 +1353,16 @@ def _partial_grid(
         for section in ("executor", "report", "findings"):
             if section in config and not any(p.startswith(section) for p in problems):
                 usable[section] = copy.deepcopy(config[section])
+            elif section in ("report", "findings") and isinstance(config.get(section), Mapping):
+                # the entries no problem names: a report's baseline, the findings whose arms can be checked
+                usable[section] = {
+                    k: copy.deepcopy(v)
+                    for k, v in config[section].items()
+                    if not any(
+                        p.startswith((f"{section}.{k} ", f"{section}.{k}:", f"{section}.{k}."))
+                        for p in problems
+                    )
+                }
         return _checked_grid(path, usable, (), None, replace(plugins, problems=[], unknown=[]), salvage=False)
     except Exception:  # the file's own problems are reported either way; its cells wait for them
         return None
@@ -1327,9 +1439,8 @@ def _usable_subgrid(sub: Any, keep: Callable[[str, Any], bool]) -> dict | None:
     that did not load (its other settings would be that plugin's unknown keys)."""
     settings = sub.get("set") if isinstance(sub, Mapping) else None
     settings = settings if isinstance(settings, Mapping) else {}
-    if not isinstance(sub, Mapping) or (
-        "loss_type" in settings and not keep("loss_type", settings["loss_type"])
-    ):
+    losses_set = [v for k, v in settings.items() if normalize_key(str(k)) == "trainer.loss_type"]
+    if not isinstance(sub, Mapping) or any(not keep("trainer.loss_type", v) for v in losses_set):
         return None
     good = {k: v for k, v in settings.items() if keep(normalize_key(str(k)), v)}
     return {
@@ -1364,6 +1475,11 @@ def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:
     subgrids = []
     for name, sub in section.items():
         where = f"subgrids.{name}"
+        if invisible(str(name)):
+            problems.append(
+                f"subgrids: the name {shown_key(str(name))} holds {', '.join(invisible(str(name)))}; retype it "
+                "(sub-grid names label the report's variants and the findings' arms)."
+            )
         if not isinstance(sub, Mapping):
             problems.append(f"{where} must be a mapping with set/grid/zip.")
             continue

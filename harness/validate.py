@@ -93,9 +93,10 @@ class Validation:
         lines = []
         head = f"{source}: " if source else ""
         if self.errors:
-            n = len(self.errors)
+            errors = _error_lines(self.errors)  # one per distinct problem, with the runs it covers
+            n = len(errors)
             lines.append(f"{head}{n} error{'s' if n != 1 else ''}; nothing was run or written:")
-            lines += [f"  - {line}" for line in _error_lines(self.errors)]
+            lines += [f"  - {line}" for line in errors]
         seen = set()
         for f in self.warnings:
             if f.message in seen:
@@ -104,7 +105,8 @@ class Validation:
             ids = [g.run_id for g in self.warnings if g.message == f.message and g.run_id]
             n = max(len(ids), 1)
             which = f" [{', '.join(ids[:6])}{', ...' if len(ids) > 6 else ''}]" if ids else ""
-            lines.append(f"warning ({n} run{'s' if n != 1 else ''}{which}): {f.message}")
+            runs = f" ({n} run{'s' if n != 1 else ''}{which})" if ids else ""
+            lines.append(f"warning{runs}: {f.message}")
         return "\n".join(lines)
 
 
@@ -152,12 +154,16 @@ def format_one_pass(
     errors = (
         [f for f in validation.errors if not (default and default.search(f.message))] if validation else []
     )
-    cells = _error_lines(errors)
     groups: dict[str, list[str]] = {}
     for p in dict.fromkeys(file_problems):
         groups.setdefault(problem_origin(p), []).append(p)
+    for f in errors:  # a plan-level error of a section (report.baseline no cell has) goes with it
+        origin = problem_origin(f.message)
+        if not f.run_id and origin != problem_origin("") and f.message not in groups.get(origin, []):
+            groups.setdefault(origin, []).append(f.message)
+    cells = _error_lines([f for f in errors if f.run_id or problem_origin(f.message) == problem_origin("")])
     if len(groups) == 1 and not cells and not arms:
-        return str(SpecError(file_problems, source))
+        return str(SpecError(next(iter(groups.values())), source))
     n = sum(map(len, groups.values())) + len(cells) + len(arms)
     lines = [f"{source}: {n} problem{'s' if n != 1 else ''}; nothing was run or written:"]
     sections = [*groups.items()]
@@ -256,35 +262,48 @@ def rule_importance_sampling_level(ctx: RunContext) -> list[Finding]:
     return []
 
 
+#: ``(trainer field, test of its resolved value, what it must be)``: ranges GRPOConfig accepts but
+#: that fail or mislead in training (:func:`rule_ranges`).
+RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("epsilon", lambda v: v is not None and v >= 0, "must be >= 0 (the lower clip is 1 - epsilon)"),
+    ("epsilon_high", lambda v: v is None or v >= 0, "must be >= 0 (or unset to equal epsilon)"),
+    ("num_iterations", lambda v: v is not None and v >= 1, "must be >= 1 (updates per generation batch)"),
+    ("beta", lambda v: v is not None and v >= 0, "must be >= 0 (KL coefficient; 0 = no reference model)"),
+    ("ref_model_mixup_alpha", lambda v: v is not None and 0 <= v <= 1, "must lie in [0, 1]"),
+    ("ref_model_sync_steps", lambda v: v is not None and v >= 1, "must be >= 1 optimizer step"),
+    ("num_generations", lambda v: v is None or v >= 2, "must be >= 2 (advantages compare a group)"),
+    ("temperature", lambda v: v is not None and v > 0, "must be > 0"),
+    ("learning_rate", lambda v: v is not None and v >= 0, "must be >= 0"),
+    ("delta", lambda v: v is None or v > 1, "must be > 1 (the upper clip of the ratio) or unset"),
+    ("max_completion_length", lambda v: v is None or v >= 1, "must be >= 1 token"),
+    ("steps_per_generation", lambda v: v is None or v >= 1, "must be >= 1"),
+    ("per_device_train_batch_size", lambda v: v >= 1, "must be >= 1 completion"),
+    ("gradient_accumulation_steps", lambda v: v >= 1, "must be >= 1"),
+    (
+        "max_steps",
+        lambda v: v >= 1,
+        "must be >= 1 optimizer step (the harness runs a fixed number of steps)",
+    ),
+    ("top_p", lambda v: v is None or 0 < v <= 1, "must lie in (0, 1]"),
+    ("top_k", lambda v: v is None or v >= 0, "must be >= 0 (0 turns top-k filtering off)"),
+    ("repetition_penalty", lambda v: v > 0, "must be > 0 (1.0 = no penalty)"),
+    ("min_p", lambda v: v is None or 0 <= v <= 1, "must lie in [0, 1]"),
+    ("vespo_k_pos", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
+    ("vespo_k_neg", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
+    *(
+        (
+            f"sapo_temperature_{sign}",
+            lambda v: v is None or v > 0,
+            "must be > 0 (SAPO's gate is (4 / tau) sigmoid(tau (r - 1)): tau = 0 divides by zero)",
+        )
+        for sign in ("pos", "neg")
+    ),
+)
+
+
 def rule_ranges(ctx: RunContext) -> list[Finding]:
     out: list[Finding] = []
-    checks = [
-        ("epsilon", lambda v: v is not None and v >= 0, "must be >= 0 (the lower clip is 1 - epsilon)"),
-        ("epsilon_high", lambda v: v is None or v >= 0, "must be >= 0 (or unset to equal epsilon)"),
-        ("num_iterations", lambda v: v is not None and v >= 1, "must be >= 1 (updates per generation batch)"),
-        ("beta", lambda v: v is not None and v >= 0, "must be >= 0 (KL coefficient; 0 = no reference model)"),
-        ("ref_model_mixup_alpha", lambda v: v is not None and 0 <= v <= 1, "must lie in [0, 1]"),
-        ("ref_model_sync_steps", lambda v: v is not None and v >= 1, "must be >= 1 optimizer step"),
-        ("num_generations", lambda v: v is None or v >= 2, "must be >= 2 (advantages compare a group)"),
-        ("temperature", lambda v: v is not None and v > 0, "must be > 0"),
-        ("learning_rate", lambda v: v is not None and v >= 0, "must be >= 0"),
-        ("delta", lambda v: v is None or v > 1, "must be > 1 (the upper clip of the ratio) or unset"),
-        ("max_completion_length", lambda v: v is None or v >= 1, "must be >= 1 token"),
-        ("steps_per_generation", lambda v: v is None or v >= 1, "must be >= 1"),
-        ("per_device_train_batch_size", lambda v: v >= 1, "must be >= 1 completion"),
-        ("gradient_accumulation_steps", lambda v: v >= 1, "must be >= 1"),
-        (
-            "max_steps",
-            lambda v: v >= 1,
-            "must be >= 1 optimizer step (the harness runs a fixed number of steps)",
-        ),
-        ("top_p", lambda v: v is None or 0 < v <= 1, "must lie in (0, 1]"),
-        ("top_k", lambda v: v is None or v >= 0, "must be >= 0 (0 turns top-k filtering off)"),
-        ("repetition_penalty", lambda v: v > 0, "must be > 0 (1.0 = no penalty)"),
-        ("min_p", lambda v: v is None or 0 <= v <= 1, "must lie in [0, 1]"),
-        ("vespo_k_pos", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
-        ("vespo_k_neg", lambda v: v is None or v >= 0, "must be >= 0 (VESPO's gamma shape)"),
-    ]
+    checks = RANGE_CHECKS
     for name, ok, why in checks:
         v = ctx.value(name)
         if isinstance(v, float) and not math.isfinite(v):
@@ -996,11 +1015,12 @@ def validate_plan(plan: Plan) -> Validation:
     """Validate every run of ``plan`` (and every cell its sections rejected); never raises for a bad
     cell. The grid's executor block was checked when the grid was loaded."""
     validation = Validation()
+    executors: dict[str, ExecutorSettings | None] = {}
     for cell in plan.rejected:
         where = _where(cell.varying, plan.varying_keys)
         validation.findings += [Finding("error", p, cell.run_id, where) for p in cell.problems]
+        validation.findings += _stand_in_errors(cell, plan, executors, validation, where)
     siblings = clip_sibling_counts(plan.runs)
-    executors: dict[str, ExecutorSettings | None] = {}
     for run in plan.runs:
         executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
@@ -1017,11 +1037,39 @@ def validate_plan(plan: Plan) -> Validation:
     return validation
 
 
+def _stand_in_errors(
+    cell: Any, plan: Plan, executors: dict[str, ExecutorSettings | None], out: Validation, where: str
+) -> list[Finding]:
+    """The errors of a refused cell's other settings (:attr:`harness.grid.Rejected.stand_in`, the
+    cell with the refused settings at their defaults), under the cell's run id; an error that names
+    a left-out key is its default's, not the grid's, and is not said."""
+    if cell.stand_in is None:
+        return []
+    executor = _run_executor(cell.stand_in, plan.grid.executor, executors, out)
+    if executor is None:
+        return []
+    found = validate_run(cell.stand_in, executor, plan.varying_keys)
+    return [
+        Finding("error", f.message, cell.run_id, where)
+        for f in found
+        if f.level == "error" and not any(k in f.message for k in cell.left_out)
+    ]
+
+
 def _unused_sections(plan: Plan) -> list[Finding]:
     """An embedded model's section (``tiny:``, ``tiny_chat:``, ``tiny_steps:``) that no run's model
     reads: its values are dropped unchecked, so whatever it says (impossible values included) acts
     on nothing."""
-    used = {EMBEDDED_MODEL_SECTIONS.get(run.model) for run in plan.runs}
+    models = {run.model for run in plan.runs}
+    if plan.rejected:  # cells refused for their sections have no run: count the models the grid names
+        grid = plan.grid
+        models.add(grid.base.get("model", "tiny"))
+        axes = [*grid.axes, *(a for z in grid.zips for a in z)]
+        for sub in grid.subgrids:
+            axes += [*sub.axes, *(a for z in sub.zips for a in z)]
+            models.update(v for k, v in sub.settings if k == "model")
+        models.update(v for a in axes if a.key == "model" for v in a.values)
+    used = {EMBEDDED_MODEL_SECTIONS.get(m) for m in models}
     out = []
     for model, section in EMBEDDED_MODEL_SECTIONS.items():
         if plan.grid.base.get(section) is not None and section not in used:
@@ -1042,9 +1090,16 @@ def _report_cannot_act(plan: Plan) -> list[Finding]:
     ``baseline`` of KEY=VALUE pairs that no cell has (:func:`_baseline_missing`), an error: the
     report would compare nothing with it."""
     from harness import layout
+    from harness.findings import metric_warning
 
     report = plan.grid.report or {}
     out = _baseline_missing(plan, report.get("baseline"))
+    for key in ("metric", "curves", "metrics"):
+        names = report.get(key)
+        for name in [names] if isinstance(names, str) else names or []:
+            said = metric_warning(name) if isinstance(name, str) else None
+            if said:
+                out.append(Finding("warning", f"report.{key}: {said}"))
     if not plan.runs or any(run.harness.eval_steps > 0 for run in plan.runs):
         return out
     if report.get("metric") == layout.EVAL_ACCURACY:

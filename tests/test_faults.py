@@ -162,9 +162,11 @@ def test_a_rerun_right_after_a_kill_of_the_whole_tree_resumes(tmp_path, model_ca
     first = _driver(results, *args, session=True)
     runs = results / "smoke" / layout.RUNS_DIR
 
-    def done_ckpt() -> bool:
+    def done_ckpt() -> bool:  # complete: its marker is written last, after every file is on disk
+        from harness.checkpoints import COMPLETE_FILE
+
         return runs.exists() and any(
-            (d / layout.CHECKPOINTS_DIR / "checkpoint-5").exists() for d in runs.iterdir()
+            (d / layout.CHECKPOINTS_DIR / "checkpoint-5" / COMPLETE_FILE).exists() for d in runs.iterdir()
         )
 
     _wait(done_ckpt, what="the checkpoint of step 5")

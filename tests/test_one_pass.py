@@ -71,7 +71,7 @@ def test_a_left_out_setting_brings_no_error_of_its_default(tmp_path, capsys):
     # TRL's max_steps default (-1) is refused by the harness: that is the default's, not the grid's
     code, text = plan(tmp_path, capsys, with_trainer(max_steps="10", epsilon=-1.0))
     assert code == 2
-    assert "trainer.max_steps = '10' has type str" in text
+    assert "trainer.max_steps = '10' is read by YAML as a string" in text
     assert "trainer.max_steps = -1" not in text
     assert "trainer.epsilon = -1.0" in text
 
@@ -151,3 +151,98 @@ def test_a_folder_is_not_called_missing(tmp_path, capsys):
     assert (
         "include: 'grids':" in (err := capsys.readouterr().err) and "is a folder; include a grid file" in err
     )
+
+
+def test_a_plugin_raising_keyboardinterrupt_at_import_is_reported(tmp_path, capsys, monkeypatch):
+    (tmp_path / "kbi_plugin.py").write_text("raise KeyboardInterrupt\n")
+    (tmp_path / "broken_plugin.py").write_text("import nothing_of_that_name_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, text = plan(tmp_path, capsys, {**BASE, "plugins": ["kbi_plugin", "broken_plugin"]})
+    assert code == 2
+    assert "importing 'kbi_plugin' raised KeyboardInterrupt (" in text and "kbi_plugin.py:1" in text
+    assert "broken_plugin" in text
+
+
+def test_yaml_traps_do_not_stop_the_rest(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(with_trainer(learning_rate="x")) + "grid: {seed: [010, 1]}\n")
+    code = main(["plan", str(path), "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'010' is read by YAML 1.1 as the octal number 8; write 10" in err
+    assert "trainer.learning_rate = 'x'" in err
+
+
+def test_an_unselected_profile_with_an_unknown_key_is_refused(tmp_path, capsys):
+    code, text = plan(tmp_path, capsys, {**BASE, "profiles": {"quick": {"trainer.max_stepz": 5}}})
+    assert code == 2 and "profiles.quick: unknown key 'trainer.max_stepz'" in text
+
+
+def test_an_invisible_character_in_a_subgrid_name_is_refused(tmp_path, capsys):
+    data = {**BASE, "subgrids": {"a\u200b": {"set": {"loss_type": "grpo"}}}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2 and "'a\\u200b' holds U+200B ZERO WIDTH SPACE" in text
+
+
+def test_a_typo_of_an_embedded_model_is_refused(tmp_path, capsys):
+    code, text = plan(tmp_path, capsys, {**BASE, "model": "tiny-stepz"})
+    assert code == 2 and "did you mean 'tiny-steps'" in text
+
+
+def test_a_cell_refused_for_a_section_still_has_its_other_settings_checked(tmp_path, capsys):
+    data = {**with_trainer(max_steps=-5), "tiny": {"num_heads": 3}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2
+    assert "must be a multiple of tiny.num_heads = 3" in text
+    assert "trainer.max_steps = -5 must be >= 1" in text
+    assert "no run's model reads it" not in text
+    assert "2 errors" in text  # the header counts distinct problems
+
+
+def test_an_executor_type_error_does_not_hide_its_range_errors(tmp_path, capsys):
+    data = {**BASE, "executor": {"name": "slurm", "nodes": 0, "cpus_per_task": "1e3"}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2
+    assert (
+        "executor.cpus_per_task = '1e3' is read by YAML as a string; this field takes an integer: write 1000"
+        in text
+    )
+    assert "executor.nodes = 0 must be >= 1" in text
+
+
+def test_report_problems_do_not_hide_a_baseline_no_cell_has(tmp_path, capsys):
+    data = {
+        **BASE,
+        "grid": {"loss_type": ["grpo", "dapo"]},
+        "report": {"x": "epoch", "baseline": "loss_type=grpoo"},
+    }
+    code, text = plan(tmp_path, capsys, data)
+    assert (
+        code == 2 and "report.x = 'epoch'" in text and "report.baseline = 'loss_type=grpoo': no cell" in text
+    )
+
+
+@pytest.mark.parametrize(
+    ("baseline", "said"),
+    [
+        ("seed=0", "seed cannot name the baseline"),
+        ("loss_type=grpo, loss_type=dapo", "loss_type is given twice"),
+    ],
+)
+def test_a_baseline_by_seed_or_with_a_key_twice_is_refused(tmp_path, capsys, baseline, said):
+    data = {**BASE, "grid": {"loss_type": ["grpo", "dapo"], "seed": [0, 1]}, "report": {"baseline": baseline}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 2 and said in text
+
+
+def test_a_report_metric_typo_is_warned(tmp_path, capsys):
+    data = {**BASE, "report": {"metric": "rewardd", "curves": ["kll"]}}
+    code, text = plan(tmp_path, capsys, data)
+    assert code == 0
+    assert "warning: report.metric: metric 'rewardd'" in text and "did you mean 'kl'" in text
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path, capsys):
+    (tmp_path / "g.yaml").write_text("# nothing yet\n")
+    assert main(["plan", str(tmp_path / "g.yaml")]) == 2
+    assert "the file is empty" in capsys.readouterr().err

@@ -371,8 +371,6 @@ def _import_problem(module: str) -> str | None:
         )
     try:
         importlib.import_module(module)
-    except KeyboardInterrupt:
-        raise
     except ModuleNotFoundError as e:
         if e.name and (module == e.name or module.startswith(e.name + ".")):
             return (
@@ -385,8 +383,9 @@ def _import_problem(module: str) -> str | None:
             f"plugins: importing {module!r} called sys.exit({e.code!r}){_where(e)}; a plugin module must "
             "not exit when imported (guard script code with if __name__ == '__main__':)."
         )
-    except BaseException as e:  # the plugin's own code raised: report it, never hide the others
-        return f"plugins: importing {module!r} raised {type(e).__name__}: {e}{_where(e)}; fix the module."
+    except BaseException as e:  # the plugin's own code raised (KeyboardInterrupt too): say it, hide nothing
+        said = f": {e}" if str(e) else ""
+        return f"plugins: importing {module!r} raised {type(e).__name__}{said}{_where(e)}; fix the module."
     if not any(p.module == module or p.module.startswith(module + ".") for p in REGISTRY.values()):
         return (
             f"plugins: module {module!r} registers no loss; decorate its loss functions with "
@@ -415,8 +414,6 @@ def from_entry_point(name: str, failed: Iterable[str] = ()) -> list[str]:
         return []
     try:
         obj = ep.load()
-    except KeyboardInterrupt:
-        raise
     except BaseException as e:  # SystemExit too: a plugin must never end `plan` silently
         return [
             f"loss_type {name!r}: entry point {ep.value} ({ENTRY_POINT_GROUP}) raised {type(e).__name__}: "
