@@ -225,7 +225,8 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
 
 
 def read_progress(run_dir: str | os.PathLike) -> dict | None:
-    """The run's ``progress.json`` (written by rank 0 after every logged step): ``step``,
+    """The run's ``progress.json`` (written by rank 0 at most every ``PROGRESS_EVERY_S`` seconds of
+    :mod:`harness.training`, and on its first and last step and before each checkpoint): ``step``,
     ``max_steps``, ``reward`` (latest, or None), ``s_per_step`` (mean wall seconds of the recent
     steps, eval time excluded), ``updated_at`` (Unix seconds); None when there is none."""
     info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
