@@ -2,7 +2,7 @@
 
 Builds ``tiny-steps`` (the findings grid's task and model spec, ``--sft-steps`` warm-start steps) into
 a temporary folder twice, once with the process limited to one core and once with every core it may
-use (``harness.models.build_threads``), in fresh processes, and prints each build's seconds, the
+use (``harness.models.tiny.build_threads``), in fresh processes, and prints each build's seconds, the
 ratio, and whether the two ``model.safetensors`` are the same bit for bit.
 
     python benchmarks/build_threads.py [--sft-steps 300]
@@ -21,9 +21,9 @@ from pathlib import Path
 
 BUILD = """
 import json, sys
-from harness.spec import load_grid
-from harness.grid import expand
-from harness.tiny_steps import build_tiny_steps_model
+from harness.config.spec import load_grid
+from harness.config.grid import expand
+from harness.models.tiny_steps import build_tiny_steps_model
 run = expand(load_grid("ablations/findings.yaml", overrides=[f"tiny_steps.sft_steps={sys.argv[2]}"])).runs[0]
 info = build_tiny_steps_model(run.tiny, run.task, sys.argv[1])
 print(json.dumps({"seconds": info["build_seconds"], "threads": info["sft_threads"]}))

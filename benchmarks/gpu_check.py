@@ -3,7 +3,7 @@
 ``python benchmarks/gpu_check.py model --size qwen2.5-0.5b --out DIR --cache DIR`` builds a
 ``Qwen2ForCausalLM`` with Qwen2.5-0.5B's shapes (hidden 896, 24 layers, 14 attention heads, 2 KV heads,
 intermediate 4864, vocabulary 151936, tied embeddings, rope theta 1e6, 32768 positions) and random
-weights, with the tokenizer of the harness's ``tiny-chat`` model (``harness.models.resolve_model``), and
+weights, with the tokenizer of the harness's ``tiny-chat`` model (``harness.models.tiny.resolve_model``), and
 saves both (bf16 safetensors) with ``save_pretrained``. ``--size small`` is the same family at a few layers
 and a small width, for the CPU path.
 
@@ -83,8 +83,8 @@ def chat_tokenizer(cache_dir: Path, model_max_length: int) -> Any:
     """
     from transformers import AutoTokenizer
 
-    from harness.models import resolve_model
-    from harness.schema import TaskSpec, TinyChatModelSpec
+    from harness.config.schema import TaskSpec, TinyChatModelSpec
+    from harness.models.tiny import resolve_model
 
     task = TaskSpec(name="chain_sum", kwargs=TASK_KWARGS, template="chat")
     path = resolve_model(
@@ -132,8 +132,8 @@ def sample_prompts(tokenizer: Any, count: int = 4, device: str = "cpu") -> Any:
     (count, T) id tensor (left-padded with the pad id; T in tokens)."""
     import torch
 
-    from harness.schema import TaskSpec
-    from harness.tasks import bare_prompt, generate_entries
+    from harness.config.schema import TaskSpec
+    from harness.models.tasks import bare_prompt, generate_entries
 
     _, entries = generate_entries(TaskSpec(name="chain_sum", kwargs=TASK_KWARGS), 0, count)
     gen = torch.Generator().manual_seed(0)

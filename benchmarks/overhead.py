@@ -175,8 +175,8 @@ def main() -> int:
     from trl import GRPOTrainer
 
     import harness.training as training
-    from harness.grid import expand
-    from harness.spec import load_grid
+    from harness.config.grid import expand
+    from harness.config.spec import load_grid
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     overrides = [*args.override, f"trainer.max_steps={args.steps}", "harness.eval_steps=0"]

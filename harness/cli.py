@@ -34,13 +34,13 @@ def _load_plan(args: argparse.Namespace):
     """Load, expand and validate; print the findings, and return the plan (None on any error).
 
     Every stage is checked in one pass: when the file, a profile or an ``-o`` has problems, the
-    cells of what passed (:attr:`harness.spec.SpecError.partial`) are still validated, and all the
+    cells of what passed (:attr:`harness.config.spec.SpecError.partial`) are still validated, and all the
     problems are printed together, grouped by where they come from
-    (:func:`harness.validate.format_one_pass`)."""
-    from harness.findings import plan_problems
-    from harness.grid import expand
-    from harness.spec import SpecError, load_grid
-    from harness.validate import format_one_pass, validate_plan
+    (:func:`harness.config.validate.format_one_pass`)."""
+    from harness.config.findings import plan_problems
+    from harness.config.grid import expand
+    from harness.config.spec import SpecError, load_grid
+    from harness.config.validate import format_one_pass, validate_plan
 
     left_out: frozenset[str] = frozenset()
     try:
@@ -126,7 +126,7 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
     if g.report:
         applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in g.report.items()))
     description = [g.description.strip()] if g.description else []
-    from harness.findings import plan_lines as finding_lines
+    from harness.config.findings import plan_lines as finding_lines
     from harness.losses import plan_lines
 
     return "\n".join([title, *description, *applied, *plan_lines(plan.runs), *finding_lines(plan), *lines])
@@ -144,8 +144,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from harness.config.grid import plan_record
     from harness.executors import BUSY_REASON, execute_local, pending_local
-    from harness.grid import plan_record
 
     plan = _load_plan(args)
     if plan is None:
@@ -229,7 +229,7 @@ def _report_after_run(grid_dir: Path) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from harness import slurm
-    from harness.grid import plan_record
+    from harness.config.grid import plan_record
 
     plan = _load_plan(args)
     if plan is None:

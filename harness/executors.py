@@ -18,8 +18,8 @@ from typing import Any
 import submitit
 
 from harness import layout
+from harness.config.schema import ExecutorSettings, RunSpec
 from harness.metrics import last_step_and_reward
-from harness.schema import ExecutorSettings, RunSpec
 from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, record_end, resume_promise
 
 

@@ -295,7 +295,7 @@ def unwritable(folder: str | os.PathLike) -> str | None:
 
 
 def write_grid(grid_dir: str | os.PathLike, record: dict) -> None:
-    """Write ``grid.json`` (:func:`harness.grid.plan_record`) atomically, creating the folder."""
+    """Write ``grid.json`` (:func:`harness.config.grid.plan_record`) atomically, creating the folder."""
     with atomic_path(os.path.join(grid_dir, GRID_FILE)) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, sort_keys=True, default=str)
         f.write("\n")

@@ -1,7 +1,7 @@
 """The settings of a grid's report, defined once: :class:`ReportSettings`.
 
 One schema serves three readers: the grid check of a grid file's ``report:`` section
-(:func:`harness.spec.check_report` takes its keys, :data:`REPORT_KEYS`, and its smoothing parser),
+(:func:`harness.config.spec.check_report` takes its keys, :data:`REPORT_KEYS`, and its smoothing parser),
 the report itself (:mod:`analysis.report.settings`), and the ``report`` command's flags
 (:func:`add_arguments`, :func:`given_in`). Each field's ``metadata`` says whether the grid file
 may set it (``section``), what it takes (``what``, for messages) and its command-line flag, if any.

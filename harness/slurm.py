@@ -19,8 +19,8 @@ from typing import Any
 from filelock import FileLock
 
 from harness import layout
+from harness.config.schema import ExecutorSettings, RunSpec, canonical_json
 from harness.metrics import atomic_write_json
-from harness.schema import ExecutorSettings, RunSpec, canonical_json
 from harness.status import (
     accounting_states,
     grid_run_dirs,

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import checkpoints, layout, lora, losses, trackers
+from harness import checkpoints, layout, losses, trackers
+from harness.config import lora
+from harness.config.schema import ExecutorSettings, HarnessSettings, RunSpec
 from harness.metrics import MetricsWriter, StepClock, atomic_write_json, provenance, read_metrics
-from harness.schema import ExecutorSettings, HarnessSettings, RunSpec
 
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
 #: Steps whose mean wall time ``progress.json`` reports as the run's speed.
@@ -54,7 +55,7 @@ def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
     Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
     start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
     """
-    from harness.models import resolve_model
+    from harness.models.tiny import resolve_model
 
     return resolve_model(
         spec.model,
@@ -79,7 +80,7 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
     """
     from transformers import AutoTokenizer
 
-    from harness.tasks import build_task
+    from harness.models.tasks import build_task
 
     if trainer_class is None:
         from harness.trainer import HarnessGRPOTrainer as trainer_class
@@ -643,7 +644,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
 
     settings, device, state, prov = _start(spec, run_dir, device, threads)
 
-    from harness.tasks import greedy_accuracy
+    from harness.models.tasks import greedy_accuracy
 
     model_path = prepare_model(spec, run_dir)
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR

@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def verdict_memo(tmp_path_factory) -> Path:
-    """A session-private memo of TRL/reasoning-gym verdicts (harness.verdicts), shared with subprocesses."""
+    """A session-private memo of TRL/reasoning-gym verdicts (harness.config.verdicts), shared with subprocesses."""
     path = tmp_path_factory.mktemp("verdicts")
     os.environ["GRPO_HARNESS_VERDICTS"] = str(path)
     return path
@@ -62,7 +62,7 @@ def model_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def chain_sum_task():
-    from harness.tasks import TaskSpec
+    from harness.models.tasks import TaskSpec
 
     return TaskSpec(
         name="chain_sum",
@@ -75,6 +75,6 @@ def chain_sum_task():
 @pytest.fixture(scope="session")
 def tiny_model(model_cache, chain_sum_task) -> str:
     """Path of a tiny model with a short warm start (built once, cached for the session)."""
-    from harness.models import TinyModelSpec, tiny_model_path
+    from harness.models.tiny import TinyModelSpec, tiny_model_path
 
     return str(tiny_model_path(TinyModelSpec(**FAST_TINY), chain_sum_task, model_cache))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.schema import RunSpec
+from harness.config.schema import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
 # Fast settings for end-to-end runs: a barely warm-started tiny model and a few short steps.
@@ -69,6 +69,8 @@ def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 
 def make_spec(tiny_model, chain_sum_task, **trainer) -> RunSpec:
     """A 4-step run of the session's tiny model (``tiny_model``) on ``chain_sum_task``; ``trainer``
     overrides GRPOConfig fields."""
+    from harness.schema import RunSpec
+
     config = {
         "seed": 0,
         "model": tiny_model,
@@ -91,6 +93,8 @@ def make_spec(tiny_model, chain_sum_task, **trainer) -> RunSpec:
 def tracker_spec(report_to: list[str], model_cache: Path | None) -> RunSpec:
     """A 4-step dapo run of a small ``tiny`` model reporting to ``report_to``, checkpointed every
     2 steps, in grid ``trk`` (sub-grid ``clip``)."""
+    from harness.schema import RunSpec
+
     settings = {
         "seed": 1,
         "model": "tiny",

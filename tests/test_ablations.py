@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.grid import expand, steps_per_epoch
-from harness.spec import load_grid, read_yaml
-from harness.validate import validate_plan
+from harness.config.grid import expand, steps_per_epoch
+from harness.config.spec import load_grid, read_yaml
+from harness.config.validate import validate_plan
 
 ABLATIONS = sorted((Path(__file__).resolve().parent.parent / "ablations").glob("*.yaml"))
 EXPECTED_RUNS = {

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harness import executors
-from harness.spec import ExecutorSettings
+from harness.config.spec import ExecutorSettings
 
 NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

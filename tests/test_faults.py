@@ -208,9 +208,9 @@ def test_unwritable_results_is_one_error_and_writes_nothing(tmp_path):
 
 
 def test_local_run_skips_failed_and_diverged_runs_unless_retry_failed(tmp_path):
+    from harness.config.grid import expand
+    from harness.config.spec import load_grid
     from harness.executors import FAILED_REASON, pending_local
-    from harness.grid import expand
-    from harness.spec import load_grid
 
     plan = expand(load_grid(REPO / "ablations" / "smoke.yaml", ["grid.seed=[0]"]))
     grid_dir = tmp_path / "smoke"
@@ -358,8 +358,8 @@ def test_a_killed_attempt_gets_its_end_record_from_whoever_saw_it_end(tmp_path):
     assert len((run_dir / layout.ATTEMPTS_FILE).read_text().splitlines()) == 2
     assert status.run_status(run_dir, queue={}).error == first.error
 
-    from harness.grid import expand
-    from harness.spec import load_grid
+    from harness.config.grid import expand
+    from harness.config.spec import load_grid
 
     (run,) = expand(
         load_grid(REPO / "ablations" / "smoke.yaml", ["grid.seed=[0]", "grid.loss_type=[grpo]"])

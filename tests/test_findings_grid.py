@@ -12,9 +12,9 @@ import pytest
 from helpers import cli
 
 from harness import layout
-from harness.grid import expand
-from harness.spec import load_grid
-from harness.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
+from harness.config.grid import expand
+from harness.config.spec import load_grid
+from harness.models.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = REPO / "ablations" / "findings.yaml"

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, findings
-from harness.grid import expand, plan_record
-from harness.spec import SpecError, load_grid
+from harness import cli
+from harness.config import findings
+from harness.config.grid import expand, plan_record
+from harness.config.spec import SpecError, load_grid
 
 BASE = {
     "name": "g",

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import checkpoints, layout
-from harness.schema import RunSpec
+from harness.config.schema import RunSpec
 
 pytest.importorskip("peft", reason="the peft extra: pip install 'grpo-harness[peft]'")
 
@@ -45,9 +45,9 @@ def _metrics(run_dir):
 
 
 def _plan_text(tmp_path, body: str):
-    from harness.grid import expand
-    from harness.spec import load_grid
-    from harness.validate import validate_plan
+    from harness.config.grid import expand
+    from harness.config.spec import load_grid
+    from harness.config.validate import validate_plan
 
     path = tmp_path / "g.yaml"
     path.write_text(textwrap.dedent(body))
@@ -91,7 +91,7 @@ def test_a_rank_axis_plans_and_a_grid_without_peft_keeps_its_run_ids(tmp_path):
     ids=["sync", "unknown-key", "owned", "type", "module", "peft-check"],
 )
 def test_bad_peft_sections_are_refused_at_plan_with_the_fix(tmp_path, extra, expected):
-    from harness.spec import SpecError
+    from harness.config.spec import SpecError
 
     body = GRID + extra.replace("trainer.beta: 0.1\ntrainer.sync_ref_model: true\n", "")
     if "sync_ref_model" in extra:
@@ -169,13 +169,13 @@ def test_a_lora_checkpoint_holds_the_adapter_and_resumes(tmp_path, tiny_model, c
     ],
 )
 def test_what_peft_refuses_only_when_it_wraps_the_model_is_refused_at_plan(peft, said):
-    from harness import lora
+    from harness.config import lora
 
     (problem,) = lora.problems(peft, {}, "tiny", True)
     assert said in problem
 
 
 def test_a_regex_over_full_names_is_accepted():
-    from harness import lora
+    from harness.config import lora
 
     assert lora.problems({"r": 4, "target_modules": r".*\.(q_proj|v_proj)"}, {}, "tiny", True) == []

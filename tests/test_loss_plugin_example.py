@@ -15,9 +15,9 @@ import torch
 from helpers import FAST_TINY, REPO, cli
 
 from harness import layout, losses
-from harness.grid import expand
-from harness.spec import SpecError, load_grid
-from harness.validate import validate_plan
+from harness.config.grid import expand
+from harness.config.spec import SpecError, load_grid
+from harness.config.validate import validate_plan
 
 DOC = REPO / "docs" / "plugins.md"
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from harness import losses
-from harness.grid import expand
+from harness.config.grid import expand
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
 from harness.losses import PluginError, register_loss
-from harness.spec import load_grid
-from harness.validate import validate_plan
 
 BASE = {
     "name": "reads",

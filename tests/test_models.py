@@ -1,4 +1,4 @@
-"""Unit tests of harness.models: tokenizer, cached tiny-model build, model names, and GRPOTrainer compatibility."""
+"""Unit tests of harness.models.tiny: tokenizer, cached tiny-model build, model names, and GRPOTrainer compatibility."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 import torch
 from helpers import SMALL_MODEL, SMALL_TASK
 
-from harness import models
-from harness.models import (
+from harness.models import tiny as models
+from harness.models.tasks import TaskSpec, bare_prompt, build_task, greedy_accuracy
+from harness.models.tiny import (
     INFO_FILE,
     TinyModelSpec,
     build_tokenizer,
@@ -24,7 +25,6 @@ from harness.models import (
     tiny_model_key,
     tiny_model_path,
 )
-from harness.tasks import TaskSpec, bare_prompt, build_task, greedy_accuracy
 
 TASK = TaskSpec(**SMALL_TASK)
 SMALL = TinyModelSpec(**SMALL_MODEL)
@@ -207,7 +207,7 @@ def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
 
     from trl import GRPOTrainer
 
-    from harness.schema import RunSpec
+    from harness.config.schema import RunSpec
     from harness.training import build_trainer
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.spec import SpecError, load_grid
+from harness.config.spec import SpecError, load_grid
 
 BASE = {
     "name": "onepass",

@@ -11,14 +11,14 @@ import torch
 import yaml
 
 from harness import losses
-from harness.grid import expand
+from harness.config.grid import expand
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
 from harness.losses import Hyperparameter, PluginError, register_loss
 from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
 from harness.losses import variants as _variants  # noqa: F401  (registers gmpo, kl_cov)
 from harness.losses.compute import LossOutput
 from harness.losses.declarations import _check, declaration_problems
-from harness.spec import load_grid
-from harness.validate import validate_plan
 
 BASE = {
     "name": "d",

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from harness import layout
-from harness.grid import expand, plan_record
-from harness.spec import SpecError, load_grid
+from harness.config.grid import expand, plan_record
+from harness.config.spec import SpecError, load_grid
 
 BASE = {
     "name": "g",

@@ -8,7 +8,8 @@ from dataclasses import fields
 import pytest
 
 from analysis import aggregate, report
-from harness import report_section, spec
+from harness import report_section
+from harness.config import spec
 from harness.report_section import ReportError, ReportSettings, SmoothingError
 
 

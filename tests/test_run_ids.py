@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.grid import expand
-from harness.spec import load_grid
+from harness.config.grid import expand
+from harness.config.spec import load_grid
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = json.loads((REPO / "tests" / "data" / "run_ids.json").read_text())

@@ -1,4 +1,4 @@
-"""Plan-time checks of ``trainer.deepspeed`` and ``trainer.fsdp`` (:mod:`harness.scale`): each
+"""Plan-time checks of ``trainer.deepspeed`` and ``trainer.fsdp`` (:mod:`harness.config.scale`): each
 config below was run first, on two CPU processes, and failed at start with the error the plan now
 gives before anything runs (DeepSpeed 0.19.8, transformers 5.24); the accepted ones trained."""
 
@@ -16,9 +16,9 @@ Z2 = {**AUTO, "zero_optimization": {"stage": 2}}
 
 
 def _validate(tmp_path, deepspeed=None, extra: str = "", tasks_per_node: int = 2):
-    from harness.grid import expand
-    from harness.spec import load_grid
-    from harness.validate import validate_plan
+    from harness.config.grid import expand
+    from harness.config.spec import load_grid
+    from harness.config.validate import validate_plan
 
     body = textwrap.dedent(f"""\
         name: scale
@@ -103,7 +103,7 @@ def test_a_deepspeed_file_that_is_missing_or_broken_is_named(tmp_path):
 
 
 def test_fsdp_on_cpu_is_refused(tmp_path):
-    """accelerate ignores FSDP on CPU and trains DDP (harness.scale's note has the measurement)."""
+    """accelerate ignores FSDP on CPU and trains DDP (harness.config.scale's note has the measurement)."""
     (error,) = _validate(tmp_path, extra='grid: {trainer.fsdp: ["full_shard auto_wrap"]}\n')
     assert "trainer.fsdp = 'full_shard auto_wrap' on cpu" in error and "plain DDP" in error
 

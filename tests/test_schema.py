@@ -10,9 +10,9 @@ import pickle
 import pytest
 import yaml
 
-from harness import schema
-from harness.grid import expand
-from harness.schema import (
+from harness.config import schema
+from harness.config.grid import expand
+from harness.config.schema import (
     ExecutorSettings,
     HarnessSettings,
     RunSpec,
@@ -22,8 +22,8 @@ from harness.schema import (
     canonical_json,
     run_id_of,
 )
-from harness.spec import load_grid
-from harness.validate import validate_plan
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
 
 SETTINGS = {
     "seed": 3,
@@ -221,7 +221,8 @@ def test_expansion_is_pure(tmp_path, monkeypatch):
 
 
 def test_schema_constants_are_one_copy():
-    from harness import models, tasks
+    from harness.models import tasks
+    from harness.models import tiny as models
 
     assert models.TINY is schema.TINY and tasks.TEMPLATES is schema.TEMPLATES
     assert tasks.SFT_SEED_BASE is schema.SFT_SEED_BASE and tasks.EVAL_SEED is schema.EVAL_SEED

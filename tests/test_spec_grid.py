@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.grid import expand, run_id_of
-from harness.spec import SpecError, load_grid
+from harness.config.grid import expand, run_id_of
+from harness.config.spec import SpecError, load_grid
 
 BASE = {
     "name": "g",
@@ -197,8 +197,8 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
 
 
 def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
-    from harness.schema import describe_hint, hint_name, type_ok
-    from harness.spec import section_fields
+    from harness.config.schema import describe_hint, hint_name, type_ok
+    from harness.config.spec import section_fields
 
     fields = section_fields("trainer")
     assert (
@@ -371,7 +371,7 @@ def test_a_name_too_long_for_a_folder_is_refused(tmp_path):
 
 def test_an_integer_beyond_a_float_is_infinite_and_refused(tmp_path):
     """``epsilon: 1e400`` written as digits: no OverflowError, the finiteness rule names it."""
-    from harness.validate import validate_plan
+    from harness.config.validate import validate_plan
 
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(BASE) + "\n")

@@ -1,7 +1,7 @@
 """The import rules of the code, read from its source (no module is imported):
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
-  (``harness.schema``) and the report's settings (``harness.report_section``);
+  (``harness.config.schema``) and the report's settings (``harness.report_section``);
 - the schema imports nothing of the project, so every module can take it;
 - the schema, planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch,
   transformers or trl at module level, so planning a grid never loads the model stack;
@@ -59,7 +59,7 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-ANALYSIS_MAY_TAKE = ("harness.layout", "harness.schema", "harness.report_section")
+ANALYSIS_MAY_TAKE = ("harness.layout", "harness.config.schema", "harness.report_section")
 
 
 def _within(name: str, modules) -> bool:
@@ -80,12 +80,21 @@ def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
 
 
 def test_the_schema_imports_nothing_of_the_project():
-    found = sorted(i for i in _imports(_modules()["harness.schema"], False) if i.split(".")[0] in PACKAGES)
-    assert not found, f"harness.schema imports {found}; it is the bottom layer every module may take"
+    found = sorted(
+        i for i in _imports(_modules()["harness.config.schema"], False) if i.split(".")[0] in PACKAGES
+    )
+    assert not found, f"harness.config.schema imports {found}; it is the bottom layer every module may take"
 
 
 @pytest.mark.parametrize(
-    "module", ["harness.schema", "harness.spec", "harness.grid", "harness.validate", "harness.trl_boundary"]
+    "module",
+    [
+        "harness.config.schema",
+        "harness.config.spec",
+        "harness.config.grid",
+        "harness.config.validate",
+        "harness.trl_boundary",
+    ],
 )
 def test_planning_imports_no_model_stack_at_module_level(module):
     heavy = sorted(i for i in _imports(_modules()[module], True) if i.split(".")[0] in HEAVY)
@@ -96,7 +105,7 @@ def test_planning_imports_no_model_stack_at_module_level(module):
 
 def test_training_does_not_import_validate():
     found = sorted(
-        i for i in _imports(_modules()["harness.training"], False) if i.startswith("harness.validate")
+        i for i in _imports(_modules()["harness.training"], False) if i.startswith("harness.config.validate")
     )
     assert not found, f"harness.training imports {found}; take TRL's pieces from harness.trl_boundary"
 

@@ -1,4 +1,4 @@
-"""Unit tests of harness.tasks: validation, splits, prompts, answers, rewards and greedy accuracy."""
+"""Unit tests of harness.models.tasks: validation, splits, prompts, answers, rewards and greedy accuracy."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 import pytest
 import torch
 
-from harness.models import build_tokenizer
-from harness.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
-from harness.tasks import (
+from harness.config.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
+from harness.models.tasks import (
     REWARDS,
     bare_prompt,
     build_task,
@@ -18,6 +17,7 @@ from harness.tasks import (
     greedy_accuracy,
     resolve_template,
 )
+from harness.models.tiny import build_tokenizer
 
 SUM = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=32)
 
@@ -220,7 +220,7 @@ def test_greedy_accuracy_left_pads_decodes_and_scores(char_tokenizer, correct, e
 
 
 def test_greedy_accuracy_real_model_in_unit_interval(char_tokenizer):
-    from harness.models import TinyModelSpec, build_model
+    from harness.models.tiny import TinyModelSpec, build_model
 
     torch.manual_seed(0)
     model = build_model(
@@ -232,7 +232,7 @@ def test_greedy_accuracy_real_model_in_unit_interval(char_tokenizer):
 
 
 def test_greedy_accuracy_chat_template(char_tokenizer):
-    from harness.models import TinyModelSpec, build_model
+    from harness.models.tiny import TinyModelSpec, build_model
 
     tok = build_tokenizer(list("0123456789+- =<>/abcdefghijklmnopqrstuvwxyz"), model_max_length=512)
     tok.chat_template = (

@@ -1,4 +1,4 @@
-"""The embedded chat model ``tiny-chat`` (harness.tiny_chat), and a chat folder the harness did not build.
+"""The embedded chat model ``tiny-chat`` (harness.models.tiny_chat), and a chat folder the harness did not build.
 
 The first half checks the folder ``model: tiny-chat`` resolves to: what a hub download leaves on disk,
 loaded by ``Auto*.from_pretrained(local_files_only=True)``, its byte-level BPE tokenizer, chat template,
@@ -18,13 +18,24 @@ import torch
 import yaml
 from helpers import SMALL_MODEL, SMALL_TASK, cli
 
-from harness import layout, models, tiny_chat
-from harness.grid import expand
-from harness.models import check_model, resolve_model
-from harness.schema import TINY, TINY_CHAT, RunSpec, SpecError, TaskSpec, TinyChatModelSpec, TinyModelSpec
-from harness.spec import load_grid
-from harness.tasks import CHAT_SYSTEM_PROMPT, chat_prompt, eos_token_ids, extract_answer
-from harness.tiny_chat import (
+from harness import layout
+from harness.config.grid import expand
+from harness.config.schema import (
+    TINY,
+    TINY_CHAT,
+    RunSpec,
+    SpecError,
+    TaskSpec,
+    TinyChatModelSpec,
+    TinyModelSpec,
+)
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
+from harness.models import tiny as models
+from harness.models import tiny_chat
+from harness.models.tasks import CHAT_SYSTEM_PROMPT, chat_prompt, eos_token_ids, extract_answer
+from harness.models.tiny import check_model, resolve_model
+from harness.models.tiny_chat import (
     BOS_TOKEN,
     IM_END,
     IM_START,
@@ -32,7 +43,6 @@ from harness.tiny_chat import (
     chat_sft_examples,
     tiny_chat_model_key,
 )
-from harness.validate import validate_plan
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = TaskSpec(**SMALL_TASK)
@@ -202,7 +212,7 @@ def test_sft_examples_carry_label_and_format_noise():
 
 
 def test_cache_key_and_reuse(chat_dir, monkeypatch):
-    from harness.models import tiny_model_key
+    from harness.models.tiny import tiny_model_key
 
     assert tiny_chat_model_key(SMALL, TASK) == tiny_chat_model_key(
         SMALL,

@@ -1,4 +1,4 @@
-"""The reasoning testbed ``tiny-steps`` (harness.tiny_steps) and the ``steps`` template.
+"""The reasoning testbed ``tiny-steps`` (harness.models.tiny_steps) and the ``steps`` template.
 
 Exact checks of the chain format and its errors (hand-written chains), the answer reader and the
 rewards of the template, the per-step length metrics of correct and incorrect completions, the
@@ -15,20 +15,20 @@ import pytest
 import yaml
 from helpers import SMALL_MODEL
 
-from harness import tiny_steps
-from harness.grid import expand
-from harness.models import resolve_model
-from harness.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinyStepsModelSpec
-from harness.spec import load_grid
-from harness.tasks import (
+from harness.config.grid import expand
+from harness.config.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinyStepsModelSpec
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
+from harness.models import tiny_steps
+from harness.models.tasks import (
     LENGTH_CORRECT,
     LENGTH_INCORRECT,
     build_task,
     extract_answer,
     steps_prompt,
 )
-from harness.tiny_steps import noisy_chain, parse_terms, worked_chain
-from harness.validate import validate_plan
+from harness.models.tiny import resolve_model
+from harness.models.tiny_steps import noisy_chain, parse_terms, worked_chain
 
 TASK = TaskSpec(
     name="chain_sum",
@@ -184,7 +184,7 @@ def test_the_warm_start_does_not_depend_on_the_thread_count(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from harness.tiny_steps import build_tiny_steps_model
+    from harness.models.tiny_steps import build_tiny_steps_model
 
     task = TaskSpec(
         name="chain_sum",

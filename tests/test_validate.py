@@ -6,9 +6,9 @@ import pytest
 import yaml
 from helpers import cli
 
-from harness.grid import expand
-from harness.spec import SpecError, load_grid
-from harness.validate import validate_plan
+from harness.config.grid import expand
+from harness.config.spec import SpecError, load_grid
+from harness.config.validate import validate_plan
 
 BASE = {
     "name": "bad",
@@ -322,8 +322,8 @@ def test_process_counts_an_executor_cannot_give_are_refused(tmp_path, executor, 
 def test_the_embedded_models_context_is_checked_before_anything_runs(tmp_path):
     """A warm start that cannot fit the context is an error (the build would fail in every run);
     prompts + max_completion_length past it is a warning. The boundary is the build's own check."""
-    from harness.grid import expand as expand_grid
-    from harness.models import sft_lengths
+    from harness.config.grid import expand as expand_grid
+    from harness.models.tiny import sft_lengths
 
     tiny = {"sft_examples": 512}
     path = tmp_path / "g.yaml"
@@ -359,8 +359,8 @@ def test_the_tiny_chat_context_is_checked_too(tmp_path):
 def test_the_context_counts_the_runs_own_prompts_and_the_eval_budget(tmp_path):
     """leg_counting's training prompts run longer than the warm start's (SFT draws other items), and
     the greedy eval generates harness.eval_max_new_tokens; tiny-chat's bare prompts are short."""
-    from harness.grid import expand as expand_grid
-    from harness.models import sft_lengths
+    from harness.config.grid import expand as expand_grid
+    from harness.models.tiny import sft_lengths
 
     task = {"name": "leg_counting", "kwargs": {}}
     tiny = {"sft_examples": 64}
@@ -460,7 +460,7 @@ def _model_folder(root: Path, **files: str) -> Path:
 
 
 def test_a_chat_template_on_a_folder_without_one_is_refused(tmp_path):
-    from harness.models import has_chat_template
+    from harness.models.tiny import has_chat_template
 
     bare = _model_folder(tmp_path, tokenizer_config__json='{"model_max_length": 64}')
     task = {**BASE["task"], "template": "chat"}
@@ -478,7 +478,7 @@ def test_a_chat_template_on_a_folder_without_one_is_refused(tmp_path):
 
 
 def test_has_chat_template_reads_the_tokenizer_config(tmp_path):
-    from harness.models import has_chat_template
+    from harness.models.tiny import has_chat_template
 
     folder = _model_folder(tmp_path, tokenizer_config__json='{"chat_template": "{{ messages }}"}')
     assert has_chat_template(folder)

@@ -10,14 +10,14 @@ import sys
 import pytest
 from helpers import REPO
 
-from harness import verdicts
+from harness.config import verdicts
 
 # Validate a grid in a fresh process and report the findings plus which heavy libraries got imported.
 PROBE = """
 import json, sys
-from harness.grid import expand
-from harness.spec import load_grid
-from harness.validate import validate_plan
+from harness.config.grid import expand
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
 plan = expand(load_grid(sys.argv[1], []))
 report = validate_plan(plan)
 print(json.dumps({"report": report.format("grid"), "ok": report.ok,

@@ -49,7 +49,7 @@ LOSS_FIELDS = (
     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
 )  # fmt: skip
 #: The loss fields only some losses read (SAPO's temperatures, VESPO's k and lambda): set for a run
-#: whose loss does not read them, they are refused (:func:`harness.validate.rule_loss_fields`).
+#: whose loss does not read them, they are refused (:func:`harness.config.validate.rule_loss_fields`).
 SPECIFIC_LOSS_FIELDS = LOSS_FIELDS[4:]
 ENTRY_POINT_GROUP = "grpo_harness.losses"
 #: The top-level grid key listing plugin modules; copied into each run's settings (not its id).
@@ -103,7 +103,7 @@ class Hyperparameter:
 
     @property
     def desc(self) -> str:
-        """The type in :func:`harness.schema.describe_hint`'s grammar (what the grid's checks use)."""
+        """The type in :func:`harness.config.schema.describe_hint`'s grammar (what the grid's checks use)."""
         return _TYPES[self.type]
 
     def range_text(self) -> str:

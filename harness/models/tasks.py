@@ -4,11 +4,11 @@ A task is a reasoning-gym procedural dataset plus a prompt template:
 
 * ``"bare"``: the prompt is the problem written as tersely as possible (for arithmetic datasets the
   expression followed by ``=``, e.g. ``"4 - 1="``) and the completion is the answer followed by the
-  tokenizer's eos token. This is what the character-level tiny model (``harness.models``) is trained on.
+  tokenizer's eos token. This is what the character-level tiny model (``harness.models.tiny``) is trained on.
 * ``"steps"``: the prompt is the expression without spaces followed by ``=`` (``"0-4-8-7="``) and
   the completion a worked chain of partial sums ending in ``#`` and the answer
   (``"0-4=-4;-4-8=-12;-12-7=-19;#-19"``), what the reasoning testbed ``tiny-steps``
-  (:mod:`harness.tiny_steps`) writes; the answer is read after the last ``#``.
+  (:mod:`harness.models.tiny_steps`) writes; the answer is read after the last ``#``.
 * ``"chat"``: the prompt is a conversation (system instruction + reasoning-gym's English question) for an
   instruct model's chat template; the answer is read from ``<answer>...</answer>``.
 
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
+from harness.config.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
 
 # System prompt of the chat template; the answer tag is what extract_answer reads back.
 CHAT_SYSTEM_PROMPT = (
@@ -43,7 +43,7 @@ CHAT_SYSTEM_PROMPT = (
 # Where a bare completion ends when it was decoded without skipping special tokens (or the model
 # kept writing past the answer).
 _BARE_END_MARKERS = ("\n", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
-_STEPS_ANSWER_MARKER = "#"  # harness.tiny_steps.ANSWER_MARKER
+_STEPS_ANSWER_MARKER = "#"  # harness.models.tiny_steps.ANSWER_MARKER
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
 
 
@@ -229,7 +229,7 @@ def _format_reward(task: Task) -> Callable[..., list[float]]:
 
 
 # name -> factory(task) -> TRL reward function (named after the key); the names are
-# harness.schema.REWARD_NAMES, in that order.
+# harness.config.schema.REWARD_NAMES, in that order.
 REWARDS: dict[str, Callable[[Task], Callable[..., list[float]]]] = {
     "correctness": _correctness_reward,
     "format": _format_reward,
@@ -261,12 +261,12 @@ def _dataset_problems(spec: TaskSpec) -> list[str]:
 
 def check_task(spec: TaskSpec) -> list[str]:
     """reasoning-gym's problems with ``spec``'s dataset and kwargs, as messages; empty when usable
-    (the spec's own fields were checked when it was made: :class:`harness.schema.TaskSpec`).
+    (the spec's own fields were checked when it was made: :class:`harness.config.schema.TaskSpec`).
 
     Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
     procedurally and nothing here downloads. Memoised on disk per reasoning-gym version.
     """
-    from harness import verdicts
+    from harness.config import verdicts
 
     key = {**verdicts.versions("reasoning-gym"), "name": spec.name, "kwargs": dict(spec.kwargs)}
     return list(

@@ -16,7 +16,7 @@ A grid may state, beside its runs, what a paper found and which of its runs test
 
 Like ``report:``, the section is no run setting: no run id depends on it. It is checked in two
 steps, each listing every problem at once with the file, key, value and fix: its shape when the
-grid is loaded (:func:`check_findings`, called by :func:`harness.spec.load_grid`), and its arms
+grid is loaded (:func:`check_findings`, called by :func:`harness.config.spec.load_grid`), and its arms
 against the expanded runs (:func:`plan_problems`: a selector that matches no run, arms that share
 a run). :func:`record` is what ``grid.json`` keeps of it (each arm's run ids, so the report and
 ``grpo-harness findings`` need neither the YAML nor a second matching); the verdicts are computed
@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.schema import canonical_json
+from harness.config.schema import canonical_json
 
 #: Keys of one finding, in the order they are shown.
 FINDING_KEYS = (
@@ -109,7 +109,7 @@ def _origin_text(path: Any, fid: str) -> str:
     sentence to add to its problems; "" when only the file itself does)."""
     from pathlib import Path
 
-    from harness.spec import finding_origins
+    from harness.config.spec import finding_origins
 
     files = finding_origins(Path(path)).get(fid) or []
     if not files:
@@ -129,7 +129,7 @@ def _origin_text(path: Any, fid: str) -> str:
 
 
 def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
-    from harness.spec import _suggest
+    from harness.config.spec import _suggest
 
     if not isinstance(finding, Mapping):
         drop = (
@@ -217,7 +217,7 @@ def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
 def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
     """An arm's selector: ``{dotted key: value}``, keys written like grid keys, values type-checked
     and coerced as grid values are; not ``seed`` (an arm pools its seeds)."""
-    from harness.spec import _run_setting_key, check_setting, coerce_number, normalize_key
+    from harness.config.spec import _run_setting_key, check_setting, coerce_number, normalize_key
 
     if not isinstance(value, Mapping) or not value:
         problems.append(
@@ -270,7 +270,7 @@ def _shown(value: Any) -> str:
 
 
 def selects(run: Any, selector: Mapping[str, Any]) -> bool:
-    """Whether ``run`` (a :class:`harness.schema.RunSpec`) belongs to the arm of ``selector``: every
+    """Whether ``run`` (a :class:`harness.config.schema.RunSpec`) belongs to the arm of ``selector``: every
     selector key equals the run's resolved setting (compared as canonical JSON, so ``2`` and ``2.0``
     differ exactly where the grid coerces them apart; a key the run leaves unset matches only
     ``null``); the key :data:`SUBGRID` compares the run's sub-grid name."""
@@ -292,7 +292,7 @@ def _setting_text(selector: Mapping[str, Any]) -> str:
 
 
 def plan_problems(plan: Any) -> list[str]:
-    """Problems of the grid's findings against its expanded runs (:class:`harness.grid.Plan`):
+    """Problems of the grid's findings against its expanded runs (:class:`harness.config.grid.Plan`):
 
     - an arm's selector that matches no run, naming the key (or the combination) that no run has
       and the values the grid's runs have for it;
@@ -332,7 +332,7 @@ def plan_problems(plan: Any) -> list[str]:
 def _applied_text(grid: Any, selector: Mapping[str, Any]) -> str:
     """A sentence naming the profile settings and ``-o`` overrides that set a key ``selector``
     selects by ("" when none does): they apply before the arms select runs."""
-    from harness.spec import normalize_key
+    from harness.config.spec import normalize_key
 
     given = [(k, f"--profile {grid.profile} ({k}={json.dumps(v)})") for k, v in grid.profile_settings]
     given += [(o.split("=", 1)[0].strip(), f"-o {o}") for o in grid.overrides]
@@ -404,7 +404,7 @@ def _no_subgrid_problem(where: str, name: str, plan: Any) -> str:
 
 
 def _suggest_name(word: str, options: Sequence[str]) -> str:
-    from harness.spec import _suggest
+    from harness.config.spec import _suggest
 
     return _suggest(word, options)
 
@@ -427,8 +427,8 @@ def metric_warning(metric: str) -> str | None:
     """A warning for a finding's ``metric`` that is not a known column (:data:`KNOWN_METRICS`, the
     harness's own, ``rewards/<name>/mean|std``) but is close to one, naming it; else None."""
     from harness import layout
-    from harness.schema import REWARD_NAMES
-    from harness.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
+    from harness.config.schema import REWARD_NAMES
+    from harness.models.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
     from harness.wseq import WSEQ_COLUMNS
 
     own = (

@@ -1,6 +1,6 @@
 """The reasoning testbed ``tiny-steps``: a tiny model that works a multi-term sum out step by step.
 
-Built entirely locally (no hub access) and cached like ``tiny`` (:mod:`harness.models`: the same
+Built entirely locally (no hub access) and cached like ``tiny`` (:mod:`harness.models.tiny`: the same
 cache folder, a key from the spec, the task's dataset and the library versions, a file lock and a
 temporary folder renamed into place). The task is reasoning-gym's ``chain_sum`` (or any dataset
 whose items carry an ``expression`` of integers joined by ``+`` and ``-``) in the ``steps``
@@ -10,11 +10,11 @@ of partial sums, one step per term, then the answer after ``#``::
     0-4=-4;-4-8=-12;-12-7=-19;#-19
 
 Only the answer after the last ``#`` is scored, by the dataset's own ``score_answer``. With 3 to 5
-one-digit terms a chain is 20 to 40 characters (tokens: the tokenizer is :mod:`harness.models`'
+one-digit terms a chain is 20 to 40 characters (tokens: the tokenizer is :mod:`harness.models.tiny`'
 character-level one).
 
 The warm start is TRL's ``SFTTrainer`` on chains with four kinds of error, each drawn independently
-per chain (fractions in :class:`harness.schema.TinyStepsModelSpec`):
+per chain (fractions in :class:`harness.config.schema.TinyStepsModelSpec`):
 
 * a wrong step (``label_noise``): one partial sum off by ±1 or ±2, and the chain goes on from it;
 * a skipped term (``skip_noise``): one step shorter, wrong;
@@ -37,8 +37,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness import models
-from harness.models import (
+from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyStepsModelSpec
+from harness.models import tiny as models
+from harness.models.tasks import check_task, generate_entries, steps_prompt
+from harness.models.tiny import (
     CORPUS_SPLITS,
     _library_versions,
     begin_build,
@@ -48,8 +50,6 @@ from harness.models import (
     split_entries,
     warm_start_and_save,
 )
-from harness.schema import SFT_SEED_BASE, TaskSpec, TinyStepsModelSpec
-from harness.tasks import check_task, generate_entries, steps_prompt
 
 #: What separates two steps, and what comes before the answer.
 STEP_SEPARATOR = ";"
@@ -131,7 +131,7 @@ def noisy_chain(expression: str, spec: TinyStepsModelSpec, rng: random.Random) -
 
 def steps_sft_pairs(spec: TinyStepsModelSpec, task: TaskSpec) -> list[tuple[str, str]]:
     """The SFT (prompt, chain) pairs: ``spec.sft_examples`` items (generator seeds from
-    :data:`harness.schema.SFT_SEED_BASE`, disjoint from every run's splits), noisy chains, no eos.
+    :data:`harness.config.schema.SFT_SEED_BASE`, disjoint from every run's splits), noisy chains, no eos.
 
     Raises:
         ValueError: the task spec is invalid, or an item has no ``+``/``-`` expression.
@@ -182,7 +182,7 @@ def _sft_data(
 
 def sft_lengths(spec: TinyStepsModelSpec, task: TaskSpec) -> tuple[int, int, int]:
     """``(longest SFT prompt, longest SFT prompt + chain + eos, longest prompt of a run's splits)``
-    in tokens (:func:`harness.models.sft_lengths` with this model's data and ``steps`` prompts),
+    in tokens (:func:`harness.models.tiny.sft_lengths` with this model's data and ``steps`` prompts),
     without building the model.
 
     Raises:
@@ -226,7 +226,7 @@ def build_tiny_steps_model(spec: TinyStepsModelSpec, task: TaskSpec, out_dir: st
 
 def tiny_steps_model_path(spec: TinyStepsModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
     """Folder of the testbed model for ``task``, building and caching it on first use
-    (:func:`harness.models.cached_build`).
+    (:func:`harness.models.tiny.cached_build`).
 
     Raises:
         ValueError: invalid task spec, or SFT sequences that do not fit the context.

@@ -1,6 +1,6 @@
 """The second embedded default ``tiny-chat``: a small chat model in a real Hugging Face folder.
 
-Built entirely locally (no hub access), like ``tiny`` (:mod:`harness.models`), and cached the same way
+Built entirely locally (no hub access), like ``tiny`` (:mod:`harness.models.tiny`), and cached the same way
 (same cache folder, a key from the spec, the task's dataset and the library versions, a file lock and a
 temporary folder renamed into place). What differs is everything a chat model has and ``tiny`` lacks:
 
@@ -38,7 +38,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.models import (
+from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
+from harness.models.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
+from harness.models.tiny import (
     CORPUS_SPLITS,
     UNBOUNDED,
     _library_versions,
@@ -49,8 +51,6 @@ from harness.models import (
     split_entries,
     warm_start_and_save,
 )
-from harness.schema import SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
-from harness.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
 
 PAD_TOKEN = "<|pad|>"
 BOS_TOKEN = "<|bos|>"
@@ -115,7 +115,7 @@ def written_answer(answer: str, rng: random.Random, format_noise: float) -> str:
 
 def chat_sft_examples(spec: TinyChatModelSpec, task: TaskSpec) -> list[tuple[list[dict[str, str]], str]]:
     """The SFT (conversation, assistant answer) pairs: ``spec.sft_examples`` chat prompts
-    (:func:`harness.tasks.chat_prompt`) with noisy answers (label noise, then format noise).
+    (:func:`harness.models.tasks.chat_prompt`) with noisy answers (label noise, then format noise).
 
     Raises:
         ValueError: the task spec is invalid.
@@ -131,7 +131,7 @@ def chat_sft_examples(spec: TinyChatModelSpec, task: TaskSpec) -> list[tuple[lis
 
 def tokenizer_corpus(task: TaskSpec, examples: list[tuple[list[dict[str, str]], str]]) -> list[str]:
     """The texts the BPE learns its merges from: each message of the SFT conversations and the
-    questions of :data:`harness.models.CORPUS_SPLITS` (not the grid's split sizes: the build depends
+    questions of :data:`harness.models.tiny.CORPUS_SPLITS` (not the grid's split sizes: the build depends
     only on its cache key), as ``"<role>\\n<content>"``: the chat-formatted text between its special
     tokens, which are never merged with anything."""
     texts = [f"system\n{CHAT_SYSTEM_PROMPT}"]
@@ -224,7 +224,7 @@ def _sft_data(
 def sft_lengths(spec: TinyChatModelSpec, task: TaskSpec, template: str = "chat") -> tuple[int, int, int]:
     """``(longest SFT prompt with the generation prompt, longest SFT conversation, longest prompt of
     a run's splits in template)`` in tokens of the tiny chat model for ``task``
-    (:func:`harness.models.split_entries`; ``template`` "chat" or "bare"): what
+    (:func:`harness.models.tiny.split_entries`; ``template`` "chat" or "bare"): what
     :func:`build_tiny_chat_model` checks against ``spec.max_position_embeddings`` and what a run's
     prompts take, without building the model (seconds: the data and the tokenizer's training).
 
@@ -279,13 +279,13 @@ def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str 
 
 def tiny_chat_model_path(spec: TinyChatModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
     """Folder of the tiny chat model for ``task``, building and caching it on first use
-    (:func:`harness.models.cached_build`: a file lock, a temporary folder renamed into place).
+    (:func:`harness.models.tiny.cached_build`: a file lock, a temporary folder renamed into place).
 
     The result loads with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
     ``AutoTokenizer.from_pretrained(path, local_files_only=True)``, chat template included.
 
     Raises:
-        ValueError: invalid task spec (see :func:`harness.tasks.check_task`), or SFT sequences that
+        ValueError: invalid task spec (see :func:`harness.models.tasks.check_task`), or SFT sequences that
             do not fit ``spec.max_position_embeddings``.
     """
     problems = check_task(task)

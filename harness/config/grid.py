@@ -1,7 +1,7 @@
 """Grid expansion: a GridSpec becomes a list of runs, each with a stable run id.
 
 Pure: no files are read or written and no library is asked; numbers were coerced to their fields'
-types when the grid was loaded (:func:`harness.spec.load_grid`). The run id is a short hash of the
+types when the grid was loaded (:func:`harness.config.spec.load_grid`). The run id is a short hash of the
 run's resolved settings (task, model, tiny or tiny_chat, trainer, harness, seed): the same settings
 give the same id on any machine, and a changed override gives a new id, so old results stay apart
 from new ones.
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.schema import (
+from harness.config.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EPOCH,
     TINY,
@@ -36,7 +36,7 @@ from harness.schema import (
 
 @dataclass(frozen=True)
 class Rejected:
-    """A cell whose settings break a section's rules (:class:`harness.schema.Section`): no run is
+    """A cell whose settings break a section's rules (:class:`harness.config.schema.Section`): no run is
     made of it, and validation reports ``problems`` under its run id and values."""
 
     run_id: str
@@ -239,8 +239,8 @@ def plan_record(plan: Plan) -> dict[str, Any]:
     """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
     specified, so the report covers exactly these runs, its ``report:`` layout (``{}`` when it
     has none), so the report needs no YAML, and its ``findings:`` with each arm's run ids
-    (:func:`harness.findings.record`)."""
-    from harness.findings import record
+    (:func:`harness.config.findings.record`)."""
+    from harness.config.findings import record
 
     return {
         "name": plan.grid.name,

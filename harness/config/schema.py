@@ -3,14 +3,14 @@
 Every section of a grid file has its dataclass here: ``task`` (:class:`TaskSpec`), ``tiny``
 (:class:`TinyModelSpec`), ``tiny_chat`` (:class:`TinyChatModelSpec`), ``harness``
 (:class:`HarnessSettings`) and ``executor`` (:class:`ExecutorSettings`). The ``trainer`` section stays a mapping of TRL ``GRPOConfig`` fields:
-its types and rules are TRL's (:mod:`harness.trl_boundary`, :mod:`harness.validate`).
+its types and rules are TRL's (:mod:`harness.trl_boundary`, :mod:`harness.config.validate`).
 
 Each section checks its own fields where they are declared, as TRL's ``GRPOConfig.__post_init__``
 does: a field made with :func:`checked` carries its rules, and a section's ``_relations`` holds the
 rules between its own fields. Constructing a section with bad values raises :class:`SpecError`
 listing every problem, each naming the key, the value and the fix. Rules between sections (the
 seed against the task's split sizes, the tiny model's tokenizer against a chat template) and TRL's
-semantics stay in :mod:`harness.validate`.
+semantics stay in :mod:`harness.config.validate`.
 
 A run (:class:`RunSpec`) holds its settings as the grid states them (sparse JSON data, whose
 canonical JSON the run id hashes) and the typed sections built from them.
@@ -34,21 +34,21 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 #: ``trainer.ref_model_sync_steps: epoch`` syncs the reference model once per pass over the training
-#: prompts; :func:`harness.grid.steps_per_epoch` turns it into optimizer steps.
+#: prompts; :func:`harness.config.grid.steps_per_epoch` turns it into optimizer steps.
 EPOCH = "epoch"
 EXECUTORS = ("local", "debug", "slurm")
 DEVICES = ("cpu", "cuda", "auto")
-#: Prompt templates of a task (see :mod:`harness.tasks`).
+#: Prompt templates of a task (see :mod:`harness.models.tasks`).
 TEMPLATES = ("auto", "bare", "chat", "steps")
-#: Reward functions a task can give TRL (built by :data:`harness.tasks.REWARDS`, in this order).
+#: Reward functions a task can give TRL (built by :data:`harness.models.tasks.REWARDS`, in this order).
 REWARD_NAMES = ("correctness", "format")
-#: The embedded default model, built by :mod:`harness.models`.
+#: The embedded default model, built by :mod:`harness.models.tiny`.
 TINY = "tiny"
 #: The second embedded default, a chat model (byte-level BPE, chat template), built by
-#: :mod:`harness.tiny_chat`.
+#: :mod:`harness.models.tiny_chat`.
 TINY_CHAT = "tiny-chat"
 #: The reasoning testbed: a tiny model warm-started on worked chains of steps (``task.template:
-#: steps``), built by :mod:`harness.tiny_steps`.
+#: steps``), built by :mod:`harness.models.tiny_steps`.
 TINY_STEPS = "tiny-steps"
 #: The embedded models and the section of a grid file that holds each one's settings.
 EMBEDDED_MODEL_SECTIONS = {TINY: "tiny", TINY_CHAT: "tiny_chat", TINY_STEPS: "tiny_steps"}
@@ -68,7 +68,7 @@ class SpecError(ValueError):
 
     ``partial`` is the grid of what passed the file's checks (the settings with problems left out at
     their defaults, their dotted keys in ``left_out``), or None: its cells can still be checked, so
-    that one pass reports every problem (:func:`harness.spec.load_grid`)."""
+    that one pass reports every problem (:func:`harness.config.spec.load_grid`)."""
 
     def __init__(
         self,
@@ -369,7 +369,7 @@ class TaskSpec(Section):
         eval_size: number of held-out prompts for greedy eval.
         rewards: reward function names from :data:`REWARD_NAMES`, in the order TRL should receive them.
 
-    Whether reasoning-gym accepts ``name`` and ``kwargs`` is asked by :func:`harness.tasks.check_task`.
+    Whether reasoning-gym accepts ``name`` and ``kwargs`` is asked by :func:`harness.models.tasks.check_task`.
     """
 
     SECTION: ClassVar[str] = "task"
@@ -432,7 +432,7 @@ class TinyModelSpec(Section):
         sft_lr: peak learning rate.
         sft_batch_size: sequences per step.
         sft_examples: prompt/answer pairs generated for SFT, each with its own noise draw (generator
-            seeds disjoint from the training and eval splits of ``harness.tasks``).
+            seeds disjoint from the training and eval splits of ``harness.models.tasks``).
         label_noise: fraction of SFT answers (integers only) replaced by answer ± 1 or ± 2, each of the
             four offsets equally likely; 0 = clean labels.
         seed: seed of initialisation, data order, label noise and SFT data generation.
@@ -489,7 +489,7 @@ class TinyChatModelSpec(TinyModelSpec):
             well formed. At 0.8 the tagged answer is as likely as each malformed way, which is what
             lets GRPO raise greedy accuracy along with the reward.
 
-    Built by :mod:`harness.tiny_chat`.
+    Built by :mod:`harness.models.tiny_chat`.
     """
 
     SECTION: ClassVar[str] = "tiny_chat"
@@ -535,7 +535,7 @@ class TinyStepsModelSpec(TinyModelSpec):
             longer, wrong unless the term is 0).
         redundant_noise: fraction of chains that write one step twice (one step longer, still right).
 
-    Built by :mod:`harness.tiny_steps`.
+    Built by :mod:`harness.models.tiny_steps`.
     """
 
     SECTION: ClassVar[str] = "tiny_steps"
@@ -702,7 +702,7 @@ class SubGrid:
 
 @dataclass(frozen=True)
 class GridSpec:
-    """A grid file, loaded, merged and checked; expanded into runs by :func:`harness.grid.expand`.
+    """A grid file, loaded, merged and checked; expanded into runs by :func:`harness.config.grid.expand`.
 
     ``base`` holds the settings shared by every run (sections task/tiny/trainer/harness plus
     ``seed`` and ``model``) as a nested mapping, numbers already coerced to their fields' types; it is
@@ -722,7 +722,9 @@ class GridSpec:
     profile: str | None = None
     profile_settings: tuple[tuple[str, Any], ...] = ()  # the profile's (key, value) overrides, in order
     report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
-    findings: Mapping[str, Any] = field(default_factory=dict)  # the checked findings: (harness.findings)
+    findings: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # the checked findings: (harness.config.findings)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness.schema import (
+from harness.config.schema import (
     EVAL_SEED,
     SFT_SEED_BASE,
     TINY,
@@ -44,7 +44,7 @@ from harness.schema import (
     TinyModelSpec,
     TinyStepsModelSpec,
 )
-from harness.tasks import bare_prompt, check_task, generate_entries
+from harness.models.tasks import bare_prompt, check_task, generate_entries
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -283,7 +283,7 @@ def sft_lengths(
     prompts take, without building anything (about a second: the data and the tokenizer).
 
     ``sft_data`` and ``prompt_of`` give another character-level model's warm-start data (its
-    ``_sft_data``, same signature and returns) and prompts (``harness.tiny_steps``).
+    ``_sft_data``, same signature and returns) and prompts (``harness.models.tiny_steps``).
 
     Raises:
         ValueError: the task spec is invalid.
@@ -424,7 +424,7 @@ def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) 
     ``AutoTokenizer.from_pretrained(path, local_files_only=True)``.
 
     Raises:
-        ValueError: invalid task spec (see :func:`harness.tasks.check_task`).
+        ValueError: invalid task spec (see :func:`harness.models.tasks.check_task`).
     """
     problems = check_task(task)
     if problems:
@@ -477,12 +477,12 @@ def resolve_model(
                 raise ValueError(
                     f"model 'tiny-steps' takes a TinyStepsModelSpec, got {type(tiny_spec).__name__}"
                 )
-            from harness.tiny_steps import tiny_steps_model_path  # it imports this module
+            from harness.models.tiny_steps import tiny_steps_model_path  # it imports this module
 
             return str(tiny_steps_model_path(tiny_spec or TinyStepsModelSpec(), task, cache_dir))
         if tiny_spec is not None and not isinstance(tiny_spec, TinyChatModelSpec):
             raise ValueError(f"model 'tiny-chat' takes a TinyChatModelSpec, got {type(tiny_spec).__name__}")
-        from harness.tiny_chat import tiny_chat_model_path  # it imports this module
+        from harness.models.tiny_chat import tiny_chat_model_path  # it imports this module
 
         return str(tiny_chat_model_path(tiny_spec or TinyChatModelSpec(), task, cache_dir))
     problems = check_model(model)

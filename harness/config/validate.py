@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import lora
-from harness.grid import Plan
-from harness.schema import (
+from harness.config import lora
+from harness.config.grid import Plan
+from harness.config.schema import (
     EMBEDDED_MODEL_SECTIONS,
     SFT_SEED_BASE,
     TINY,
@@ -125,7 +125,7 @@ ORIGINS = (
 
 
 def problem_origin(problem: str) -> str:
-    """Where a :class:`harness.spec.SpecError` problem comes from: ``-o overrides``, ``the
+    """Where a :class:`harness.config.spec.SpecError` problem comes from: ``-o overrides``, ``the
     profile``, ``the executor section``, ``the report section``, ``the findings section``, ``the
     loss plugins``, or ``the file's keys and values``."""
     return next(
@@ -144,10 +144,10 @@ def format_one_pass(
     the errors of the cells of what passed (settings with problems left out at their defaults, one
     line per distinct message with the runs it covers; a message naming a ``left_out`` key is the
     default's, not the grid's, and is not shown); then the findings' arms. One origin and nothing
-    else keeps the plain listing of :class:`harness.spec.SpecError`."""
+    else keeps the plain listing of :class:`harness.config.spec.SpecError`."""
     import re
 
-    from harness.spec import SpecError
+    from harness.config.spec import SpecError
 
     names = [re.escape(k) for k in left_out]
     default = re.compile(rf"(?<![\w.])({'|'.join(names)})(?!\w)") if names else None
@@ -402,11 +402,11 @@ def rule_cannot_act(ctx: RunContext) -> list[Finding]:
 
 def _chat_template_missing(ctx: RunContext) -> list[Finding]:
     """``task.template: chat`` with a model folder whose tokenizer has no chat template: every run
-    would fail at its first prompt (:meth:`harness.tasks.Task.prompt_text`). A hub id is not
+    would fail at its first prompt (:meth:`harness.models.tasks.Task.prompt_text`). A hub id is not
     checked (that needs the hub); ``auto`` falls back to bare prompts."""
     from pathlib import Path
 
-    from harness.models import has_chat_template
+    from harness.models.tiny import has_chat_template
 
     folder = Path(ctx.run.model).expanduser()
     if ctx.run.task.template != "chat" or ctx.run.model in EMBEDDED_MODEL_SECTIONS or not folder.is_dir():
@@ -617,7 +617,7 @@ def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
 
 def rule_seed(ctx: RunContext) -> list[Finding]:
     """The seed against the task's split: its training items must not reach the SFT warm start's
-    generator seeds (:data:`harness.schema.SFT_SEED_BASE`)."""
+    generator seeds (:data:`harness.config.schema.SFT_SEED_BASE`)."""
     seed, train_size = ctx.run.seed, ctx.run.task.train_size
     top = SFT_SEED_BASE - train_size
     if not 0 <= seed <= top:
@@ -726,7 +726,7 @@ def rule_packages(ctx: RunContext) -> list[Finding]:
 
 def rule_peft(ctx: RunContext) -> list[Finding]:
     """The ``peft:`` section (LoRA): what peft's ``LoraConfig`` or TRL would refuse only once the run
-    starts (:func:`harness.lora.problems`), and peft itself where a local run needs it."""
+    starts (:func:`harness.config.lora.problems`), and peft itself where a local run needs it."""
     section = ctx.run.settings.get(lora.SECTION)
     if section is None:
         return []
@@ -736,10 +736,10 @@ def rule_peft(ctx: RunContext) -> list[Finding]:
 
 def rule_sharding(ctx: RunContext) -> list[Finding]:
     """``trainer.deepspeed`` and ``trainer.fsdp``: what transformers, DeepSpeed or accelerate would
-    refuse or ignore only once the run starts (:mod:`harness.scale`)."""
+    refuse or ignore only once the run starts (:mod:`harness.config.scale`)."""
     import importlib.util
 
-    from harness import scale
+    from harness.config import scale
 
     device = resolve_device(ctx.run.harness.device, ctx.executor)
     out = [Finding("error", m) for m in scale.fsdp_problems(ctx.trainer.get("fsdp"), device)]
@@ -858,11 +858,13 @@ _LENGTH_FIELDS = (
 def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[int, int, int]:
     """``(longest SFT prompt, longest SFT sequence, longest prompt of a run's splits)`` in tokens of
     embedded ``model`` (tiny, tiny-chat) for ``task`` in ``template``
-    (:func:`harness.models.sft_lengths`, :func:`harness.tiny_chat.sft_lengths`). Memoised in memory
-    and on disk (:mod:`harness.verdicts`), keyed by what changes them (the build format, the spec's
+    (:func:`harness.models.tiny.sft_lengths`, :func:`harness.models.tiny_chat.sft_lengths`). Memoised in memory
+    and on disk (:mod:`harness.config.verdicts`), keyed by what changes them (the build format, the spec's
     data fields, the task's dataset and split sizes, the template, the tokenizer and dataset
     libraries' versions): a second or a few once, nothing after, and nothing imported."""
-    from harness import models, tiny_chat, tiny_steps, verdicts
+    from harness.config import verdicts
+    from harness.models import tiny as models
+    from harness.models import tiny_chat, tiny_steps
 
     if model == TINY:
         fmt, compute = models.BUILD_FORMAT, lambda: list(models.sft_lengths(spec, task))
@@ -886,7 +888,7 @@ def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[i
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:
     """reasoning-gym's verdict on the task's dataset and kwargs; the model names a folder that holds
     a model, the tiny model or a hub id."""
-    from harness.models import check_model
+    from harness.models.tiny import check_model
 
     out = [f for p in _cached_check_task(ctx.run.task) for f in _err(f"task: {p}")]
     return out + [f for p in check_model(ctx.run.model) for f in _err(f"model: {p}")]
@@ -895,7 +897,7 @@ def rule_task_and_model(ctx: RunContext) -> list[Finding]:
 @functools.lru_cache(maxsize=256)
 def _cached_check_task(spec) -> tuple[str, ...]:
     """``check_task`` once per distinct TaskSpec (hashable, frozen): a 1,000-seed grid checks once."""
-    from harness.tasks import check_task
+    from harness.models.tasks import check_task
 
     return tuple(check_task(spec))
 
@@ -970,7 +972,7 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
     """
     import importlib.util
 
-    from harness import scale
+    from harness.config import scale
 
     kwargs = grpo_config_kwargs(run, device, VALIDATION_DIR)
     ds = kwargs.get("deepspeed")
@@ -1040,7 +1042,7 @@ def validate_plan(plan: Plan) -> Validation:
 def _stand_in_errors(
     cell: Any, plan: Plan, executors: dict[str, ExecutorSettings | None], out: Validation, where: str
 ) -> list[Finding]:
-    """The errors of a refused cell's other settings (:attr:`harness.grid.Rejected.stand_in`, the
+    """The errors of a refused cell's other settings (:attr:`harness.config.grid.Rejected.stand_in`, the
     cell with the refused settings at their defaults), under the cell's run id; an error that names
     a left-out key is its default's, not the grid's, and is not said."""
     if cell.stand_in is None:
@@ -1090,7 +1092,7 @@ def _report_cannot_act(plan: Plan) -> list[Finding]:
     ``baseline`` of KEY=VALUE pairs that no cell has (:func:`_baseline_missing`), an error: the
     report would compare nothing with it."""
     from harness import layout
-    from harness.findings import metric_warning
+    from harness.config.findings import metric_warning
 
     report = plan.grid.report or {}
     out = _baseline_missing(plan, report.get("baseline"))
@@ -1128,7 +1130,7 @@ def _baseline_missing(plan: Plan, baseline: Any) -> list[Finding]:
     ``=``, is left to the report). A key is a run setting or the last part of one the grid varies
     (``max_digits``); a trainer field the runs leave unset takes TRL's default; values compare as
     text, or as numbers where both read as one."""
-    from harness.spec import normalize_key
+    from harness.config.spec import normalize_key
 
     if not isinstance(baseline, str) or "=" not in baseline or not plan.runs:
         return []

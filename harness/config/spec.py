@@ -7,15 +7,15 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     description: "..."        # one paragraph, shown by `plan`
     notes: "..."              # e.g. the settings to use at paper scale
     seed: 0                   # drives the trainer, the task's data and sampling
-    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.schema.TaskSpec
+    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.config.schema.TaskSpec
     model: tiny               # "tiny", "tiny-chat", a local path, or a Hugging Face model id
-    tiny: {...}               # harness.schema.TinyModelSpec fields (model: tiny)
-    tiny_chat: {...}          # harness.schema.TinyChatModelSpec fields (model: tiny-chat)
-    tiny_steps: {...}         # harness.schema.TinyStepsModelSpec fields (model: tiny-steps)
+    tiny: {...}               # harness.config.schema.TinyModelSpec fields (model: tiny)
+    tiny_chat: {...}          # harness.config.schema.TinyChatModelSpec fields (model: tiny-chat)
+    tiny_steps: {...}         # harness.config.schema.TinyStepsModelSpec fields (model: tiny-steps)
     trainer: {...}            # any TRL GRPOConfig field
-    peft: {...}               # LoRA: any peft LoraConfig field (harness.lora); absent = every weight trains
-    harness: {...}            # harness.schema.HarnessSettings fields
-    executor: {...}           # harness.schema.ExecutorSettings fields
+    peft: {...}               # LoRA: any peft LoraConfig field (harness.config.lora); absent = every weight trains
+    harness: {...}            # harness.config.schema.HarnessSettings fields
+    executor: {...}           # harness.config.schema.ExecutorSettings fields
     grid: {key: [values]}     # product axes
     zip: [{key: [values], key2: [values]}]         # axes that move together
     subgrids: {name: {set: {...}, grid: {...}, zip: [...]}}   # union of named sub-grids
@@ -23,7 +23,7 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     report: {hue, col, row, baseline, x, smoothing, metric, curves, metrics, target, lead, seeds}
                               # how the grid's report is laid out; no run setting (see REPORT_KEYS)
     findings: {id: {claim, paper, metric, window, direction, baseline, variant, ...}}
-                              # papers' claims the runs test; no run setting (harness.findings)
+                              # papers' claims the runs test; no run setting (harness.config.findings)
     plugins: [mypackage.losses]   # modules of loss plugins (harness.losses), imported when loaded
 
 Keys in ``grid``/``zip``/``set``/overrides are dotted paths (``trainer.loss_type``,
@@ -45,8 +45,9 @@ from typing import Any
 
 import yaml
 
-from harness import lora, report_section
-from harness.schema import (
+from harness import report_section
+from harness.config import lora
+from harness.config.schema import (
     EPOCH,
     Axis,
     ExecutorSettings,
@@ -128,7 +129,7 @@ SECTION_CLASS_NAMES = {
 
 
 def section_fields(section: str) -> dict[str, Any]:
-    """``{field name: described type}`` (:func:`harness.schema.describe_hint`) of a section's dataclass; the
+    """``{field name: described type}`` (:func:`harness.config.schema.describe_hint`) of a section's dataclass; the
     trainer's from :func:`harness.trl_boundary.grpo_config_fields`, with the hyperparameters of the
     loss plugins loaded (:func:`harness.losses.hyperparameter_fields`)."""
     fields = _section_fields(section)
@@ -1147,7 +1148,7 @@ def _checked_grid(
     """:func:`load_grid` after the loss plugins are loaded: every key and type checked. On problems,
     the :class:`SpecError` carries the grid of what passed (``partial``, :func:`_partial_grid`) so
     that its cells are checked in the same pass. A ``loss_type`` naming nothing is reported here only
-    when there is no such grid (else each cell reports it, :func:`harness.validate.rule_loss_type`)."""
+    when there is no such grid (else each cell reports it, :func:`harness.config.validate.rule_loss_type`)."""
     problems: list[str] = list(plugins.problems)
     pairs = _given_settings(config, overrides, profile, problems, path)
     axis_keys = {normalize_key(str(k)) for k in (config.get("grid") or {})}
@@ -1170,7 +1171,7 @@ def _checked_grid(
         problems += _given_twice(f"subgrids.{sub.name}", given)
         grid_keys += [a.key for a in given]
     report = check_report(config.get("report"), problems, report_where, grid_keys)
-    from harness.findings import check_findings
+    from harness.config.findings import check_findings
 
     findings = check_findings(config.get("findings"), problems, path)
     raw = config.get("executor") if isinstance(config.get("executor"), Mapping) else {}
