@@ -69,8 +69,6 @@ def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 
 def make_spec(tiny_model, chain_sum_task, **trainer) -> RunSpec:
     """A 4-step run of the session's tiny model (``tiny_model``) on ``chain_sum_task``; ``trainer``
     overrides GRPOConfig fields."""
-    from harness.schema import RunSpec
-
     config = {
         "seed": 0,
         "model": tiny_model,
@@ -93,8 +91,6 @@ def make_spec(tiny_model, chain_sum_task, **trainer) -> RunSpec:
 def tracker_spec(report_to: list[str], model_cache: Path | None) -> RunSpec:
     """A 4-step dapo run of a small ``tiny`` model reporting to ``report_to``, checkpointed every
     2 steps, in grid ``trk`` (sub-grid ``clip``)."""
-    from harness.schema import RunSpec
-
     settings = {
         "seed": 1,
         "model": "tiny",
