@@ -988,7 +988,8 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
             )
         elif not os.path.isfile(ds):  # transformers opens it as written: no ~ expansion
             findings += _err(
-                f"trainer.deepspeed = {ds!r}: no such file (relative to {os.getcwd()}); give the path of a "
+                f"trainer.deepspeed = {ds!r}: no such file"
+                f"{'' if os.path.isabs(ds) else f' (relative to {os.getcwd()})'}; give the path of a "
                 "DeepSpeed JSON config on a filesystem the jobs see, or the config itself as a mapping."
             )
         else:
