@@ -1037,14 +1037,11 @@ def _run_curves(
 
 
 def aggregate(df: pd.DataFrame, metric: str, **kwargs: Any) -> pd.DataFrame:
-    """:func:`curves`' mean frame alone, with ``attrs["caption"]``, ``attrs["metric"]`` and ``attrs["x"]``.
+    """:func:`curves`' mean frame alone (its caption, metric and x are in :func:`curves`' record).
 
     Takes the keywords of :func:`curves` (``keep_runs`` excepted).
     """
-    c = curves(df, metric, **kwargs)
-    out = c.mean
-    out.attrs.update(caption=c.caption, metric=metric, x=c.x)
-    return out
+    return curves(df, metric, **kwargs).mean
 
 
 def _run_windows(r: np.ndarray, skw: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:

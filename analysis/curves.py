@@ -590,14 +590,15 @@ def plot_curves(
     n_boot: int = 1000,
     seed: int = 0,
     colors: Mapping[str, str] | None = None,
-    agg: pd.DataFrame | None = None,
+    agg: Curves | pd.DataFrame | None = None,
     sharey: bool = True,
 ) -> tuple[Figure, np.ndarray]:
     """Mean ``metric`` over runs with its band, one line per ``hue`` value, faceted by ``col``/``row``.
 
     A convenience over :func:`analysis.aggregate.curves` and :func:`plot_curve_set` for a frame
     from :func:`analysis.load.load`. An importance-ratio metric is drawn over off-policy steps
-    only. ``agg``: a precomputed :func:`analysis.aggregate.aggregate` frame to draw instead.
+    only. ``agg``: a precomputed :func:`analysis.aggregate.curves` record to draw instead (or
+    its mean frame, :func:`analysis.aggregate.aggregate`, drawn without a caption).
 
     Returns:
         ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. The figure legend lists every
@@ -621,8 +622,10 @@ def plot_curves(
             seed=seed,
             rows=rows,
         )
+    elif isinstance(agg, Curves):
+        c = agg
     else:
-        c = Curves(agg, None, agg.attrs.get("caption", ""), metric, x, {}, 0)
+        c = Curves(agg, None, "", metric, x, {}, 0)
     cols = facet_values(df, col, None)
     rws = facet_values(df, row, None)
     return plot_curve_set(

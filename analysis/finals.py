@@ -15,6 +15,7 @@ The numbers come from :func:`analysis.tables.final_performance_table` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from analysis.aggregate import robust_limits
 from analysis.curves import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
 from analysis.labels import metric_label
 
-__all__ = ["plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
+__all__ = ["Profile", "plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
 
 
 def plot_final(
@@ -245,6 +246,19 @@ def _draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence
             ax.plot([v], [y], marker="o", mfc="none", color=colors[k], markersize=4)
 
 
+@dataclass(frozen=True)
+class Profile:
+    """:func:`profile_frame`'s answer: the profiles and, beside them, the resamples of their bands.
+
+    Attributes:
+        frame: one row per group and threshold (columns in :func:`profile_frame`).
+        reps: bootstrap resamples per group behind ``lo``/``hi``.
+    """
+
+    frame: pd.DataFrame
+    reps: int
+
+
 def profile_frame(
     scores: pd.DataFrame,
     by: Sequence[str],
@@ -253,7 +267,7 @@ def profile_frame(
     reps: int | None = None,
     confidence: float = 0.95,
     seed: int = 0,
-) -> pd.DataFrame:
+) -> Profile:
     """Performance profiles of each group of runs over a common grid of thresholds, with their
     bootstrap bands.
 
@@ -267,16 +281,17 @@ def profile_frame(
         confidence, seed: the band's coverage and the bootstrap seed.
 
     Returns:
-        Columns ``*by``, ``tau``, ``fraction`` (share of the group's runs with score > tau),
-        ``lo``, ``hi`` (the band: :func:`analysis.stats.performance_profile_ci`, NaN for a group
-        with one run per task) and ``runs``. ``attrs["reps"]`` holds the resamples.
+        A :class:`Profile`: ``frame`` with columns ``*by``, ``tau``, ``fraction`` (share of the
+        group's runs with score > tau), ``lo``, ``hi`` (the band:
+        :func:`analysis.stats.performance_profile_ci`, NaN for a group with one run per task) and
+        ``runs``; ``reps`` the resamples (0 without a finite score).
     """
     from analysis.tables import bootstrap_reps
 
     s = scores["score"].to_numpy(dtype=np.float64)
     s = s[np.isfinite(s)]
     if s.size == 0:
-        return pd.DataFrame(columns=[*by, "tau", "fraction", "lo", "hi", "runs"])
+        return Profile(pd.DataFrame(columns=[*by, "tau", "fraction", "lo", "hi", "runs"]), 0)
     reps = bootstrap_reps(s.size) if reps is None else reps
     span = s.max() - s.min() or 1.0
     taus = np.linspace(s.min() - 0.02 * span, s.max() + 0.02 * span, points)
@@ -292,9 +307,7 @@ def profile_frame(
         for b, v in zip(by, key, strict=True):
             part[b] = str(v)
         parts.append(part)
-    out = pd.concat(parts, ignore_index=True)
-    out.attrs["reps"] = reps
-    return out
+    return Profile(pd.concat(parts, ignore_index=True), reps)
 
 
 def _task_matrix(runs: pd.DataFrame, task: str | None) -> np.ndarray:

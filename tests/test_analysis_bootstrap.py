@@ -122,8 +122,9 @@ def test_profile_band_is_the_percentile_interval_of_resampled_profiles():
 
 def test_profile_figure_draws_each_variant_s_band(tmp_path):
     scores = pd.DataFrame({"score": [0.1, 0.3, 0.5, 0.6, 0.7, 0.9, 0.2], "v": ["a"] * 3 + ["b"] * 3 + ["c"]})
-    profile = finals.profile_frame(scores, ["v"], reps=500)
-    assert {"lo", "hi"} <= set(profile.columns) and profile.attrs["reps"] == 500
+    result = finals.profile_frame(scores, ["v"], reps=500)
+    profile = result.frame
+    assert {"lo", "hi"} <= set(profile.columns) and result.reps == 500
     assert profile.loc[profile["v"] == "c", ["lo", "hi"]].isna().all(axis=None)  # one run: no band
     fig, axes = finals.plot_profile(profile, metric="reward", hue="v")
     bands = [c for c in axes[0, 0].collections if isinstance(c, PolyCollection)]

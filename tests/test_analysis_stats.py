@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis import stats
+from analysis.aggregate import curves
 from analysis.curves import aggregate, smooth, variant_labels
 from harness import layout
 
@@ -135,7 +136,7 @@ def test_aggregate_t_band_by_hand():
     assert g1["n"] == 3
     n2 = agg[(agg.loss_type == "(none)") & (agg.x == 2)].iloc[0]
     assert n2["mean"] == pytest.approx(70 / 3 + 1)
-    assert "Student-t" in agg.attrs["caption"]
+    assert "Student-t" in curves(_toy_frame(), "reward", by=["loss_type"]).caption
 
 
 def test_aggregate_bootstrap_seeded_and_covering():
@@ -144,7 +145,7 @@ def test_aggregate_bootstrap_seeded_and_covering():
     b = aggregate(df, "reward", by=["loss_type"], ci="bootstrap", n_boot=400, seed=5)
     pd.testing.assert_frame_equal(a, b)
     assert ((a["lo"] <= a["mean"]) & (a["mean"] <= a["hi"])).all()
-    assert "bootstrap" in a.attrs["caption"]
+    assert "bootstrap" in curves(df, "reward", by=["loss_type"], ci="bootstrap", n_boot=400, seed=5).caption
 
 
 def test_aggregate_interpolates_on_tokens():

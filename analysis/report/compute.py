@@ -29,6 +29,7 @@ from analysis.report.runs import (
     _place_runs_without_metrics,
     _run_table,
     _runs_without_metrics,
+    _say,
     findings_runs,
 )
 from analysis.report.settings import ReportError, ReportSettings
@@ -83,7 +84,12 @@ def compute_report(
         return data
     _check_axes(df, s)
     runs, first, flags = _run_table(df, run_states, s)
-    keys = _label_variants(df, info, runs, first, s, strict_keys, data)
+    labelled = _label_variants(df, info, runs, first, s, strict_keys)
+    runs, keys = labelled.runs, labelled.keys
+    for note in labelled.notes:
+        _say(data, note)
+    data.hue, data.col, data.row = labelled.hue, labelled.col, labelled.row
+    data.legend_title = labelled.legend_title
     placed = _place_runs_without_metrics(inputs, runs, keys, without, data)
     notes = _left_out_and_notes(df, runs, data, unreadable)
     data.runs = runs

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import curves
+from analysis import curves, finals
 from analysis.aggregate import Curves
 from analysis.load import LoadInfo
 from analysis.report.settings import ReportSettings
@@ -78,7 +78,7 @@ class ReportData:
         off_policy_how: how off-policy steps were told (see :func:`analysis.aggregate.off_policy_rows`).
         scores: final score per included run, with labels.
         timing, final, check, summary, ttt: tables.
-        profile: :func:`analysis.finals.profile_frame`.
+        profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
         resolvable: :func:`analysis.tables.resolvable_differences` of the final scores per panel.
         findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
     """
@@ -114,7 +114,7 @@ class ReportData:
     check: pd.DataFrame | None = None
     summary: pd.DataFrame | None = None
     ttt: pd.DataFrame | None = None
-    profile: pd.DataFrame | None = None
+    profile: finals.Profile | None = None
     resolvable: pd.DataFrame | None = None
     findings: pd.DataFrame | None = None
     empty: bool = False
@@ -132,6 +132,28 @@ class ReportData:
             "row_values": self.row_values,
             "on_policy": self.on_policy,
         }
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """The runs with their labels (:func:`analysis.report.runs._label_variants`).
+
+    Attributes:
+        runs: a copy of the run table with the label columns (``variant``, ``panel``,
+            ``panel row``) and the facet keys' columns added.
+        keys: the config columns behind the labels.
+        hue, col, row: the label columns the figures use (None when not used).
+        legend_title: the variants' legend title (None without variants).
+        notes: what the layout could not do as asked, one sentence each.
+    """
+
+    runs: pd.DataFrame
+    keys: _Keys
+    hue: str | None
+    col: str | None
+    row: str | None
+    legend_title: str | None
+    notes: tuple[str, ...]
 
 
 @dataclass

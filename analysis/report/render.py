@@ -282,7 +282,7 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
         lines, fig, out / "aggregate", "aggregate", "Aggregate estimates", _aggregate_caption(data)
     )
     fig, _ = finals.plot_profile(
-        data.profile,
+        data.profile.frame,
         metric=s.metric,
         hue=data.hue,
         col=data.col,
@@ -299,7 +299,7 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
         "Performance profile",
         f"Fraction of runs whose final {s.metric} exceeds each threshold τ (Agarwal et al. 2021): a curve "
         "further right is better across runs, not only on average. Shaded: each curve's 95% "
-        f"stratified-bootstrap band ({data.profile.attrs.get('reps', 0):,} resamples of the variant's runs, "
+        f"stratified-bootstrap band ({data.profile.reps:,} resamples of the variant's runs, "
         "seed 0, the percentile interval at each τ; as rliable's create_performance_profile); none for a "
         "variant with one run. With few runs per variant the steps are coarse and the bands wide. "
         + _scores_note(data),

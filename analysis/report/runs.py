@@ -13,7 +13,7 @@ import pandas as pd
 from analysis import labels, states, style
 from analysis.aggregate import x_values
 from analysis.load import NONE_LABEL, LoadInfo, seed_column
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, ReportData, ReportInputs, _Keys
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Labelled, ReportData, ReportInputs, _Keys
 from analysis.report.settings import ReportError, ReportSettings
 from harness import layout
 
@@ -258,11 +258,12 @@ def _label_variants(
     first: pd.DataFrame,
     s: ReportSettings,
     strict_keys: Collection[str],
-    data: ReportData,
-) -> _Keys:
-    """Label each run's variant (hue), panel (col) and panel row (row) in ``runs``; set
-    ``data.hue``/``col``/``row`` and the legend title; note in ``data.lines`` what the layout could
-    not do as asked."""
+) -> Labelled:
+    """Each run's variant (hue), panel (col) and panel row (row) label, the label columns' names,
+    the legend title, and notes on what the layout could not do as asked. ``runs`` is not changed:
+    the labelled runs are a copy (:class:`Labelled`)."""
+    runs = runs.copy()
+    notes: list[str] = []
     col_keys = [_key_column(df, k, k in strict_keys, info) for k in s.col]
     row_keys = [_key_column(df, k, k in strict_keys, info) for k in s.row]
     for k in (*col_keys, *row_keys):
@@ -279,28 +280,31 @@ def _label_variants(
     if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
         hue_keys = [k for k in hue_keys if k not in faceted]
         if s.hue is not None:
-            _say(
-                data,
-                f"{', '.join(labels.key_title(k) for k in also_panels)} is a panel key, so it is not a colour too",
+            notes.append(
+                f"{', '.join(labels.key_title(k) for k in also_panels)} is a panel key, so it is not a colour too"
             )
     runs[VARIANT], extra = labels.label_runs(runs, hue_keys, [k for k in differing if k not in hue_keys])
     if extra and explicit:
-        _say(
-            data,
+        notes.append(
             f"runs differ in more than the hue ({', '.join(labels.key_title(k) for k in extra)}), so those "
             "keys are added to the labels of the runs they tell apart; facet them with --col/--row to colour "
             "by the hue alone",
         )
     label_keys = [*hue_keys, *extra]
-    data.hue = VARIANT if label_keys else None
-    data.legend_title = labels.titles(hue_keys or extra) if label_keys else None
-    for name, keys_, attr in ((PANEL, col_keys, "col"), (PANEL_ROW, row_keys, "row")):
+    for name, keys_ in ((PANEL, col_keys), (PANEL_ROW, row_keys)):
         if keys_:
             runs[name], _ = labels.label_runs(
                 runs, [_dotted(info, k) if _dotted(info, k) in runs else k for k in keys_]
             )
-            setattr(data, attr, name)
-    return _Keys(col_keys, row_keys, label_keys, faceted)
+    return Labelled(
+        runs=runs,
+        keys=_Keys(col_keys, row_keys, label_keys, faceted),
+        hue=VARIANT if label_keys else None,
+        col=PANEL if col_keys else None,
+        row=PANEL_ROW if row_keys else None,
+        legend_title=labels.titles(hue_keys or extra) if label_keys else None,
+        notes=tuple(notes),
+    )
 
 
 def _say(data: ReportData, note: str) -> None:
