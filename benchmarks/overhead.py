@@ -1,11 +1,12 @@
 """Per-step overhead of the harness over bare TRL, measured in paired repeats in one process.
 
-Both arms train the same run (same model, task, GRPOConfig and seed) for the same number of optimizer
-steps with the greedy eval off: the bare arm is TRL's ``GRPOTrainer``; the harness arm is
-``harness.training.train`` (the w_seq-recording trainer, the metrics callback, parquet writes,
-samples, progress.json, the machine lease). Both are timed the same way, by one extra
-``TrainerCallback`` from ``on_train_begin`` to ``on_train_end``: wall seconds
-(``time.perf_counter``) and CPU seconds of the process (``time.process_time``) per step.
+Both arms train the same run (same model files, from one model cache; same task, GRPOConfig and
+seed) for the same number of optimizer steps with the greedy eval off: the bare arm is TRL's
+``GRPOTrainer``; the harness arm is ``harness.training.train`` (the w_seq-recording trainer, the
+metrics callback, parquet writes, samples, progress.json, the machine lease). Both are timed the
+same way, by one extra ``TrainerCallback`` from ``on_train_begin`` to ``on_train_end``: wall
+seconds (``time.perf_counter``) and CPU seconds of the process (``time.process_time``, every
+thread's) per step.
 
 A repeat is one run of each arm; the order alternates (bare first, harness first, ...) so that
 drift of the machine hits both. Per repeat the ratio is harness / bare. Prints every repeat, then
@@ -183,7 +184,11 @@ def main() -> int:
     plan = expand(load_grid(args.grid, overrides))
     spec = plan.runs[0]
     torch.set_num_threads(args.threads)
-    model_path = training.prepare_model(spec, Path("results") / plan.grid.name / "runs" / spec.run_id)
+    run_dir = Path("results") / plan.grid.name / "runs" / spec.run_id
+    # One model cache for both arms: the harness arm's runs live under a temporary folder, whose
+    # default cache (beside it) would hold a second, separately built model
+    os.environ[training.MODEL_CACHE_ENV] = str(training.model_cache_dir(run_dir.parent.parent))
+    model_path = training.prepare_model(spec, run_dir)
     timers = []
     build = training.build_trainer
 

@@ -22,7 +22,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -40,9 +39,18 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
+#: ``pyarrow.parquet.write_table`` options of a part file (a few rows, merged into
+#: ``metrics.parquet`` when the run is compacted): no dictionary encoding, compression or column
+#: statistics, which on a part of 5 rows x 60 columns are a third of the CPU time of writing it.
+PART_OPTIONS: dict[str, Any] = {"use_dictionary": False, "compression": "none", "write_statistics": False}
+
+
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
+    """Write ``table`` as parquet at ``path``, atomically; a part file (its name starts with
+    ``layout.PART_PREFIX``) with :data:`PART_OPTIONS`, ``metrics.parquet`` with pyarrow's defaults."""
+    options = PART_OPTIONS if Path(path).name.startswith(layout.PART_PREFIX) else {}
     with layout.atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, **options)
 
 
 def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
@@ -62,12 +70,8 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
             columns[name] = pa.array(values, pa.string())
         elif name == layout.STEP:
             columns[name] = pa.array(values, pa.int64())
-        else:
-            missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-            floats = np.fromiter(
-                (math.nan if v is None else float(v) for v in values), dtype=np.float64, count=len(values)
-            )
-            columns[name] = pa.array(floats, mask=missing) if missing.any() else pa.array(floats)
+        else:  # a list straight to arrow: half the CPU time of numpy arrays and a mask on a part's rows
+            columns[name] = pa.array([None if v is None else float(v) for v in values], pa.float64())
     return pa.table(columns)
 
 
