@@ -126,7 +126,11 @@ def test_the_fast_tier_reaches_every_module(fast_tier):
 def test_the_module_reach_counts_module_level_imports_only(tmp_path):
     modules = _modules()
     assert "harness.config.schema" in _loaded_by({"harness.config.spec"}, modules)  # spec imports the schema
-    assert _loaded_by({"harness.config.schema"}, modules) == {"harness", "harness.config", "harness.config.schema"}
+    assert _loaded_by({"harness.config.schema"}, modules) == {
+        "harness",
+        "harness.config",
+        "harness.config.schema",
+    }
     assert _loaded_by({"numpy"}, modules) == set()
     # a function-level import counts one step from what the test file imports, not further
     assert "harness.config.scale" in _reached({TESTS / "test_validate.py"}, modules)
