@@ -383,3 +383,26 @@ def files_state(run_dir: str | os.PathLike) -> str:
     if owner_alive(run_dir):
         return RUNNING
     return STOPPED if os.path.exists(os.path.join(run_dir, CONFIG_FILE)) else PENDING
+
+
+def code_commit() -> tuple[str | None, bool | None]:
+    """The git commit of the checkout this package runs from, and whether it has uncommitted
+    changes to tracked files: ``(commit, dirty)``; ``(None, None)`` outside git (or without git)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args],
+                cwd=os.path.dirname(os.path.abspath(__file__)),
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if status is None else bool(status)

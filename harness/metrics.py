@@ -14,7 +14,6 @@ import math
 import os
 import platform
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -283,20 +282,6 @@ class MetricsWriter:
         return path
 
 
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def provenance(device: str) -> dict[str, Any]:
     """Where and with what a run executed: git commit and dirty flag, versions, host, device.
 
@@ -309,11 +294,10 @@ def provenance(device: str) -> dict[str, Any]:
 
     import harness
 
-    commit = os.environ.get("HARNESS_SNAPSHOT_COMMIT") or _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit, dirty = layout.code_commit()
     return {
-        "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        "git_commit": os.environ.get("HARNESS_SNAPSHOT_COMMIT") or commit,
+        "git_dirty": dirty,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "transformers": transformers.__version__,

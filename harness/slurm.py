@@ -85,10 +85,8 @@ def code_snapshot(grid_dir: Path) -> Iterator[tuple[Path, str | None]]:
     import harness
 
     root = Path(harness.__file__).resolve().parent.parent
-    from harness.metrics import _git
-
-    commit = _git("rev-parse", "HEAD")
-    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+    commit, dirty = layout.code_commit()
+    if commit and dirty:
         commit += "-dirty"
     snap = grid_dir.resolve() / SNAPSHOTS_DIR / time.strftime("%Y%m%d-%H%M%S")
     n = 0
