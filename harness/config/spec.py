@@ -623,19 +623,18 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
             ["the file is empty (or only comments): a grid needs at least task: {name: ...}."], path
         )
     data = {} if data is None else data
-    if isinstance(data, dict):
-        traps = _traps(data)
-        said, keys = _YAML_TRAPS.get(), _YAML_LEFT_OUT.get()
-        if traps and (said is None or keys is None):  # read outside load_grid: refuse at once
-            raise SpecError([p for _, p in traps], path)
-        if traps:
-            said.extend(f"{path.name}: {p}" if _seen else p for _, p in traps)
-            keys.update(normalize_key(k) for k, _ in traps)
     if not isinstance(data, Mapping):
         raise SpecError([f"a grid file must be a mapping of keys, got {type(data).__name__}."], path)
-    shape = structure_problem(data)
+    shape = structure_problem(data)  # before any walk of the data: an alias may contain itself
     if shape:
         raise SpecError([shape], path)
+    traps = _traps(data)
+    said, keys = _YAML_TRAPS.get(), _YAML_LEFT_OUT.get()
+    if traps and (said is None or keys is None):  # read outside load_grid: refuse at once
+        raise SpecError([p for _, p in traps], path)
+    if traps:
+        said.extend(f"{path.name}: {p}" if _seen else p for _, p in traps)
+        keys.update(normalize_key(k) for k, _ in traps)
     includes = data.get("include") or []
     includes = [includes] if isinstance(includes, str) else includes
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
