@@ -78,3 +78,19 @@ def tiny_model(model_cache, chain_sum_task) -> str:
     from harness.models.tiny import TinyModelSpec, tiny_model_path
 
     return str(tiny_model_path(TinyModelSpec(**FAST_TINY), chain_sum_task, model_cache))
+
+
+@pytest.fixture
+def clean_registry():
+    """Registered plugins and imported plugin modules are process-wide: put them back after a test."""
+    import sys
+
+    from harness import losses
+
+    saved, modules = dict(losses.REGISTRY), set(sys.modules)
+    yield
+    losses.REGISTRY.clear()
+    losses.REGISTRY.update(saved)
+    for name in set(sys.modules) - modules:
+        if not name.startswith(("torch", "trl", "transformers")):
+            sys.modules.pop(name, None)

@@ -30,18 +30,6 @@ def doc_blocks() -> dict[str, str]:
     return blocks
 
 
-@pytest.fixture
-def clean_registry():
-    """Registered plugins and imported plugin modules are process-wide: put them back after a test."""
-    saved, modules = dict(losses.REGISTRY), set(sys.modules)
-    yield
-    losses.REGISTRY.clear()
-    losses.REGISTRY.update(saved)
-    for name in set(sys.modules) - modules:
-        if not name.startswith(("torch", "trl", "transformers")):
-            sys.modules.pop(name, None)
-
-
 def write_package(root: Path, module: str, source: str) -> Path:
     (root / module).mkdir(parents=True)
     (root / module / "__init__.py").write_text(textwrap.dedent(source))

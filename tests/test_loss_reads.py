@@ -4,7 +4,6 @@ is refused, a mirror of vespo is allowed the VESPO fields it reads."""
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,17 +27,6 @@ BASE = {
         "max_completion_length": 8,
     },
 }
-
-
-@pytest.fixture
-def clean_registry():
-    saved, modules = dict(losses.REGISTRY), set(sys.modules)
-    yield
-    losses.REGISTRY.clear()
-    losses.REGISTRY.update(saved)
-    for name in set(sys.modules) - modules:
-        if name.startswith("reads_plugin"):
-            sys.modules.pop(name, None)
 
 
 def validation(tmp_path: Path, trainer: dict, plugins=("harness.losses.mirrors",)):
