@@ -1,9 +1,10 @@
-"""The embedded testbed's build on one thread against every core the process may use.
+"""The embedded testbed's build on one core against every core the process may use.
 
 Builds ``tiny-steps`` (the findings grid's task and model spec, ``--sft-steps`` warm-start steps) into
-a temporary folder twice, once with the process limited to one core and once with every core it may
-use (``harness.models.tiny.build_threads``), in fresh processes, and prints each build's seconds, the
-ratio, and whether the two ``model.safetensors`` are the same bit for bit.
+a temporary folder twice, in fresh processes, once with the process limited to one core and once with
+every core it may use; both builds run ``harness.models.tiny.BUILD_THREADS`` torch threads. Prints each
+build's seconds, the ratio, and whether the two ``model.safetensors`` are the same bit for bit (exit
+status 1 when they are not).
 
     python benchmarks/build_threads.py [--sft-steps 300]
 """
@@ -51,9 +52,11 @@ def main() -> int:
             Path(tmp) / "one" / "model.safetensors", Path(tmp) / "every" / "model.safetensors", shallow=False
         )
     print(f"tiny-steps build, {args.sft_steps} SFT steps")
-    print(f"  1 thread:   {one['seconds']:.1f} s")
+    cores = len(os.sched_getaffinity(0))
+    print(f"  1 core:    {one['seconds']:.1f} s  ({one['threads']} threads)")
     print(
-        f"  {every['threads']} threads:  {every['seconds']:.1f} s   ratio {every['seconds'] / one['seconds']:.2f}"
+        f"  {cores} cores:   {every['seconds']:.1f} s  ({every['threads']} threads)"
+        f"   ratio {every['seconds'] / one['seconds']:.2f}"
     )
     print(f"  weights the same bit for bit: {same}")
     return 0 if same else 1

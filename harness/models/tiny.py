@@ -94,6 +94,7 @@ def tiny_model_key(spec: TinyModelSpec, task: TaskSpec) -> str:
     """
     payload = {
         "format": BUILD_FORMAT,
+        "build_threads": BUILD_THREADS,
         "spec": dataclasses.asdict(spec),
         "task": {"name": task.name, "kwargs": dict(task.kwargs)},
         "versions": _library_versions(),
@@ -293,31 +294,32 @@ def sft_lengths(
     return prompt, longest, run_prompt
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask: a SLURM task's ``cpus_per_task``, a
-    ``taskset``), or ``os.cpu_count()`` where the platform has no affinity call; at least 1."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+BUILD_THREADS = 2
+"""Torch intra-op threads of every embedded model build, whatever the cores.
+
+The thread count changes the weights: the intra-op split reorders the reductions of the warm start's
+kernels, so builds of one spec on 1, 2, 3 and 4 threads differ bit for bit. A fixed count makes the
+weights a function of the cache key (which holds it) on a given CPU and library versions. Two threads
+on one core cost about 4% (a 40-step ``tiny-steps`` build under ``taskset -c 0``: 11.6 s on one
+thread, 12.1 s on two); on two cores they take 0.64 of one thread's time (``benchmarks/build_threads.py``).
+"""
 
 
 @contextlib.contextmanager
 def build_threads() -> Iterator[int]:
-    """Torch threads raised to :func:`available_cores` for a model build, then put back; yields the count.
+    """Torch threads set to :data:`BUILD_THREADS` for a model build, then put back; yields the count.
 
     A build runs inside the first run that needs the model, whose threads are its share of the cores
-    (``threads_per_run``), while the runs waiting for the same model sit idle on its lock, so the
-    build takes every core. Thread count does not change the weights: the intra-op split of these
-    kernels does not reorder a reduction (a 40-step ``tiny-steps`` build hashes the same on 1 and 2
-    threads; ``tests/test_tiny_steps.py`` checks it); ``benchmarks/build_threads.py`` measures the time.
+    (``threads_per_run``), while the runs waiting for the same model sit idle on its lock; the build's
+    count is fixed rather than taken from the cores so that the weights do not depend on the machine
+    (``tests/test_tiny_steps.py`` checks a build on one core against one on every core).
     """
     import torch
 
     before = torch.get_num_threads()
-    threads = max(before, available_cores())
-    torch.set_num_threads(threads)
+    torch.set_num_threads(BUILD_THREADS)
     try:
-        yield threads
+        yield BUILD_THREADS
     finally:
         torch.set_num_threads(before)
 

@@ -41,6 +41,7 @@ from typing import Any
 from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
 from harness.models.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
 from harness.models.tiny import (
+    BUILD_THREADS,
     CORPUS_SPLITS,
     UNBOUNDED,
     _library_versions,
@@ -90,6 +91,7 @@ def tiny_chat_model_key(spec: TinyChatModelSpec, task: TaskSpec) -> str:
     """
     payload = {
         "format": CHAT_BUILD_FORMAT,
+        "build_threads": BUILD_THREADS,
         "spec": dataclasses.asdict(spec),
         "task": {"name": task.name, "kwargs": dict(task.kwargs)},
         "system_prompt": CHAT_SYSTEM_PROMPT,

@@ -41,6 +41,7 @@ from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyStepsModelSpec
 from harness.models import tiny as models
 from harness.models.tasks import check_task, generate_entries, steps_prompt
 from harness.models.tiny import (
+    BUILD_THREADS,
     CORPUS_SPLITS,
     _library_versions,
     begin_build,
@@ -149,6 +150,7 @@ def tiny_steps_model_key(spec: TinyStepsModelSpec, task: TaskSpec) -> str:
     """
     payload = {
         "format": STEPS_BUILD_FORMAT,
+        "build_threads": BUILD_THREADS,
         "spec": dataclasses.asdict(spec),
         "task": {"name": task.name, "kwargs": dict(task.kwargs)},
         "chain": [STEP_SEPARATOR, ANSWER_MARKER],
