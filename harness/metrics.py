@@ -16,7 +16,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -132,8 +132,13 @@ def final_reward(run_dir: str | Path) -> tuple[float, int] | None:
     return sum(values[-w:]) / w, w
 
 
-def _write_rows(rows: list[Mapping[str, Any]], path: Path) -> None:
-    _atomic_write_table(rows_to_table(rows), path)
+def _write_rows(
+    rows: list[tuple[dict[str, Any], Callable[[], Mapping[str, Any]] | None]], path: Path
+) -> None:
+    """Write buffered ``(row, more)`` pairs as one part: each row with ``more()``'s columns added."""
+    _atomic_write_table(
+        rows_to_table([row if more is None else {**row, **more()} for row, more in rows]), path
+    )
 
 
 def _dedupe_steps(table: pa.Table) -> pa.Table:
@@ -169,7 +174,7 @@ class MetricsWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
         self.flush_every = max(1, int(flush_every))
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[tuple[dict[str, Any], Callable[[], Mapping[str, Any]] | None]] = []
         existing = sorted(self.dir.glob(f"{layout.PART_PREFIX}*.parquet"))
         self._next_part = 1 + max((self._part_index(p) for p in existing), default=0)
         self.quarantined: list[Path] = []
@@ -195,11 +200,17 @@ class MetricsWriter:
         except ValueError:
             return 0
 
-    def append(self, row: Mapping[str, Any]) -> None:
-        """Buffer one row (must hold ``step``); flushes when ``flush_every`` rows are buffered."""
+    def append(self, row: Mapping[str, Any], more: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Buffer one row (must hold ``step``); flushes when ``flush_every`` rows are buffered.
+
+        ``more``, if given, returns further columns of the row; it is called when the row is written
+        (in the background thread for a background write), so that work the row needs but the
+        training step does not (the w_seq statistics) stays off the step. Its error is raised like a
+        write's.
+        """
         if layout.STEP not in row:
             raise KeyError(f"metrics row has no '{layout.STEP}' key: {sorted(row)}")
-        self._rows.append({layout.RUN_ID: self.run_id, **row})
+        self._rows.append(({layout.RUN_ID: self.run_id, **row}, more))
         if len(self._rows) < self.flush_every:
             return
         if not self.background:

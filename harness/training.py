@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import math
 import os
@@ -345,9 +346,14 @@ class _StepRecorder:
             k: v for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)
         }
         row.update(self._pending)
-        row.update(
-            self._wseq_stats(records["log_w"], records["log_s"], records["advantages"], records["n_masked"])
+        # The w_seq statistics are computed when the row is written, off the training step, unless
+        # the trackers' callbacks (next) need them now
+        wseq = functools.partial(
+            self._wseq_stats, records["log_w"], records["log_s"], records["advantages"], records["n_masked"]
         )
+        if self.share_logs and shared is not None:
+            row.update(wseq())
+            wseq = None
         row.update(
             {
                 layout.STEP: state.global_step,
@@ -369,7 +375,7 @@ class _StepRecorder:
             shared.update({k: v for k, v in row.items() if k not in shared and k != layout.STEP})
         self._write_progress(row, force=bool(control.should_save or control.should_training_stop))
         if self.writer is not None:
-            self.writer.append(row)
+            self.writer.append(row, more=wseq)
             if control.should_save:  # the trainer saves a checkpoint next: its rows go to disk first
                 self.writer.flush()
 
