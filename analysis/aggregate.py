@@ -25,7 +25,7 @@ from scipy.signal import lfilter
 from analysis import stats
 from analysis.labels import NONE_LABEL, format_value, sort_key
 from harness import layout
-from harness.report_section import AUTO, parse_smoothing
+from harness.config.report_section import AUTO, parse_smoothing
 
 __all__ = [
     "AUTO",
@@ -341,8 +341,8 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
         ``{}``, ``{"window": n}`` or ``{"ema": a}``.
 
     Raises:
-        ValueError: (:class:`harness.report_section.SmoothingError`) for anything
-            :func:`harness.report_section.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
+        ValueError: (:class:`harness.config.report_section.SmoothingError`) for anything
+            :func:`harness.config.report_section.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
     """
     if smoothing is None or (isinstance(smoothing, Mapping) and not smoothing):
         return {}

@@ -51,7 +51,7 @@ from analysis.aggregate import (
 )
 from analysis.labels import format_value, metric_label
 from harness import layout
-from harness.report_section import DYNAMICS_METRICS
+from harness.config.report_section import DYNAMICS_METRICS
 
 __all__ = [
     "DYNAMICS_METRICS",

@@ -222,7 +222,7 @@ def loaded_steps(df: pd.DataFrame) -> pd.Series:
     """Which steps were measured while the machine ran more work than the harness's own runs.
 
     A step is loaded when ``machine/other_cpus`` (mean cores busy with work other than the
-    harness's runs, :class:`harness.metrics.StepClock`) exceeds the cores the harness left free,
+    harness's runs, :class:`harness.train.metrics.StepClock`) exceeds the cores the harness left free,
     ``machine/cpus - min(machine/cpus, machine/concurrent_runs * machine/threads)``, by more than
     :data:`LOAD_MARGIN_CPUS`. A step without ``machine/other_cpus`` (older runs, or a system that
     does not report it) is not loaded; :func:`timing_measure` says whether any step recorded it.

@@ -4,7 +4,7 @@ Three measurements, each beside a baseline timed in the same process:
 
 1. load + aggregate: ``analysis.load(grid, columns=["reward"])`` then the mean reward curve with
    its t band per (loss type, step), over RUNS runs × STEPS steps written by
-   ``harness.metrics.MetricsWriter`` (target <= 1 s for 1,000 × 1,000 on 2 cores), against a
+   ``harness.train.metrics.MetricsWriter`` (target <= 1 s for 1,000 × 1,000 on 2 cores), against a
    per-file loop of ``pd.read_parquet`` + ``json.load`` + ``pd.concat`` + ``groupby``.
 2. the reward-curve figure for 8 variants × 5 seeds × 2,000 steps (aggregate, draw, render to
    PNG in memory; target <= 1 s), against ``seaborn.lineplot(errorbar=("ci", 95))`` on the same
@@ -46,8 +46,8 @@ from analysis.curves import aggregate, plot_curves  # noqa: E402
 from analysis.load import flatten_config  # noqa: E402
 from analysis.stats import t_interval_from_moments  # noqa: E402
 from harness import layout  # noqa: E402
-from harness.metrics import MetricsWriter, atomic_write_json  # noqa: E402
-from harness.wseq import WSEQ_COLUMNS  # noqa: E402
+from harness.layout import WSEQ_COLUMNS, atomic_write_json  # noqa: E402
+from harness.train.metrics import MetricsWriter  # noqa: E402
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "gspo", "vespo", "cispo", "sapo")
 WSEQ_STATS = WSEQ_COLUMNS

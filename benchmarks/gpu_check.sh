@@ -118,7 +118,7 @@ names = ("torch", "transformers", "trl", "accelerate", "datasets", "reasoning-gy
 print(f"python {platform.python_version()}: " + ", ".join(f"{n} {version(n)}" for n in names))
 if torch.cuda.is_available():
     print(f"GPU: {torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda}, bf16 {torch.cuda.is_bf16_supported()}")
-import harness.cli, harness.trainer, harness.training, reasoning_gym, submitit  # noqa: E401, F401
+import harness.cli, harness.train.trainer, harness.train.training, reasoning_gym, submitit  # noqa: E401, F401
 
 print("imports: ok")
 PY

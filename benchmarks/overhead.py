@@ -2,7 +2,7 @@
 
 Both arms train the same run (same model files, from one model cache; same task, GRPOConfig and
 seed) for the same number of optimizer steps with the greedy eval off: the bare arm is TRL's
-``GRPOTrainer``; the harness arm is ``harness.training.train`` (the w_seq-recording trainer, the
+``GRPOTrainer``; the harness arm is ``harness.train.training.train`` (the w_seq-recording trainer, the
 metrics callback, parquet writes, samples, progress.json, the machine lease).
 
 The arms train at the same time in two threads of one process and take turns, one optimizer step
@@ -226,7 +226,7 @@ def lock_step(arms: dict, first: str) -> tuple[dict[str, list[tuple[float, float
 
 #: Work the harness hands to background threads: (owner, attribute). In lock step it may run during
 #: the bare arm's turn, so its CPU time is measured apart and added in the upper bound.
-BACKGROUND = (("harness.metrics", "_write_rows"), ("harness.training:_StepRecorder", "_mark"))
+BACKGROUND = (("harness.train.metrics", "_write_rows"), ("harness.train.recorder:_StepRecorder", "_mark"))
 
 
 @contextlib.contextmanager
@@ -275,17 +275,25 @@ def _timer():
 #: What the harness adds to a step, timed one by one in one more harness run: (owner, attribute,
 #: label); a label starting with spaces is part of the one above it.
 PARTS = (
-    ("harness.training:_StepRecorder", "on_step_end", "callback on_step_end (clock, samples, stop check)"),
-    ("harness.metrics:StepClock", "stop", "  StepClock.stop (reads the machine)"),
-    ("harness.training:_StepRecorder", "_write_samples", "  samples.jsonl"),
-    ("harness.training:_StepRecorder", "on_log", "callback on_log (the row)"),
-    ("harness.metrics:MetricsWriter", "append", "  metrics row buffered (parts written in the background)"),
-    ("harness.training:_StepRecorder", "_write_progress", "  progress.json"),
-    ("harness.training:_StepRecorder", "_concurrent_runs", "  machine lease count"),
-    ("harness.training:_StepRecorder", "on_save", "callback on_save (checkpoint marker, rows flushed)"),
-    ("harness.wseq:wseq_stats", None, "w_seq statistics (in the metrics writer's thread)"),
-    ("harness.trainer:sequence_log_ratios", None, "trainer: log w_seq per micro-batch"),
-    ("harness.trainer:HarnessGRPOTrainer", "_gather_step", "trainer: rows pooled per optimizer step"),
+    (
+        "harness.train.recorder:_StepRecorder",
+        "on_step_end",
+        "callback on_step_end (clock, samples, stop check)",
+    ),
+    ("harness.train.metrics:StepClock", "stop", "  StepClock.stop (reads the machine)"),
+    ("harness.train.recorder:_StepRecorder", "_write_samples", "  samples.jsonl"),
+    ("harness.train.recorder:_StepRecorder", "on_log", "callback on_log (the row)"),
+    (
+        "harness.train.metrics:MetricsWriter",
+        "append",
+        "  metrics row buffered (parts written in the background)",
+    ),
+    ("harness.train.recorder:_StepRecorder", "_write_progress", "  progress.json"),
+    ("harness.train.recorder:_StepRecorder", "_concurrent_runs", "  machine lease count"),
+    ("harness.train.recorder:_StepRecorder", "on_save", "callback on_save (checkpoint marker, rows flushed)"),
+    ("harness.train.wseq:wseq_stats", None, "w_seq statistics (in the metrics writer's thread)"),
+    ("harness.train.trainer:sequence_log_ratios", None, "trainer: log w_seq per micro-batch"),
+    ("harness.train.trainer:HarnessGRPOTrainer", "_gather_step", "trainer: rows pooled per optimizer step"),
 )
 
 
@@ -346,7 +354,7 @@ def main() -> int:
     import torch
     from trl import GRPOTrainer
 
-    import harness.training as training
+    import harness.train.training as training
     from harness.config.grid import expand
     from harness.config.spec import load_grid
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs

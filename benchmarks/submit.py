@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=1000)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from harness import slurm
+    from harness.cluster import slurm
 
     reason = slurm.slurm_available()
     if reason:

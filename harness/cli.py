@@ -144,8 +144,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from harness.cluster.executors import BUSY_REASON, execute_local, pending_local
     from harness.config.grid import plan_record
-    from harness.executors import BUSY_REASON, execute_local, pending_local
 
     plan = _load_plan(args)
     if plan is None:
@@ -228,7 +228,7 @@ def _report_after_run(grid_dir: Path) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from harness import slurm
+    from harness.cluster import slurm
     from harness.config.grid import plan_record
 
     plan = _load_plan(args)
@@ -306,7 +306,7 @@ def format_status(rows, grid_dir: Path | None = None) -> str:
         elif r.state == layout.DONE and r.error:  # missing steps
             lines.append(f"{r.run_id} done: {r.error}")
     if grid_dir is not None:
-        from harness import progress
+        from harness.cluster import progress
 
         for r in rows:
             p = progress.read(layout.run_dir(grid_dir, r.run_id)) if r.state == layout.RUNNING else None
@@ -334,7 +334,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness import status
+    from harness.cluster import status
 
     grid_dir = args.grid_dir
     if not (grid_dir / layout.RUNS_DIR).is_dir():
@@ -359,7 +359,7 @@ def _watch_status(grid_dir: Path, all_runs: bool, every_s: float) -> int:
     terminal) until no run is queued, running or requeued, or Ctrl-C."""
     import time
 
-    from harness import status
+    from harness.cluster import status
 
     in_flight = (layout.QUEUED, layout.RUNNING, layout.REQUEUED)
     live = None
@@ -389,7 +389,7 @@ def _watch_status(grid_dir: Path, all_runs: bool, every_s: float) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from harness import slurm
+    from harness.cluster import slurm
 
     if not (args.grid_dir / layout.RUNS_DIR).is_dir():
         print(f"error: {args.grid_dir} has no runs/ folder (is it results/<grid>?).", file=sys.stderr)

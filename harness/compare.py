@@ -38,7 +38,7 @@ class ColumnDiff:
 
 
 def _metrics(run_dir: Path):
-    from harness.metrics import read_metrics
+    from harness.layout import read_metrics
 
     table = read_metrics(run_dir)
     if table is None or not table.num_rows:

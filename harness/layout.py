@@ -1,6 +1,6 @@
 """Where a grid's outputs live on disk, and the names of the per-step metric columns.
 
-This module is the contract between the run path (``harness.training``, ``harness.metrics``) and
+This module is the contract between the run path (``harness.train.training``, ``harness.train.metrics``) and
 ``analysis``: both import these names and nothing else from each other.
 
 Layout of one grid's results folder::
@@ -29,11 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 GRID_FILE = "grid.json"
 RUNS_DIR = "runs"
@@ -72,12 +77,12 @@ TOKENS_TRAINED = "tokens/trained"  # completion tokens that entered the loss thi
 TOKENS_GENERATED_TOTAL = "tokens/generated_total"  # cumulative completion tokens generated
 PEAK_MEMORY_MB = "memory/peak_mb"  # peak resident memory (CPU: RSS of the process; CUDA: max allocated)
 EVAL_ACCURACY = "eval/accuracy"  # greedy accuracy on the held-out split, only on eval steps
-# Off-policy state of the step, from what TRL did (harness.trainer), 0.0/1.0 and counts as floats:
+# Off-policy state of the step, from what TRL did (harness.train.trainer), 0.0/1.0 and counts as floats:
 OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of an older policy, else 0.0
 REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
 POLICY_LAG = "policy_lag"  # max optimizer updates between the old log-probs' policy and the loss's (0 = none)
 CONCURRENT_RUNS = "machine/concurrent_runs"  # live runs sharing this run's GPU (or CPUs), itself included
-# What other work on the machine could inflate (harness.metrics.StepClock), per optimizer step:
+# What other work on the machine could inflate (harness.train.metrics.StepClock), per optimizer step:
 STEP_CPU_S = "time/step_cpu_s"  # CPU seconds (user + system, every thread) of the run's process in the step
 STEP_GPU_S = "time/step_gpu_s"  # GPU seconds of the step (CUDA events around it); CUDA runs only
 LOAD_1M = "machine/load_1m"  # the machine's 1-minute load average at the step's end
@@ -86,14 +91,43 @@ CPU_STALL = "machine/cpu_stall"  # share of the step's wall time some task waite
 CPUS = "machine/cpus"  # logical cores of the machine
 RUN_THREADS = "machine/threads"  # torch threads of the run's process
 
-# w_seq statistics (harness.wseq): exp(sum_t mask_t (logp_theta - logp_old)) per completion.
+# w_seq statistics (harness.train.wseq): exp(sum_t mask_t (logp_theta - logp_old)) per completion.
 WSEQ_PREFIX = "w_seq/"
 LOG_WSEQ_PREFIX = "log_w_seq/"
 SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a different quantity
 
+#: The w_seq columns of a metrics row, in order (:func:`harness.train.wseq.wseq_stats` makes them).
+WSEQ_COLUMNS: tuple[str, ...] = (
+    *(
+        WSEQ_PREFIX + k
+        for k in (
+            "mean",
+            "std",
+            "min",
+            "max",
+            "p05",
+            "p50",
+            "p95",
+            "mean_adv_pos",
+            "mean_adv_neg",
+            "n_adv_pos",
+            "n_adv_neg",
+            "n",
+            "n_inf",
+            "n_masked",
+        )
+    ),
+    LOG_WSEQ_PREFIX + "mean",
+    LOG_WSEQ_PREFIX + "min",
+    LOG_WSEQ_PREFIX + "max",
+    SSEQ_PREFIX + "mean",
+    SSEQ_PREFIX + "min",
+    SSEQ_PREFIX + "max",
+)
+
 
 # Run states: one vocabulary for ``plan``, ``run``, ``submit``, ``status`` and ``report``
-# (harness.status tells them; analysis.states reads the same files).
+# (harness.cluster.status tells them; analysis.states reads the same files).
 PENDING = "pending"  # never started: no config.json yet
 QUEUED = "queued"  # submitted, waiting in the scheduler's queue
 RUNNING = "running"  # training now: a running job, or a live local process (its owner file)
@@ -226,7 +260,7 @@ def read_grid(grid_dir: str | os.PathLike) -> dict | None:
 
 def read_progress(run_dir: str | os.PathLike) -> dict | None:
     """The run's ``progress.json`` (written by rank 0 at most every ``PROGRESS_EVERY_S`` seconds of
-    :mod:`harness.training`, and on its first and last step and before each checkpoint): ``step``,
+    :mod:`harness.train.training`, and on its first and last step and before each checkpoint): ``step``,
     ``max_steps``, ``reward`` (latest, or None), ``s_per_step`` (mean wall seconds of the recent
     steps, eval time excluded), ``updated_at`` (Unix seconds); None when there is none."""
     info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
@@ -406,3 +440,92 @@ def code_commit() -> tuple[str | None, bool | None]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return commit, None if status is None else bool(status)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing files atomically, reading a run's metrics
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`harness.atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> pa.Table | None:
+    """All metric rows of one run, one row per step (a later part wins on a repeated step).
+
+    Reads ``metrics.parquet`` when the run was compacted, otherwise its parts in name order.
+    Returns None when the run has no readable metrics. Raises nothing for unreadable parts: they
+    are skipped (the writer never leaves one, but a disk can) and appended to ``unreadable``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = [Path(p) for p in metric_paths(run_dir)]
+    tables = []
+    for f in files:
+        try:
+            tables.append(pq.read_table(f))
+        except (pa.ArrowInvalid, OSError):
+            if unreadable is not None:
+                unreadable.append(f)
+            continue
+    if not tables:
+        return None
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return _dedupe_steps(table)
+
+
+def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]:
+    """The run's last logged step and its latest logged ``reward`` (TRL logs reward only on the steps
+    that generate, so the last row may have none); (None, None) without metrics."""
+    import pyarrow as pa
+
+    try:
+        table = read_metrics(run_dir)
+    except (pa.ArrowException, ValueError, KeyError):  # clashing parts, no step column: nothing to show
+        return None, None
+    if table is None or not table.num_rows or STEP not in table.column_names:
+        return None, None
+    reward = None
+    if "reward" in table.column_names:
+        values = [v for v in table.column("reward").to_pylist() if isinstance(v, int | float)]
+        reward = float(values[-1]) if values else None
+    step = table.column(STEP)[-1].as_py()
+    return (step if isinstance(step, int) else None), reward
+
+
+def final_reward(run_dir: str | Path) -> tuple[float, int] | None:
+    """The run's final reward as the report scores it, and over how many logged points: the mean
+    of its last ``ceil(n / 10)`` logged rewards (the report smooths each run by a trailing mean
+    over a tenth of its points, so its last point is this); None without rewards."""
+    import pyarrow as pa
+
+    try:
+        table = read_metrics(run_dir)
+    except (pa.ArrowException, ValueError, KeyError):
+        return None
+    if table is None or "reward" not in table.column_names:
+        return None
+    values = [
+        v for v in table.column("reward").to_pylist() if isinstance(v, int | float) and math.isfinite(v)
+    ]
+    if not values:
+        return None
+    w = math.ceil(len(values) / 10)
+    return sum(values[-w:]) / w, w
+
+
+def _dedupe_steps(table: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
+    steps = table.column(STEP).to_pylist()
+    last = {s: i for i, s in enumerate(steps)}
+    keep = sorted(last.values(), key=lambda i: steps[i])
+    return table.take(pa.array(keep, pa.int64()))

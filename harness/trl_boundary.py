@@ -4,7 +4,7 @@ The rest of the harness asks this module, never TRL directly, about: the values 
 ``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``; the ``GRPOConfig`` keyword arguments of a run and
 the device it runs on; TRL's verdict on those arguments (memoised on disk by
 :mod:`harness.config.verdicts`); and the private names of ``GRPOTrainer`` that
-:class:`harness.trainer.HarnessGRPOTrainer` overrides or reads (:data:`TRL_PRIVATE_NAMES`,
+:class:`harness.train.trainer.HarnessGRPOTrainer` overrides or reads (:data:`TRL_PRIVATE_NAMES`,
 checked against the installed TRL by :func:`missing_private_names`).
 
 Importing this module imports neither torch nor TRL: each function imports what it needs.
@@ -42,7 +42,7 @@ TRL_LOSS_READS = {
 #: The TRL losses that cap the ratio at a field, not clip it to 1 +- a range: cispo's
 #: ``min(r, epsilon_high)`` (MiniMax-M1, arXiv:2506.13585 eq. 4).
 TRL_RATIO_CAPS = {"cispo": "epsilon_high"}
-#: ``GRPOTrainer`` methods :class:`harness.trainer.HarnessGRPOTrainer` overrides (and calls through
+#: ``GRPOTrainer`` methods :class:`harness.train.trainer.HarnessGRPOTrainer` overrides (and calls through
 #: ``super()``), and instance attributes the harness reads; all private to TRL, so an upgrade may
 #: rename them. :func:`missing_private_names` says which the installed TRL lacks.
 TRL_PRIVATE_METHODS = (
@@ -190,7 +190,7 @@ def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, 
     Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
     optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
     every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
-    prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.checkpoints`).
+    prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.train.checkpoints`).
     A loss plugin's run gives ``GRPOConfig`` the plugin's reduction as ``loss_type`` and none of its
     hyperparameters (:func:`harness.losses.grpo_config_settings`).
     """

@@ -33,16 +33,16 @@ def install(point: str) -> None:
     kind, _, n = point.partition(":")
     step = int(n) if n else None
     if kind == "step":
-        from harness import training
+        from harness.train import recorder
 
-        on_log = training._StepRecorder.on_log
+        on_log = recorder._StepRecorder.on_log
 
         def killed_on_log(self, args, state, control, logs=None, **kw):
             on_log(self, args, state, control, logs=logs, **kw)
             if state.global_step == step and "train_runtime" not in (logs or {}):
                 die()
 
-        training._StepRecorder.on_log = killed_on_log
+        recorder._StepRecorder.on_log = killed_on_log
     elif kind == "state":
         from transformers.trainer_callback import TrainerState
 
@@ -58,7 +58,7 @@ def install(point: str) -> None:
 
         TrainerState.save_to_json = killed_save
     elif kind == "marker":
-        from harness import checkpoints
+        from harness.train import checkpoints
 
         mark = checkpoints.mark_complete
 
@@ -69,7 +69,8 @@ def install(point: str) -> None:
 
         checkpoints.mark_complete = killed_mark
     elif kind in ("compact-write", "compact-parts"):
-        from harness import layout, metrics
+        from harness import layout
+        from harness.train import metrics
 
         write = metrics._atomic_write_table
 
@@ -95,7 +96,7 @@ def main() -> None:
     with open(spec_path, "rb") as f:
         spec = pickle.load(f)
     install(point)
-    from harness.training import train
+    from harness.train.training import train
 
     train(spec, Path(run_dir), device="cpu", threads=1)
 

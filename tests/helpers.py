@@ -119,7 +119,7 @@ def tracker_spec(report_to: list[str], model_cache: Path | None) -> RunSpec:
 
 def train_stopped_then_resumed(spec: RunSpec, root: Path) -> Path:
     """Stop the run after step 2 (a checkpoint), then train it again: it resumes at step 2."""
-    from harness.training import train
+    from harness.train.training import train
 
     run_dir = root / spec.grid / "runs" / spec.run_id
     calls = []

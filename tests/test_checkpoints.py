@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import checkpoints
+from harness.train import checkpoints
 
 
 def fake_checkpoint(root: Path, step: int, *, marked: bool = True, state: str | None = None) -> Path:

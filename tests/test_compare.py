@@ -9,7 +9,7 @@ import pytest
 from helpers import cli
 
 from harness import compare, layout
-from harness.metrics import MetricsWriter
+from harness.train.metrics import MetricsWriter
 
 
 def _run(root, name: str, loss: list[float], deepspeed=None):

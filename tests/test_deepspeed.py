@@ -32,8 +32,9 @@ import pytest
 import yaml
 from helpers import FAST_TINY, SMALL_TASK, assert_whole_reference, cli
 
-from harness import checkpoints, compare, layout
-from harness.metrics import read_metrics
+from harness import compare, layout
+from harness.layout import read_metrics
+from harness.train import checkpoints
 
 pytest.importorskip("deepspeed", reason="the deepspeed extra (pip install -e '.[deepspeed]')")
 pytestmark = pytest.mark.slow

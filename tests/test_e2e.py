@@ -7,7 +7,7 @@ import pytest
 from helpers import FAST_TINY, cli
 
 from harness import layout
-from harness.wseq import WSEQ_COLUMNS
+from harness.layout import WSEQ_COLUMNS
 
 FAST = [f"-otiny.{k}={v}" for k, v in FAST_TINY.items()] + ["-otask.train_size=256"]
 

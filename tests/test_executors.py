@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness import executors
+from harness.cluster import executors
 from harness.config.spec import ExecutorSettings
 
 NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import REPO, make_spec
 
-from harness import checkpoints, layout, status
+from harness import layout
+from harness.cluster import status
+from harness.train import checkpoints
 
 #: Columns that measure the machine, not the training: they differ between any two runs (TRL's
 #: ``step_time`` is its wall time of the step).
@@ -163,7 +165,7 @@ def test_a_rerun_right_after_a_kill_of_the_whole_tree_resumes(tmp_path, model_ca
     runs = results / "smoke" / layout.RUNS_DIR
 
     def done_ckpt() -> bool:  # complete: its marker is written last, after every file is on disk
-        from harness.checkpoints import COMPLETE_FILE
+        from harness.train.checkpoints import COMPLETE_FILE
 
         return runs.exists() and any(
             (d / layout.CHECKPOINTS_DIR / "checkpoint-5" / COMPLETE_FILE).exists() for d in runs.iterdir()
@@ -184,7 +186,7 @@ def test_a_rerun_right_after_a_kill_of_the_whole_tree_resumes(tmp_path, model_ca
 
 def test_a_run_another_process_holds_is_no_failure(tmp_path):
     from harness.cli import _print_outcomes
-    from harness.executors import outcome_of
+    from harness.cluster.executors import outcome_of
 
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
@@ -208,9 +210,9 @@ def test_unwritable_results_is_one_error_and_writes_nothing(tmp_path):
 
 
 def test_local_run_skips_failed_and_diverged_runs_unless_retry_failed(tmp_path):
+    from harness.cluster.executors import FAILED_REASON, pending_local
     from harness.config.grid import expand
     from harness.config.spec import load_grid
-    from harness.executors import FAILED_REASON, pending_local
 
     plan = expand(load_grid(REPO / "ablations" / "smoke.yaml", ["grid.seed=[0]"]))
     grid_dir = tmp_path / "smoke"
@@ -231,7 +233,7 @@ def test_local_run_skips_failed_and_diverged_runs_unless_retry_failed(tmp_path):
 
 def test_missing_steps_are_said_by_status_and_the_driver(tmp_path, capsys):
     from harness.cli import _print_outcomes, format_status
-    from harness.executors import outcome_of
+    from harness.cluster.executors import outcome_of
 
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
@@ -343,8 +345,8 @@ def test_status_watch_ends_once_nothing_is_in_flight(tmp_path):
 def test_a_killed_attempt_gets_its_end_record_from_whoever_saw_it_end(tmp_path):
     """A SIGKILL leaves the attempt no moment to write: the driver that saw its job end writes the
     end record (once), and so does the next submit for a job the scheduler ended."""
-    from harness import slurm
-    from harness.executors import outcome_of
+    from harness.cluster import slurm
+    from harness.cluster.executors import outcome_of
 
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)

@@ -10,8 +10,9 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
-from harness import checkpoints, layout
+from harness import layout
 from harness.config.schema import RunSpec
+from harness.train import checkpoints
 
 pytest.importorskip("peft", reason="the peft extra: pip install 'grpo-harness[peft]'")
 
@@ -111,7 +112,7 @@ def test_lora_trains_the_adapter_against_the_base_model(tmp_path, tiny_model, ch
     """Only the adapter trains; with beta > 0 the reference is the base model with the adapters off
     (KL 0 at the first step, where policy = base since LoRA's B starts at zero, then > 0); w_seq and
     the off-policy flags behave as in a full fine-tune of the same settings."""
-    from harness.training import build_trainer, train
+    from harness.train.training import build_trainer, train
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     trainer = {"num_iterations": 2, "beta": 0.5}
@@ -141,7 +142,7 @@ def _run(run_dir, spec, train):
 def test_a_lora_checkpoint_holds_the_adapter_and_resumes(tmp_path, tiny_model, chain_sum_task):
     """Stopped at step 2 and resumed, a LoRA run records every step once, with the same metrics as
     the uninterrupted run; its checkpoints hold the adapter, not the whole model."""
-    from harness.training import train
+    from harness.train.training import train
 
     spec = _spec(tiny_model, chain_sum_task, LORA, {"checkpoint_steps": 2}, num_iterations=2, beta=0.1)
     train(spec, tmp_path / "whole")

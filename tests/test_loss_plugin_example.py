@@ -249,7 +249,7 @@ def test_plugin_source_recorded_and_a_change_warned_of(tmp_path, monkeypatch, ca
     import json
 
     from harness.cli import main
-    from harness.training import _start
+    from harness.train.training import _start
 
     src = PLUGIN.format(name="src_loss", hname="src_scale", expr="-inputs.per_token_logps")
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "src_losses", src)))

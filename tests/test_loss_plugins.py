@@ -26,7 +26,7 @@ from harness.config.schema import RunSpec
 from harness.losses import REGISTRY
 from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
 from harness.losses.compute import plugin_loss
-from harness.training import train
+from harness.train.training import train
 
 TOL = 1e-6
 #: (mirror plugin, TRL loss_type, GRPOConfig settings of both)

@@ -23,7 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import FAST_TINY, assert_whole_reference, cli, require_cluster
 
-from harness import checkpoints, layout, slurm, status
+from harness import layout
+from harness.cluster import slurm, status
+from harness.train import checkpoints
 
 PARTITION = os.environ.get("SLURM_MULTI_PARTITION_NAME", "multi")
 USABLE = ("idle", "mixed", "allocated", "completing")
@@ -108,7 +110,7 @@ def _wait(what, timeout: float, every: float = 0.5):
 
 def _logged_step(run_dir: Path) -> int:
     """The newest step with metrics (0 before the first)."""
-    from harness.metrics import read_metrics
+    from harness.layout import read_metrics
 
     table = read_metrics(run_dir)
     return max(table.column("step").to_pylist()) if table is not None and table.num_rows else 0

@@ -51,11 +51,11 @@ def test_summary_says_the_median_overhead_and_the_sign(bench):
 
 
 def test_the_per_step_quantiles_equal_numpys():
-    """harness.wseq's one-sort quantiles (what the harness computes every step) equal np.quantile,
+    """harness.train.wseq's one-sort quantiles (what the harness computes every step) equal np.quantile,
     infinities included (NaN where numpy takes inf - inf)."""
     import numpy as np
 
-    from harness.wseq import _quantiles
+    from harness.train.wseq import _quantiles
 
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 8, 512):

@@ -1,4 +1,4 @@
-"""harness.report_section: the one schema of the report's settings, and what is derived from it."""
+"""harness.config.report_section: the one schema of the report's settings, and what is derived from it."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from dataclasses import fields
 import pytest
 
 from analysis import aggregate, report
-from harness import report_section
-from harness.config import spec
-from harness.report_section import ReportError, ReportSettings, SmoothingError
+from harness.config import report_section, spec
+from harness.config.report_section import ReportError, ReportSettings, SmoothingError
 
 
 def test_the_grid_check_and_the_report_take_their_keys_from_the_settings():

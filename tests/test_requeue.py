@@ -10,9 +10,11 @@ import pyarrow.parquet as pq
 import submitit
 from helpers import FAST_TINY, cli, make_spec
 
-from harness import layout, status
-from harness.executors import TrainingJob
-from harness.metrics import MetricsWriter, read_metrics
+from harness import layout
+from harness.cluster import status
+from harness.cluster.executors import TrainingJob
+from harness.layout import read_metrics
+from harness.train.metrics import MetricsWriter
 
 
 def test_writer_resume_keeps_each_step_once(tmp_path):
@@ -152,7 +154,7 @@ def test_second_writer_is_refused(tmp_path, tiny_model, chain_sum_task):
     import filelock
     import pytest
 
-    from harness.training import RunBusy, train
+    from harness.train.training import RunBusy, train
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
     run_dir = tmp_path / spec.run_id
@@ -170,7 +172,7 @@ def _spec_with(tiny_model, chain_sum_task, harness: dict, **trainer):
 
 def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_sum_task, monkeypatch):
     """A kill right after a checkpoint must not leave steps that the resumed run will not log again."""
-    from harness.trainer import HarnessGRPOTrainer
+    from harness.train.trainer import HarnessGRPOTrainer
 
     spec = _spec_with(tiny_model, chain_sum_task, {"checkpoint_steps": 3, "flush_every": 100}, max_steps=6)
     run_dir = tmp_path / spec.run_id
@@ -183,7 +185,7 @@ def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_s
         return real_save(self, *a, **kw)
 
     monkeypatch.setattr(HarnessGRPOTrainer, "_save_checkpoint", save)
-    from harness.training import train
+    from harness.train.training import train
 
     train(spec, run_dir)
     assert on_disk_at_save == [(3, [1, 2, 3]), (6, list(range(1, 7)))]
@@ -192,7 +194,7 @@ def test_metrics_reach_disk_before_each_checkpoint(tmp_path, tiny_model, chain_s
 def test_killed_after_the_last_checkpoint_finishes_without_training_past_max_steps(
     tmp_path, tiny_model, chain_sum_task
 ):
-    from harness.training import train
+    from harness.train.training import train
 
     spec = _spec_with(tiny_model, chain_sum_task, {"checkpoint_steps": 2, "flush_every": 1}, max_steps=4)
     run_dir = tmp_path / spec.run_id
@@ -216,8 +218,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(
     """A kill inside a checkpoint save leaves an empty trainer_state.json and no marker: the re-run
     resumes from the checkpoint before, says so, and ends with every step (metrics and samples)
     once, as an uninterrupted run."""
-    from harness import checkpoints
-    from harness.training import train
+    from harness.train import checkpoints
+    from harness.train.training import train
 
     harness = {"checkpoint_steps": 2, "flush_every": 1, "samples_steps": 1, "samples_n": 1}
     spec = _spec_with(tiny_model, chain_sum_task, harness, max_steps=6, num_iterations=2)
@@ -256,8 +258,8 @@ def test_a_resumed_run_keeps_its_synced_reference_model(tmp_path, tiny_model, ch
     base model; TRL's checkpoint holds only the policy, the harness saves the reference beside it.
     Stopped at step 4 and resumed, the run's KL (0 at each step that generates) equals the
     uninterrupted run's at every step."""
-    from harness import checkpoints
-    from harness.training import train
+    from harness.train import checkpoints
+    from harness.train.training import train
 
     trainer = {"beta": 0.1, "sync_ref_model": True, "ref_model_sync_steps": 1, "ref_model_mixup_alpha": 1.0}
     spec = _spec_with(

@@ -1,4 +1,4 @@
-"""harness.sharing: leases of runs on this machine and the count of runs sharing it."""
+"""harness.train.sharing: leases of runs on this machine and the count of runs sharing it."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from harness import layout, sharing
+from harness import layout
+from harness.train import sharing
 
 
 @pytest.fixture
@@ -117,7 +118,7 @@ def test_file_in_place_of_folder_gives_no_count(tmp_path, monkeypatch):
 def test_run_records_concurrent_runs(tmp_path, active, tiny_model, chain_sum_task):
     from helpers import make_spec
 
-    from harness.training import train
+    from harness.train.training import train
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=2)
     rdir = tmp_path / spec.run_id

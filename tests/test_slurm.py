@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import FAST_TINY, REPO, cli, require_cluster
 
-from harness import layout, slurm, status
+from harness import layout
+from harness.cluster import slurm, status
 
 _reason = slurm.slurm_available()
 require_cluster(
@@ -166,7 +167,7 @@ def _single_run(tmp_path, name: str, steps: int, extra=()):
 
 
 def _wait_step(run_dir: Path, step: int, timeout: float = 600) -> None:
-    from harness.metrics import read_metrics
+    from harness.layout import read_metrics
 
     t0 = time.time()
     while time.time() - t0 < timeout:
@@ -182,7 +183,7 @@ def test_requeued_run_resumes_from_checkpoint(tmp_path, model_cache, tiny_model,
     steps = 300  # long enough to be still running when the signal lands (SLURM's KillWait is seconds)
     grid_dir, run_dir = _single_run(tmp_path, f"requeue-{how}", steps, ["-oharness.checkpoint_steps=10"])
     _wait_step(run_dir, 8)
-    from harness.metrics import read_metrics
+    from harness.layout import read_metrics
 
     logged = max(read_metrics(run_dir).column("step").to_pylist())
     job = json.loads((run_dir / layout.JOB_FILE).read_text())

@@ -165,7 +165,7 @@ def test_seed_drives_trainer_seed(tmp_path):
 
 
 def test_executor_settings_per_run_group_arrays_not_ids(tmp_path):
-    from harness.slurm import group_by_resources
+    from harness.cluster.slurm import group_by_resources
 
     data = {
         **BASE,

@@ -12,7 +12,8 @@ import filelock
 import pytest
 
 from analysis import states
-from harness import layout, status
+from harness import layout
+from harness.cluster import status
 
 
 def _run_folder(tmp_path, name: str, *files: str, owner_pid: int | None = None):

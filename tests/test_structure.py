@@ -1,7 +1,7 @@
 """The import rules of the code, read from its source (no module is imported):
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
-  (``harness.config.schema``) and the report's settings (``harness.report_section``);
+  (``harness.config.schema``) and the report's settings (``harness.config.report_section``);
 - the schema imports nothing of the project, so every module can take it;
 - the schema, planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch,
   transformers or trl at module level, so planning a grid never loads the model stack;
@@ -59,7 +59,7 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-ANALYSIS_MAY_TAKE = ("harness.layout", "harness.config.schema", "harness.report_section")
+ANALYSIS_MAY_TAKE = ("harness.layout", "harness.config.schema", "harness.config.report_section")
 
 
 def _within(name: str, modules) -> bool:
@@ -68,13 +68,15 @@ def _within(name: str, modules) -> bool:
 
 
 def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
-    bad = {
-        name: sorted(
-            i for i in _imports(path, False) if i.startswith("harness") and not _within(i, ANALYSIS_MAY_TAKE)
-        )
-        for name, path in _modules().items()
-        if name.startswith("analysis")
-    }
+    bad = {}
+    for name, path in _modules().items():
+        if name.startswith("analysis"):
+            found = _imports(path, False)
+            # ``from harness.config import report_section`` names the package too: keep the deepest names
+            deepest = {i for i in found if not any(j.startswith(i + ".") for j in found)}
+            bad[name] = sorted(
+                i for i in deepest if i.startswith("harness") and not _within(i, ANALYSIS_MAY_TAKE)
+            )
     bad = {k: v for k, v in bad.items() if v and v != ["harness"]}
     assert not bad, f"analysis imports more of harness than {ANALYSIS_MAY_TAKE}: {bad}"
 
@@ -105,9 +107,11 @@ def test_planning_imports_no_model_stack_at_module_level(module):
 
 def test_training_does_not_import_validate():
     found = sorted(
-        i for i in _imports(_modules()["harness.training"], False) if i.startswith("harness.config.validate")
+        i
+        for i in _imports(_modules()["harness.train.training"], False)
+        if i.startswith("harness.config.validate")
     )
-    assert not found, f"harness.training imports {found}; take TRL's pieces from harness.trl_boundary"
+    assert not found, f"harness.train.training imports {found}; take TRL's pieces from harness.trl_boundary"
 
 
 def test_no_import_cycles_at_module_level():
@@ -139,7 +143,7 @@ def test_trl_has_every_private_name_the_trainer_relies_on():
 
     missing = trl_boundary.missing_private_names()
     assert not missing, (
-        f"the installed TRL's GRPOTrainer lacks {missing}, which harness.trainer.HarnessGRPOTrainer "
+        f"the installed TRL's GRPOTrainer lacks {missing}, which harness.train.trainer.HarnessGRPOTrainer "
         "overrides or reads (harness.trl_boundary.TRL_PRIVATE_NAMES): adapt the trainer to this TRL, "
         "or install the TRL version pyproject.toml names"
     )
@@ -188,3 +192,91 @@ def test_loss_types_read_from_trl_are_the_ones_its_loss_branches_on():
     tests = re.findall(r'loss_type (?:==|in) (\[[^\]]*\]|"\w+")', source)
     branched = set(re.findall(r'"(\w+)"', " ".join(tests)))
     assert set(trl_boundary.loss_types()) == branched, (trl_boundary.loss_types(), sorted(branched))
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+#: Packages of the package table; a module belongs to the longest one its name starts with, and a
+#: module outside every package (``harness.layout``) is its own.
+UNITS = (
+    "harness.config", "harness.models", "harness.losses", "harness.train", "harness.cluster",
+    "harness.bench", "analysis.report", "analysis",
+)  # fmt: skip
+
+
+def _unit(module: str) -> str:
+    if module == "harness.__main__":
+        return "harness.cli"
+    return next(
+        (u for u in sorted(UNITS, key=len, reverse=True) if module == u or module.startswith(u + ".")), module
+    )
+
+
+def _table(header: str) -> list[list[str]]:
+    """The rows of the markdown table under the line ``header`` in ARCHITECTURE.md, as cells."""
+    lines = ARCHITECTURE.read_text().splitlines()
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def _package_rules() -> dict[str, set[str]]:
+    import re
+
+    rules = {}
+    for package, _, imports in _table("| package | concern | imports of the project |"):
+        names = set(re.findall(r"`([\w.]+)`", re.sub(r"\([^)]*\)", "", imports)))
+        rules[package.strip("`")] = names
+    return rules
+
+
+def _package_imports() -> dict[str, dict[str, list[str]]]:
+    """Per package, the packages it imports (at module level or inside a function), each with the
+    modules that do."""
+    mods = _modules()
+    found: dict[str, dict[str, list[str]]] = {}
+    for name, path in mods.items():
+        for imported in _imports(path, False):
+            target = imported
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if not target or target in PACKAGES or _unit(target) == _unit(name):
+                continue
+            found.setdefault(_unit(name), {}).setdefault(_unit(target), []).append(f"{name} -> {target}")
+    return found
+
+
+def test_each_package_imports_only_what_its_row_in_the_architecture_names():
+    rules, actual = _package_rules(), _package_imports()
+    assert set(actual) <= set(rules), (
+        f"packages missing from ARCHITECTURE.md's table: {set(actual) - set(rules)}"
+    )
+    broken = {
+        pkg: {t: sorted(set(v))[:3] for t, v in targets.items() if t not in rules[pkg]}
+        for pkg, targets in actual.items()
+    }
+    broken = {k: v for k, v in broken.items() if v}
+    assert not broken, f"imports ARCHITECTURE.md's package table does not allow: {broken}"
+    stale = {pkg: sorted(allowed - set(actual.get(pkg, {}))) for pkg, allowed in rules.items()}
+    stale = {k: v for k, v in stale.items() if v}
+    assert not stale, f"ARCHITECTURE.md allows imports no module makes any more (update the table): {stale}"
+
+
+def test_the_architecture_names_every_module_and_no_other():
+    import re
+
+    named: set[str] = set()
+    for header in ("| module | owns |",):
+        for row in ARCHITECTURE.read_text().split(header)[1:]:
+            for line in row.splitlines()[2:]:
+                if not line.startswith("|"):
+                    break
+                named.update(re.findall(r"`([\w.]+)`", line.split("|")[1]))
+    mods = _modules()
+    modules = {m for m, path in mods.items() if path.name not in ("__init__.py", "__main__.py")}
+    covered = {m for m in modules if m in named or any(m.startswith(n + ".") for n in named)}
+    assert modules == covered, f"modules ARCHITECTURE.md does not name: {sorted(modules - covered)}"
+    assert named <= set(mods), f"ARCHITECTURE.md names no such module: {sorted(named - set(mods))}"

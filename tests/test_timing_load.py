@@ -13,8 +13,10 @@ import pandas as pd
 import pytest
 
 from analysis import report, tables
-from harness import layout, metrics, training
-from harness.metrics import MetricsWriter, StepClock, read_metrics
+from harness import layout
+from harness.layout import read_metrics
+from harness.train import metrics, recorder
+from harness.train.metrics import MetricsWriter, StepClock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -196,8 +198,8 @@ def test_a_failed_background_write_is_raised(tmp_path, monkeypatch):
 
 def test_progress_json_is_rewritten_at_most_every_few_seconds(tmp_path, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
-    rec = training._StepRecorder.__new__(training._StepRecorder)
+    monkeypatch.setattr(recorder.time, "monotonic", lambda: now[0])
+    rec = recorder._StepRecorder.__new__(recorder._StepRecorder)
     rec.writer, rec.max_steps, rec._recent, rec._reward = object(), 10, [], None
     rec._progress_at, rec.samples_path = -math.inf, tmp_path / layout.SAMPLES_FILE
 
@@ -208,7 +210,7 @@ def test_progress_json_is_rewritten_at_most_every_few_seconds(tmp_path, monkeypa
     assert step(1) == 1  # the first step is written at once
     assert step(2) == 1  # too soon
     assert step(3, force=True) == 3  # a checkpoint comes next
-    now[0] += training.PROGRESS_EVERY_S
+    now[0] += recorder.PROGRESS_EVERY_S
     assert step(4) == 4
     assert step(10) == 10  # the last step always
 
@@ -239,11 +241,11 @@ def test_load_benchmark_verdict_flags_a_reported_speedup_outside_the_quiet_sprea
 def _recorder_for_save(monkeypatch, mark):
     from types import SimpleNamespace
 
-    from harness import checkpoints
+    from harness.train import checkpoints
 
     monkeypatch.setattr(checkpoints, "mark_complete", mark)
     monkeypatch.setattr(checkpoints, "prune", lambda folder, keep: [])
-    rec = training._StepRecorder.__new__(training._StepRecorder)
+    rec = recorder._StepRecorder.__new__(recorder._StepRecorder)
     rec.trainer, rec.settings = SimpleNamespace(), SimpleNamespace(keep_checkpoints=2)
     rec._marking, rec._marking_error = None, None
     state = SimpleNamespace(global_step=4, is_world_process_zero=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import cli, tracker_spec, train_stopped_then_resumed
 
-from harness import trackers
+from harness.train import trackers
 
 HARNESS_KEYS = ("w_seq/mean", "off_policy", "reuse_index", "policy_lag")
 
@@ -108,7 +108,7 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from helpers import tracker_spec, train_stopped_then_resumed
-from harness import trackers
+from harness.train import trackers
 spec = tracker_spec(["trackio"], None)
 train_stopped_then_resumed(spec, Path(sys.argv[1]))
 from trackio.sqlite_storage import SQLiteStorage

@@ -7,7 +7,7 @@ import pytest
 from helpers import make_spec
 
 from harness import layout
-from harness.training import train
+from harness.train.training import train
 
 
 def metrics_of(tmp_path, spec):
@@ -95,23 +95,23 @@ def test_samples_are_json_values(tmp_path, tiny_model, chain_sum_task):
         assert all(isinstance(v, int | float) for v in line["rewards"].values())
 
 
-def test_jsonable_keeps_chat_messages():
+def test_plain_json_keeps_chat_messages():
     import json
 
     import numpy as np
     import torch
 
-    from harness.training import jsonable
+    from harness.train.recorder import plain_json
 
     prompt = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "1 + 2 = ?"}]
-    back = json.loads(json.dumps(jsonable(prompt)))
+    back = json.loads(json.dumps(plain_json(prompt)))
     assert back == prompt and isinstance(back, list) and isinstance(back[0], dict)
-    assert jsonable("plain") == "plain"
-    assert jsonable({"a": (np.float32(0.5), torch.tensor(2)), 3: np.arange(2)}) == {
+    assert plain_json("plain") == "plain"
+    assert plain_json({"a": (np.float32(0.5), torch.tensor(2)), 3: np.arange(2)}) == {
         "a": [0.5, 2],
         "3": [0, 1],
     }
-    assert jsonable(object.__new__(object)).startswith("<object")
+    assert plain_json(object.__new__(object)).startswith("<object")
 
 
 def test_same_run_same_metrics(tmp_path, tiny_model, chain_sum_task):
@@ -126,8 +126,8 @@ def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
     """Model forwards per step are the same for TRL's trainer and the harness's."""
     from trl import GRPOTrainer
 
-    from harness.trainer import HarnessGRPOTrainer
-    from harness.training import build_trainer
+    from harness.train.trainer import HarnessGRPOTrainer
+    from harness.train.training import build_trainer
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 
     spec = make_spec(
@@ -147,7 +147,7 @@ def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
 
 def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkeypatch):
     """A non-finite loss stops the run with a DIVERGED marker naming the step, and no DONE."""
-    from harness import training as training_mod
+    from harness.train import training as training_mod
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=6)
     orig = training_mod._make_callback

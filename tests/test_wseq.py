@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.wseq import WSEQ_COLUMNS, sequence_log_ratios, wseq_stats
+from harness.layout import WSEQ_COLUMNS
+from harness.train.wseq import sequence_log_ratios, wseq_stats
 
 
 def test_sequence_log_ratios_by_hand():

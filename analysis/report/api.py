@@ -12,8 +12,9 @@ from analysis.report.compute import compute_report
 from analysis.report.inputs import _grid_findings, _grid_section, _logged_for, load_report_inputs
 from analysis.report.render import _write_report
 from analysis.report.settings import ReportError, ReportSettings, _keys
-from harness import layout, report_section
-from harness.report_section import REPORT_X
+from harness import layout
+from harness.config import report_section
+from harness.config.report_section import REPORT_X
 
 
 def make_report(
@@ -103,7 +104,7 @@ def make_report(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``report`` subcommand's arguments to ``parser``: the results folder, ``--all``, and
-    one flag per setting that has one (:func:`harness.report_section.add_arguments`)."""
+    one flag per setting that has one (:func:`harness.config.report_section.add_arguments`)."""
     parser.add_argument("grid", type=Path, help="a grid's results folder, results/<grid>")
     report_section.add_arguments(parser)
     parser.add_argument(

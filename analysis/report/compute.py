@@ -34,7 +34,7 @@ from analysis.report.runs import (
 )
 from analysis.report.settings import ReportError, ReportSettings
 from harness import layout
-from harness.report_section import REPORT_X
+from harness.config.report_section import REPORT_X
 
 
 def compute_report(

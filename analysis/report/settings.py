@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.report_section import (
+from harness.config.report_section import (
     REPORT_LEAD,
     REPORT_X,
     SECTION_WHAT,

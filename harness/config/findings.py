@@ -428,8 +428,8 @@ def metric_warning(metric: str) -> str | None:
     harness's own, ``rewards/<name>/mean|std``) but is close to one, naming it; else None."""
     from harness import layout
     from harness.config.schema import REWARD_NAMES
+    from harness.layout import WSEQ_COLUMNS
     from harness.models.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
-    from harness.wseq import WSEQ_COLUMNS
 
     own = (
         layout.STEP_WALL_S, layout.ELAPSED_S, layout.TOKENS_GENERATED, layout.TOKENS_TRAINED,

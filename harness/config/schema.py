@@ -563,7 +563,7 @@ class HarnessSettings(Section):
         checkpoint_steps: trainer checkpoint every this many steps (0 = only on preemption); sets
             GRPOConfig ``save_steps`` unless the trainer block sets it.
         keep_checkpoints: complete checkpoints kept; older ones are pruned once a new one is complete
-            (:mod:`harness.checkpoints`), unless the trainer block sets ``save_total_limit``.
+            (:mod:`harness.train.checkpoints`), unless the trainer block sets ``save_total_limit``.
         device: "cpu", "cuda" or "auto" (cuda when the executing machine has it); decides
             ``use_cpu`` and the ``bf16`` default used to validate and run.
         threads: torch threads per process; None = the executor's ``threads_per_run``.

@@ -45,8 +45,7 @@ from typing import Any
 
 import yaml
 
-from harness import report_section
-from harness.config import lora
+from harness.config import lora, report_section
 from harness.config.schema import (
     EPOCH,
     Axis,
@@ -850,7 +849,7 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
 
 #: Keys of the top-level ``report:`` section: how the grid's report is laid out (no run setting;
 #: no run id depends on it). Every key is optional; null leaves a key unset (also an included one).
-#: The schema is :class:`harness.report_section.ReportSettings`.
+#: The schema is :class:`harness.config.report_section.ReportSettings`.
 REPORT_KEYS = report_section.REPORT_KEYS
 REPORT_X, REPORT_LEAD = report_section.REPORT_X, report_section.REPORT_LEAD
 REPORT_SMOOTHING = report_section.REPORT_SMOOTHING
@@ -962,7 +961,7 @@ def _report_baseline(value: Any, where: str, problems: list[str], grid_keys: Seq
 
 
 def _report_smoothing(value: Any, where: str, problems: list[str]) -> Any:
-    """``smoothing``: :func:`harness.report_section.parse_smoothing`'s setting, or None (a problem)."""
+    """``smoothing``: :func:`harness.config.report_section.parse_smoothing`'s setting, or None (a problem)."""
     try:
         return report_section.parse_smoothing(value)
     except report_section.SmoothingError as e:

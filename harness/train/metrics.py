@@ -1,5 +1,5 @@
 """Per-step metrics on disk: atomic writes, the parquet writer, provenance (the TrainerCallback that
-feeds the writer is in :mod:`harness.training`).
+feeds the writer is in :mod:`harness.train.training`).
 
 Every write goes to a temporary name in the same folder and is then renamed, so a run killed at
 any moment leaves only complete parquet files where readers look (readers skip names starting
@@ -9,7 +9,6 @@ with "."). Parts are flushed every ``flush_every`` rows and compacted into one f
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import platform
@@ -25,18 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import layout
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`harness.layout.atomic_path`)."""
-    with layout.atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(data)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
-
 
 #: ``pyarrow.parquet.write_table`` options of a part file (a few rows, merged into
 #: ``metrics.parquet`` when the run is compacted): no dictionary encoding, compression or column
@@ -74,64 +61,6 @@ def rows_to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
     return pa.table(columns)
 
 
-def read_metrics(run_dir: str | Path, unreadable: list[Path] | None = None) -> pa.Table | None:
-    """All metric rows of one run, one row per step (a later part wins on a repeated step).
-
-    Reads ``metrics.parquet`` when the run was compacted, otherwise its parts in name order.
-    Returns None when the run has no readable metrics. Raises nothing for unreadable parts: they
-    are skipped (the writer never leaves one, but a disk can) and appended to ``unreadable``.
-    """
-    files = [Path(p) for p in layout.metric_paths(run_dir)]
-    tables = []
-    for f in files:
-        try:
-            tables.append(pq.read_table(f))
-        except (pa.ArrowInvalid, OSError):
-            if unreadable is not None:
-                unreadable.append(f)
-            continue
-    if not tables:
-        return None
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return _dedupe_steps(table)
-
-
-def last_step_and_reward(run_dir: str | Path) -> tuple[int | None, float | None]:
-    """The run's last logged step and its latest logged ``reward`` (TRL logs reward only on the steps
-    that generate, so the last row may have none); (None, None) without metrics."""
-    try:
-        table = read_metrics(run_dir)
-    except (pa.ArrowException, ValueError, KeyError):  # clashing parts, no step column: nothing to show
-        return None, None
-    if table is None or not table.num_rows or layout.STEP not in table.column_names:
-        return None, None
-    reward = None
-    if "reward" in table.column_names:
-        values = [v for v in table.column("reward").to_pylist() if isinstance(v, int | float)]
-        reward = float(values[-1]) if values else None
-    step = table.column(layout.STEP)[-1].as_py()
-    return (step if isinstance(step, int) else None), reward
-
-
-def final_reward(run_dir: str | Path) -> tuple[float, int] | None:
-    """The run's final reward as the report scores it, and over how many logged points: the mean
-    of its last ``ceil(n / 10)`` logged rewards (the report smooths each run by a trailing mean
-    over a tenth of its points, so its last point is this); None without rewards."""
-    try:
-        table = read_metrics(run_dir)
-    except (pa.ArrowException, ValueError, KeyError):
-        return None
-    if table is None or "reward" not in table.column_names:
-        return None
-    values = [
-        v for v in table.column("reward").to_pylist() if isinstance(v, int | float) and math.isfinite(v)
-    ]
-    if not values:
-        return None
-    w = math.ceil(len(values) / 10)
-    return sum(values[-w:]) / w, w
-
-
 def _write_rows(
     rows: list[tuple[dict[str, Any], Callable[[], Mapping[str, Any]] | None]], path: Path
 ) -> None:
@@ -139,13 +68,6 @@ def _write_rows(
     _atomic_write_table(
         rows_to_table([row if more is None else {**row, **more()} for row, more in rows]), path
     )
-
-
-def _dedupe_steps(table: pa.Table) -> pa.Table:
-    steps = table.column(layout.STEP).to_pylist()
-    last = {s: i for i, s in enumerate(steps)}
-    keep = sorted(last.values(), key=lambda i: steps[i])
-    return table.take(pa.array(keep, pa.int64()))
 
 
 class MetricsWriter:
@@ -185,7 +107,7 @@ class MetricsWriter:
     def _read_all(self) -> pa.Table | None:
         """:func:`read_metrics` of this run, with unreadable files set aside (renamed, kept)."""
         unreadable: list[Path] = []
-        table = read_metrics(self.dir.parent, unreadable)
+        table = layout.read_metrics(self.dir.parent, unreadable)
         for f in unreadable:
             target = f.with_name(f.name + ".unreadable")
             with contextlib.suppress(OSError):

@@ -1,6 +1,6 @@
 """SLURM through submitit: submit a grid as job arrays, and cancel them.
 
-What state a run is in is :mod:`harness.status`'s question; this module only submits and asks the
+What state a run is in is :mod:`harness.cluster.status`'s question; this module only submits and asks the
 scheduler. Every submit of a grid holds a file lock on the grid's folder while it decides what to
 submit and records the job ids, so two submits at the same moment never submit a run twice.
 """
@@ -19,9 +19,7 @@ from typing import Any
 from filelock import FileLock
 
 from harness import layout
-from harness.config.schema import ExecutorSettings, RunSpec, canonical_json
-from harness.metrics import atomic_write_json
-from harness.status import (
+from harness.cluster.status import (
     accounting_states,
     grid_run_dirs,
     queue_states,
@@ -30,6 +28,8 @@ from harness.status import (
     run_status,
     scheduler_command,
 )
+from harness.config.schema import ExecutorSettings, RunSpec, canonical_json
+from harness.layout import atomic_write_json
 
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
@@ -144,13 +144,13 @@ class SubmitResult:
 def pending_runs(
     runs: Sequence[RunSpec], grid_dir: Path, retry_failed: bool = False, record: bool = False
 ) -> tuple[list, dict]:
-    """Runs to submit, and the others by reason, from each run's state (:mod:`harness.status`).
+    """Runs to submit, and the others by reason, from each run's state (:mod:`harness.cluster.status`).
 
     Pending and stopped runs are submitted: never started, or interrupted, cancelled, preempted,
     timed out or on a failed node (they resume from their checkpoint). Failed and diverged runs
     (a marker, or a job that ran out of memory or failed) only with ``retry_failed``; done, queued
     and running runs never. With ``record``, a run whose job the scheduler ended without the
-    attempt saying so gets that ending in its attempts log (:func:`harness.status.record_end`).
+    attempt saying so gets that ending in its attempts log (:func:`harness.cluster.status.record_end`).
     """
     dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
     jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
@@ -273,7 +273,7 @@ def _submit_array(
     """One ``sbatch`` for ``chunk``; records each run's job id in its ``job.json``."""
     import submitit
 
-    from harness.executors import TrainingJob
+    from harness.cluster.executors import TrainingJob
 
     params = resources_of(settings)
     setup = [

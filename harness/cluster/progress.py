@@ -1,7 +1,7 @@
 """A grid in flight, as it shows: each run's step, reward, speed and ETA, and the grid's ETA.
 
 Everything is read from the runs' own files (``progress.json``, which rank 0 rewrites after a
-logged step at most every ``harness.training.PROGRESS_EVERY_S`` seconds, and always on the first
+logged step at most every ``harness.train.recorder.PROGRESS_EVERY_S`` seconds, and always on the first
 and last step and before a checkpoint, :func:`harness.layout.read_progress`), so the same view serves the driver of a local
 ``run`` and ``status --watch`` of a SLURM grid. In a terminal, :class:`GridDisplay` redraws a rich
 table in place; without one (a log file, CI) it prints one line per run in flight every
@@ -224,8 +224,8 @@ class GridDisplay:
 
     def ended_run(self, run_id: str, state: str, detail: str = "") -> None:
         """A run's job ended: count it, and say so in one line (a done run with its final reward
-        as the report scores it, :func:`harness.metrics.final_reward`)."""
-        from harness.metrics import final_reward
+        as the report scores it, :func:`harness.layout.final_reward`)."""
+        from harness.layout import final_reward
 
         self.ended.append(run_id)
         final = final_reward(layout.run_dir(self.grid_dir, run_id)) if state == layout.DONE else None

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import checkpoints, layout
+from harness import layout
 from harness.layout import read_json_object
+from harness.train import checkpoints
 
 __all__ = [
     "RunStatus",
@@ -141,7 +142,7 @@ def run_status(
     """
     job = read_job(run_dir) or {}
     job_id = job.get("job_id", "")
-    from harness.metrics import last_step_and_reward
+    from harness.layout import last_step_and_reward
 
     step, reward = last_step_and_reward(run_dir)
     progress = layout.read_progress(run_dir)  # rewritten every step; the metrics every few

@@ -22,36 +22,7 @@ import math
 import numpy as np
 import torch
 
-from harness.layout import LOG_WSEQ_PREFIX, SSEQ_PREFIX, WSEQ_PREFIX
-
-#: Columns produced by :func:`wseq_stats`, in order.
-WSEQ_COLUMNS: tuple[str, ...] = (
-    *(
-        WSEQ_PREFIX + k
-        for k in (
-            "mean",
-            "std",
-            "min",
-            "max",
-            "p05",
-            "p50",
-            "p95",
-            "mean_adv_pos",
-            "mean_adv_neg",
-            "n_adv_pos",
-            "n_adv_neg",
-            "n",
-            "n_inf",
-            "n_masked",
-        )
-    ),
-    LOG_WSEQ_PREFIX + "mean",
-    LOG_WSEQ_PREFIX + "min",
-    LOG_WSEQ_PREFIX + "max",
-    SSEQ_PREFIX + "mean",
-    SSEQ_PREFIX + "min",
-    SSEQ_PREFIX + "max",
-)
+from harness.layout import LOG_WSEQ_PREFIX, SSEQ_PREFIX, WSEQ_COLUMNS, WSEQ_PREFIX
 
 
 @torch.no_grad()

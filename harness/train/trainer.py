@@ -23,7 +23,7 @@ import torch
 from trl import GRPOTrainer
 
 from harness import layout
-from harness.wseq import sequence_log_ratios
+from harness.train.wseq import sequence_log_ratios
 
 
 class HarnessGRPOTrainer(GRPOTrainer):
@@ -35,7 +35,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
     """
 
     #: A loss plugin (:class:`harness.losses.LossPlugin`) and its hyperparameters, set by
-    #: :func:`harness.training.build_trainer` for a plugin run; None runs TRL's own loss.
+    #: :func:`harness.train.training.build_trainer` for a plugin run; None runs TRL's own loss.
     loss_plugin = None
     loss_hparams: dict = {}
 

@@ -11,7 +11,7 @@ transformers' integrations do the logging (``WandbCallback``, ``TrackioCallback`
   TensorBoard writes to the same folder, ``<results>/<grid>/tensorboard/<name>``;
 * the harness's own per-step values (``w_seq`` statistics, ``off_policy``, ``policy_lag``,
   ``reuse_index``, token counts, step time) beside TRL's: the run's recording callback runs before
-  the trackers' and adds them to the step's logs (:func:`harness.training._StepRecorder.on_log`).
+  the trackers' and adds them to the step's logs (:func:`harness.train.recorder._StepRecorder.on_log`).
 
 Where the data go: W&B to ``$WANDB_DIR`` or the run's folder (``WANDB_MODE=offline`` keeps it
 there); trackio to its local database (``$TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``);

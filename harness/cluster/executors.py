@@ -18,13 +18,20 @@ from typing import Any
 import submitit
 
 from harness import layout
+from harness.cluster.status import (
+    NO_SPACE,
+    end_line,
+    last_attempt,
+    last_error_line,
+    record_end,
+    resume_promise,
+)
 from harness.config.schema import ExecutorSettings, RunSpec
-from harness.metrics import last_step_and_reward
-from harness.status import NO_SPACE, end_line, last_attempt, last_error_line, record_end, resume_promise
+from harness.layout import last_step_and_reward
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
-    """The callable every executor runs: ``harness.training.train(spec, run_dir)``.
+    """The callable every executor runs: ``harness.train.training.train(spec, run_dir)``.
 
     Preemption and time limits: submitit sends USR2 shortly before SLURM stops the job. The handler
     installed here only sets a flag; the run saves a trainer checkpoint at the next optimizer-step
@@ -51,7 +58,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def __call__(self) -> dict:
         import signal
 
-        from harness.training import RunBusy, train
+        from harness.train.training import RunBusy, train
 
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
         job_env = _job_environment()
@@ -59,7 +66,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         if job_env is not None:
             log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
             if job_env.num_tasks > 1:
-                from harness.training import prepare_model
+                from harness.train.training import prepare_model
 
                 prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
                 submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
@@ -134,8 +141,8 @@ def _mark_failed(run_dir: Path, e: Exception, log: str) -> None:
     diverged (its own marker) or stopped on a full disk (it resumes once space is freed)."""
     import traceback
 
-    from harness.metrics import atomic_write_json
-    from harness.training import RunDiverged, no_space
+    from harness.layout import atomic_write_json
+    from harness.train.training import RunDiverged, no_space
 
     if isinstance(e, RunDiverged) or no_space(e, run_dir):
         return
@@ -160,7 +167,7 @@ def _job_environment():
 class Outcome:
     """How one run's job ended: ``state`` in :data:`harness.layout.RUN_STATES` (done, diverged,
     failed, stopped; running when another process trains it and this driver left it alone) and
-    ``error``, what happened in one line (:func:`harness.status.end_line`)."""
+    ``error``, what happened in one line (:func:`harness.cluster.status.end_line`)."""
 
     run_id: str
     state: str
@@ -237,11 +244,11 @@ def execute_local(
 
     ``in_process=True`` (executor "debug") calls the job directly, one after another, so a
     debugger can stop inside the trainer. Each local job logs to ``runs/<id>/logs/``. While runs
-    train, :class:`harness.progress.GridDisplay` shows each one in flight: a table redrawn in place
+    train, :class:`harness.cluster.progress.GridDisplay` shows each one in flight: a table redrawn in place
     when ``show_progress`` (a terminal), else a line per run every ``progress_every_s`` seconds on
     stderr. Returns one :class:`Outcome` per run, in order; never raises for a failed run.
     """
-    from harness.progress import GridDisplay, label_of
+    from harness.cluster.progress import GridDisplay, label_of
 
     outcomes: dict[str, Outcome] = {}
     threads = executor.threads_per_run

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import layout
-from harness.metrics import atomic_write_json
+from harness.layout import atomic_write_json
 
 ACTIVE_DIR_ENV = "GRPO_HARNESS_ACTIVE_DIR"
 

@@ -19,6 +19,7 @@ Imports nothing heavy: ``status`` reads it to say whether, and from which step, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -176,3 +177,69 @@ def prune(ckpt_dir: str | os.PathLike, keep: int) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         deleted.append(path)
     return deleted
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference model and the ranks around a save (DeepSpeed ZeRO-3 shards the weights)
+
+
+def zero3(trainer) -> bool:
+    """Whether the trainer's models are sharded by DeepSpeed ZeRO stage 3."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return plugin is not None and plugin.zero_stage == 3
+
+
+@contextlib.contextmanager
+def whole_params(trainer, model, modifier_rank: int | None = None):
+    """``model``'s module with every parameter whole for the block, under ZeRO-3
+    (``deepspeed.zero.GatheredParameters``, a collective: every rank enters it; with
+    ``modifier_rank`` set, that rank's changes are partitioned again on exit); the unwrapped module
+    otherwise. For reading and writing weights, not for a forward pass on one rank."""
+    module = trainer.accelerator.unwrap_model(model)
+    if not zero3(trainer):
+        yield module
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=modifier_rank):
+        yield module
+
+
+def save_ref_model(trainer, ckpt: Path, writes: bool = True) -> None:
+    """The synced reference model's weights into checkpoint folder ``ckpt``
+    (:data:`harness.train.checkpoints.REF_MODEL`), whole: under ZeRO-3 every rank takes part in gathering
+    the shards and the rank with ``writes`` (rank 0) saves them. Nothing when the run does not sync
+    its reference model: then it is the base model, which a resumed run loads."""
+    ref = getattr(trainer, "ref_model", None)
+    if ref is None or not trainer.args.sync_ref_model:
+        return
+    import torch
+
+    with whole_params(trainer, ref) as module:
+        if writes:
+            weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
+            with layout.atomic_path(ckpt / checkpoints.REF_MODEL) as tmp:
+                torch.save(weights, tmp)
+
+
+def load_ref_model(trainer, ckpt: Path | None) -> None:
+    """Put back the reference model saved in checkpoint folder ``ckpt`` (every rank; under ZeRO-3
+    rank 0 loads the whole weights and DeepSpeed partitions them again), when the run resumes from
+    one that holds it (:func:`save_ref_model`)."""
+    ref = getattr(trainer, "ref_model", None)
+    if ckpt is None or ref is None or not (ckpt / checkpoints.REF_MODEL).exists():
+        return
+    import torch
+
+    weights = torch.load(ckpt / checkpoints.REF_MODEL, map_location="cpu", weights_only=True)
+    with whole_params(trainer, ref, modifier_rank=0) as module:
+        if not zero3(trainer) or trainer.accelerator.is_main_process:
+            module.load_state_dict(weights)
+
+
+def barrier() -> None:
+    """Wait for every rank of a multi-process run (``torch.distributed``); nothing otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

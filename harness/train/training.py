@@ -1,0 +1,453 @@
+"""One run: build the task, the model and TRL's trainer, train (resuming from a checkpoint), record.
+
+``train(spec, run_dir)`` is what every executor calls, in a fresh process (submitit local or SLURM)
+or in-process (debug). It is idempotent: a run with a DONE marker returns at once; a run with
+checkpoints resumes from the latest and drops metric rows logged after it, so every step ends up
+in the parquet exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import random
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness import layout, losses
+from harness.config import lora
+from harness.config.schema import ExecutorSettings, HarnessSettings, RunSpec
+from harness.layout import atomic_write_json, read_metrics
+from harness.train import checkpoints, trackers
+from harness.train.metrics import MetricsWriter, provenance
+from harness.train.recorder import make_callback
+
+MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
+
+
+class RunBusy(RuntimeError):
+    """Another process is training this run right now (it holds the run's lock); nothing was changed."""
+
+
+class RunDiverged(RuntimeError):
+    """Loss, reward or grad_norm became NaN or infinite; the run stopped and left a DIVERGED marker."""
+
+
+def model_cache_dir(grid_dir: Path) -> Path:
+    """Where built models are cached: ``$GRPO_HARNESS_CACHE`` or ``<results root>/.cache/models``."""
+    env = os.environ.get(MODEL_CACHE_ENV)
+    return Path(env) if env else Path(grid_dir).resolve().parent / ".cache" / "models"
+
+
+def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
+    """The run's model as a local path or hub id, building the tiny model into the cache if needed.
+
+    Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
+    start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
+    """
+    from harness.models.tiny import resolve_model
+
+    return resolve_model(
+        spec.model,
+        task=spec.task,
+        cache_dir=model_cache_dir(Path(run_dir).parent.parent),
+        tiny_spec=spec.tiny,
+    )
+
+
+def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: type | None = None):
+    """The run's tokenizer, task and TRL trainer, the one place a ``GRPOTrainer`` is made.
+
+    Args:
+        spec: the run (its task and seed).
+        model_path: what :func:`prepare_model` returned (a folder or a hub id).
+        config: the run's ``GRPOConfig`` (:func:`harness.trl_boundary.build_grpo_config`).
+        trainer_class: ``GRPOTrainer`` or a subclass; default
+            :class:`harness.train.trainer.HarnessGRPOTrainer`, which records w_seq.
+
+    Returns:
+        ``(trainer, task, tokenizer)``.
+    """
+    from transformers import AutoTokenizer
+
+    from harness.models.tasks import build_task
+
+    if trainer_class is None:
+        from harness.train.trainer import HarnessGRPOTrainer as trainer_class
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
+    task = build_task(spec.task, seed=spec.seed, tokenizer=tokenizer)
+    peft = spec.settings.get(lora.SECTION)  # None: every weight trains
+    trainer = trainer_class(
+        model=model_path,
+        reward_funcs=task.reward_funcs,
+        args=config,
+        train_dataset=task.train_dataset,
+        processing_class=tokenizer,
+        peft_config=None if peft is None else lora.build_lora_config(peft),
+    )
+    from harness.losses import for_run
+
+    plugin, hparams = for_run(spec.settings)  # (None, {}) for TRL's own loss types
+    if plugin is not None:
+        if not hasattr(type(trainer), "loss_plugin"):  # plain GRPOTrainer would run its own loss instead
+            raise TypeError(
+                f"loss plugin {plugin.name!r} needs harness.train.trainer.HarnessGRPOTrainer (or a subclass)"
+            )
+        trainer.loss_plugin, trainer.loss_hparams = plugin, hparams
+    return trainer, task, tokenizer
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _process_state(device: str):
+    """accelerate's ``PartialState`` as the trainer will set it up, so that every rank knows its
+    place before the trainer exists: transformers' ``TrainingArguments`` resets any earlier state
+    and passes ``cpu`` on a CPU run. A plain ``PartialState()`` on a CPU run with several processes
+    says one process (every rank the main one), and a state left by the tiny model's
+    single-process warm start in this process says so too. Initialises ``torch.distributed`` (env://)
+    when the environment names several processes."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return PartialState(cpu=device == "cpu")
+
+
+def _hosts(state) -> list[str] | None:
+    """Every process's host name in rank order (a list of ``num_processes`` strings) when the run
+    has several processes, else None. A collective: every rank calls it."""
+    if state.num_processes <= 1:
+        return None
+    import torch.distributed as dist
+
+    hosts: list[Any] = [None] * state.num_processes
+    dist.all_gather_object(hosts, socket.gethostname())
+    return [str(h) for h in hosts]
+
+
+def train(
+    spec: RunSpec,
+    run_dir: str | Path,
+    device: str | None = None,
+    threads: int | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> dict:
+    """Train one run into ``run_dir`` and return its summary (also written as the DONE marker).
+
+    Args:
+        spec: the run.
+        run_dir: ``results/<grid>/runs/<run_id>``.
+        device: "cpu" or "cuda"; None resolves ``harness.device`` on this machine.
+        threads: torch threads; None = ``harness.threads`` or 1.
+        stop_requested: polled after every optimizer step; when it returns True the run saves a
+            checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
+
+    Raises:
+        RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step, the
+            first non-finite metric and its value).
+        Anything the trainer raises; the run's files stay readable.
+    """
+    run_dir = Path(run_dir)
+    done = run_dir / layout.DONE_FILE
+    if done.exists():
+        return json.loads(done.read_text())
+    import filelock
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # One writer per run: a re-run started while an earlier process (say, one orphaned by a killed
+    # `grpo-harness run`) still trains this run must not write into it too. Only the first rank of a
+    # multi-process run takes it.
+    lock = filelock.FileLock(str(run_dir / layout.RUN_LOCK_FILE))
+    if int(os.environ.get("RANK", "0")) == 0:
+        try:
+            lock.acquire(timeout=1)  # a status probe (layout.lock_held) holds it for microseconds
+        except filelock.Timeout as e:
+            raise RunBusy(
+                f"run {spec.run_id} is {layout.trained_elsewhere(run_dir)}; it was left to that process"
+            ) from e
+    owner = run_dir / layout.OWNER_FILE
+    try:
+        if lock.is_locked:  # tells `status` which live process trains this run
+            atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
+        try:
+            summary = _train_unlocked(spec, run_dir, device, threads, stop_requested)
+        except BaseException as e:
+            if lock.is_locked:
+                _record_end(run_dir, *_failure(e, run_dir))
+            raise
+        if lock.is_locked:
+            _record_end(
+                run_dir, "stopped" if summary.get("preempted") else "done", f"at step {summary['steps']}"
+            )
+        return summary
+    finally:
+        if lock.is_locked:
+            owner.unlink(missing_ok=True)
+            lock.release()
+
+
+def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None):
+    """Clear the markers of an earlier attempt, set the device, threads and seeds, and write the
+    run's config and provenance (rank 0 alone writes; with several processes the provenance's
+    ``hosts`` lists each rank's host). Returns ``(settings, device, accelerate state,
+    provenance)``."""
+    import torch
+
+    from harness.trl_boundary import resolve_device
+
+    first = int(os.environ.get("RANK", "0")) == 0
+    if first:
+        for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
+            (run_dir / stale).unlink(missing_ok=True)
+        layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
+        layout.remove_temporaries(run_dir / layout.METRICS_DIR)
+    settings = spec.harness
+    device = device or resolve_device(settings.device, ExecutorSettings())
+    torch.set_num_threads(threads or settings.threads or 1)
+    seed_everything(spec.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if first:
+        atomic_write_json(
+            run_dir / layout.CONFIG_FILE,
+            {
+                "run_id": spec.run_id,
+                "grid": spec.grid,
+                "config": spec.to_json(),
+                "varying": dict(spec.varying),
+            },
+        )
+    prov = provenance(device)
+    plugin, _ = losses.for_run(spec.settings)
+    if plugin is not None:  # which plugin code trained this run (run ids hold settings only)
+        prov["loss_plugin"] = losses.source_record(plugin)
+    state = _process_state(device)
+    hosts = _hosts(state)
+    if hosts:
+        prov["hosts"] = hosts
+    if state.is_main_process:
+        atomic_write_json(run_dir / layout.PROVENANCE_FILE, prov)
+    return settings, device, state, prov
+
+
+def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
+    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+
+    settings, device, state, prov = _start(spec, run_dir, device, threads)
+
+    from harness.models.tasks import greedy_accuracy
+
+    model_path = prepare_model(spec, run_dir)
+    ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
+    kwargs = grpo_config_kwargs(spec, device, str(ckpt_dir))
+    track, tracked = trackers.tracker_run(spec), trackers.named(kwargs.get("report_to"))
+    config = build_grpo_config({**trackers.trainer_settings(track, tracked), **kwargs}, device)
+    resume = checkpoints.resume_point(ckpt_dir)
+    resumed_from = resume.step if resume.path else None
+    writer = _writer(spec, run_dir, settings) if state.is_main_process else None
+    offsets = _resume_records(writer, run_dir, resume.step)
+    if state.is_main_process:
+        _record_attempt(spec, run_dir, prov, resume, writer)
+
+    if resume.path and resume.step >= config.max_steps:
+        # killed after its last checkpoint but before DONE: every step is trained and its metrics were
+        # flushed before that checkpoint was written; training again would add a step past max_steps
+        summary = {"run_id": spec.run_id, "steps": resume.step, "seconds": 0.0, "resumed_from": resume.step}
+        return _finish(writer, run_dir, {**summary, "device": device})
+
+    max_new = settings.eval_max_new_tokens or config.max_completion_length
+    with trackers.environment(track, run_dir.parent.parent, tracked):
+        trainer, task, tokenizer = build_trainer(spec, model_path, config)
+    checkpoints.load_ref_model(
+        trainer, resume.path
+    )  # TRL's checkpoint holds the policy, not a synced reference
+
+    def eval_fn(model) -> float:
+        return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
+
+    from harness.train.sharing import MachineLease
+
+    # rank 0 tells other runs on this machine that it trains here (harness.train.sharing)
+    lease = MachineLease(spec.run_id, device, min_interval_s=5.0) if state.is_main_process else None
+    callback = make_callback(
+        trainer=trainer,
+        writer=writer,
+        settings=settings,
+        device=device,
+        eval_fn=eval_fn if settings.eval_steps > 0 else None,
+        samples_path=run_dir / layout.SAMPLES_FILE,
+        offsets=offsets,
+        max_steps=config.max_steps,
+        stop_requested=stop_requested,
+        machine_lease=lease,
+        share_logs=bool(tracked),
+    )
+    # after transformers' flow callback, before the trackers': they log what it adds to the step's logs
+    trainer.callback_handler.callbacks.insert(1, callback)
+    trackers.start(trainer, track, run_dir, tracked, state.is_main_process)
+    t0 = time.perf_counter()
+    try:
+        if lease is not None:
+            lease.register()  # a folder that cannot be written leaves the count empty, nothing else
+        trainer.train(resume_from_checkpoint=str(resume.path) if resume.path else None)
+    finally:
+        if lease is not None:
+            lease.release()
+        trackers.finish(tracked, state.is_main_process)
+    if writer is not None:
+        writer.flush()
+    summary = {
+        "run_id": spec.run_id,
+        "steps": trainer.state.global_step,
+        "seconds": time.perf_counter() - t0,
+        "resumed_from": resumed_from,
+        "device": device,
+    }
+    return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _writer(spec: RunSpec, run_dir: Path, settings: HarnessSettings) -> MetricsWriter:
+    """The run's metrics writer (rank 0): parts of ``flush_every`` rows, written off the step in a
+    background thread; the rows go to disk before every checkpoint and at the end."""
+    return MetricsWriter(run_dir, spec.run_id, settings.flush_every, background=True)
+
+
+def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
+    """Drop the metric rows and samples logged after the checkpoint a run resumes from (rank 0;
+    they are logged again as the steps are trained again), and return where the running totals
+    stand there (elapsed seconds, tokens generated); empty for a fresh run."""
+    if writer is None:
+        return {}
+    writer.truncate_after(resume_step)
+    _truncate_samples(run_dir / layout.SAMPLES_FILE, resume_step)
+    table = read_metrics(run_dir)
+    if table is None or not table.num_rows:
+        return {}
+    last = table.slice(table.num_rows - 1).to_pylist()[0]
+    return {k: last.get(k) or 0.0 for k in (layout.ELAPSED_S, layout.TOKENS_GENERATED_TOTAL)}
+
+
+def _truncate_samples(path: Path, resume_step: int) -> None:
+    """Keep the lines of ``samples.jsonl`` logged at or before ``resume_step`` (atomically); a line
+    that does not parse (cut by a kill) is dropped too."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int) and step <= resume_step and line.endswith("\n"):
+            kept.append(line)
+    with layout.atomic_path(path) as tmp:
+        Path(tmp).write_text("".join(kept), encoding="utf-8")
+
+
+def _record_attempt(
+    spec: RunSpec, run_dir: Path, prov: dict, resume: checkpoints.ResumePoint, writer: MetricsWriter | None
+) -> None:
+    """One line in the run's attempts log per start: when, where (``hosts``: each rank's host, when
+    the run has several processes), which SLURM job, from which step, which damaged checkpoints
+    were passed over and which unreadable metrics files were set aside (both also said on stderr)."""
+    attempt = {
+        "started_at": prov["started_at"],
+        "host": prov["host"],
+        **({"hosts": prov["hosts"]} if prov.get("hosts") else {}),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "slurm_restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+        "resume_from_step": resume.step if resume.path else None,
+    }
+    if resume.passed_over:
+        attempt["damaged_checkpoints"] = dict(resume.passed_over)
+        print(f"warning: run {spec.run_id}: {resume.describe()}", file=sys.stderr)
+    if writer is not None and writer.quarantined:
+        attempt["unreadable_metrics"] = [str(p) for p in writer.quarantined]
+        print(
+            f"warning: run {spec.run_id}: unreadable metrics file(s) set aside, their steps are "
+            f"missing from the metrics: {', '.join(map(str, writer.quarantined))}",
+            file=sys.stderr,
+        )
+    with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(attempt) + "\n")
+
+
+def no_space(e: BaseException, run_dir: Path) -> bool:
+    """Whether ``e`` ended the attempt because the disk (or quota) is full: an ``OSError`` saying
+    so, or any error while the disk holding ``run_dir`` is full (:func:`harness.layout.disk_full`;
+    torch's checkpoint writer reports a full disk as ``RuntimeError: ... unexpected pos``). A stop,
+    not a failure of the run: it resumes once space is freed."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return layout.disk_full(run_dir)
+
+
+def _failure(e: BaseException, run_dir: Path) -> tuple[str, str]:
+    """``(outcome, detail)`` of an attempt that raised, for its end record."""
+    if isinstance(e, RunDiverged):
+        return "diverged", str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", "KeyboardInterrupt"
+    if no_space(e, run_dir):
+        return "no-space", f"{type(e).__name__}: {e}".splitlines()[0][:500]
+    line = f"{type(e).__name__}: {e}".strip().splitlines()
+    return "failed", (line[0] if line else type(e).__name__)[:500]
+
+
+def _record_end(run_dir: Path, outcome: str, detail: str) -> None:
+    """The end record of an attempt in the attempts log (rank 0): ``outcome`` (done, stopped,
+    diverged, failed, interrupted) and one line of detail. Never raises: a full disk must not hide
+    the error that ended the attempt."""
+    record = {"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outcome": outcome, "detail": detail}
+    with contextlib.suppress(OSError), open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _outcome(spec: RunSpec, run_dir: Path, writer: MetricsWriter | None, callback, summary: dict) -> dict:
+    """How training ended: stopped on request (to be resumed), diverged (DIVERGED marker, then
+    :class:`RunDiverged`), or finished (DONE)."""
+    if callback.stopped_step is not None and callback.diverged_step is None:
+        return {**summary, "preempted": True}
+    if callback.diverged_step is not None:
+        if writer is not None:
+            writer.compact()
+            atomic_write_json(
+                run_dir / layout.DIVERGED_FILE,
+                {
+                    **summary,
+                    "step": callback.diverged_step,
+                    "metric": callback.diverged_metric,
+                    "value": callback.diverged_value,
+                },
+            )
+        raise RunDiverged(
+            f"run {spec.run_id} diverged at step {callback.diverged_step}: "
+            f"{callback.diverged_metric} is {callback.diverged_value}"
+        )
+    return _finish(writer, run_dir, summary)
+
+
+def _finish(writer: MetricsWriter | None, run_dir: Path, summary: dict) -> dict:
+    """Compact the metrics and write DONE (rank 0); ``summary["steps"]`` is the last optimizer step."""
+    if writer is not None:
+        writer.compact()
+        table = read_metrics(run_dir)
+        logged = set(table.column(layout.STEP).to_pylist()) if table is not None else set()
+        missing = [s for s in range(1, summary["steps"] + 1) if s not in logged]
+        if missing:  # only after a metrics file was damaged (see MetricsWriter.quarantined)
+            summary["missing_steps"] = missing
+            print(f"warning: run {summary['run_id']}: no metrics for {len(missing)} step(s)", file=sys.stderr)
+        atomic_write_json(run_dir / layout.DONE_FILE, summary)
+    return summary
