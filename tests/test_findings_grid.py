@@ -45,14 +45,19 @@ def test_every_finding_names_its_claim_paper_metric_window_and_baseline():
 @pytest.mark.slow
 def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
     results = tmp_path / "results"
-    cli("run", str(GRID), "--profile", "quick", "--results", str(results), timeout=1800)
+    # the quick profile, shortened: 12 steps (one reference sync in F4's arm at step 10), eval at 6 and 12
+    steps = 12
+    cli(
+        "run", str(GRID), "--profile", "quick", "--results", str(results),
+        "-o", f"trainer.max_steps={steps}", "-o", "harness.eval_steps=6", timeout=1800,
+    )  # fmt: skip
     grid_dir = results / "findings"
     runs = sorted((grid_dir / layout.RUNS_DIR).iterdir())
     assert len(runs) == 22 and all((d / layout.DONE_FILE).exists() for d in runs)
     lengths = []
     for d in runs:
         df = pq.read_table(d / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
-        assert list(df["step"]) == list(range(1, 31))
+        assert list(df["step"]) == list(range(1, steps + 1))
         assert "completions/clipped_ratio" in df  # truncation is recorded
         lengths += list(df[LENGTH_CORRECT].dropna()) + list(df[LENGTH_INCORRECT].dropna())
     # worked chains of tens of tokens, eos included
