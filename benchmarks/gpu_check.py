@@ -3,7 +3,7 @@
 ``python benchmarks/gpu_check.py model --size qwen2.5-0.5b --out DIR --cache DIR`` builds a
 ``Qwen2ForCausalLM`` with Qwen2.5-0.5B's shapes (hidden 896, 24 layers, 14 attention heads, 2 KV heads,
 intermediate 4864, vocabulary 151936, tied embeddings, rope theta 1e6, 32768 positions) and random
-weights, with the tokenizer of the harness's ``tiny-chat`` model (``harness.models.tiny.resolve_model``), and
+weights, with the tokenizer of the harness's ``tiny-chat`` model (``harness.models.names.resolve_model``), and
 saves both (bf16 safetensors) with ``save_pretrained``. ``--size small`` is the same family at a few layers
 and a small width, for the CPU path.
 
@@ -84,7 +84,7 @@ def chat_tokenizer(cache_dir: Path, model_max_length: int) -> Any:
     from transformers import AutoTokenizer
 
     from harness.config.schema import TaskSpec, TinyChatModelSpec
-    from harness.models.tiny import resolve_model
+    from harness.models.names import resolve_model
 
     task = TaskSpec(name="chain_sum", kwargs=TASK_KWARGS, template="chat")
     path = resolve_model(

@@ -13,14 +13,13 @@ import torch
 from helpers import SMALL_MODEL, SMALL_TASK
 
 from harness.models import tiny as models
+from harness.models.names import check_model, resolve_model
 from harness.models.tasks import TaskSpec, bare_prompt, build_task, greedy_accuracy
 from harness.models.tiny import (
     INFO_FILE,
     TinyModelSpec,
     build_tokenizer,
-    check_model,
     noisy_answer,
-    resolve_model,
     sft_pairs,
     tiny_model_key,
     tiny_model_path,

@@ -33,8 +33,8 @@ from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import tiny as models
 from harness.models import tiny_chat
+from harness.models.names import check_model, resolve_model
 from harness.models.tasks import CHAT_SYSTEM_PROMPT, chat_prompt, eos_token_ids, extract_answer
-from harness.models.tiny import check_model, resolve_model
 from harness.models.tiny_chat import (
     BOS_TOKEN,
     IM_END,

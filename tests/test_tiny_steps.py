@@ -20,6 +20,7 @@ from harness.config.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinySte
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import tiny_steps
+from harness.models.names import resolve_model
 from harness.models.tasks import (
     LENGTH_CORRECT,
     LENGTH_INCORRECT,
@@ -27,7 +28,6 @@ from harness.models.tasks import (
     extract_answer,
     steps_prompt,
 )
-from harness.models.tiny import resolve_model
 from harness.models.tiny_steps import noisy_chain, parse_terms, worked_chain
 
 TASK = TaskSpec(

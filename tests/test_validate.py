@@ -460,7 +460,7 @@ def _model_folder(root: Path, **files: str) -> Path:
 
 
 def test_a_chat_template_on_a_folder_without_one_is_refused(tmp_path):
-    from harness.models.tiny import has_chat_template
+    from harness.models.names import has_chat_template
 
     bare = _model_folder(tmp_path, tokenizer_config__json='{"model_max_length": 64}')
     task = {**BASE["task"], "template": "chat"}
@@ -478,7 +478,7 @@ def test_a_chat_template_on_a_folder_without_one_is_refused(tmp_path):
 
 
 def test_has_chat_template_reads_the_tokenizer_config(tmp_path):
-    from harness.models.tiny import has_chat_template
+    from harness.models.names import has_chat_template
 
     folder = _model_folder(tmp_path, tokenizer_config__json='{"chat_template": "{{ messages }}"}')
     assert has_chat_template(folder)

@@ -406,7 +406,7 @@ def _chat_template_missing(ctx: RunContext) -> list[Finding]:
     checked (that needs the hub); ``auto`` falls back to bare prompts."""
     from pathlib import Path
 
-    from harness.models.tiny import has_chat_template
+    from harness.models.names import has_chat_template
 
     folder = Path(ctx.run.model).expanduser()
     if ctx.run.task.template != "chat" or ctx.run.model in EMBEDDED_MODEL_SECTIONS or not folder.is_dir():
@@ -888,7 +888,7 @@ def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[i
 def rule_task_and_model(ctx: RunContext) -> list[Finding]:
     """reasoning-gym's verdict on the task's dataset and kwargs; the model names a folder that holds
     a model, the tiny model or a hub id."""
-    from harness.models.tiny import check_model
+    from harness.models.names import check_model
 
     out = [f for p in _cached_check_task(ctx.run.task) for f in _err(f"task: {p}")]
     return out + [f for p in check_model(ctx.run.model) for f in _err(f"model: {p}")]

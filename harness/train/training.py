@@ -51,7 +51,7 @@ def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
     Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
     start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
     """
-    from harness.models.tiny import resolve_model
+    from harness.models.names import resolve_model
 
     return resolve_model(
         spec.model,
