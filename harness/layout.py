@@ -13,6 +13,7 @@ Layout of one grid's results folder::
             metrics/part-*.parquet parts written during the run (atomic: temp name, then rename)
             metrics/metrics.parquet the parts compacted when the run ends; when present, parts are ignored
             samples.jsonl          a few sampled completions every N steps
+            eval_start.json        the greedy eval of the starting policy, before the first step
             DONE                   JSON marker: the run finished (steps, seconds)
             DIVERGED               JSON marker: loss, reward or grad_norm became NaN/inf (step, metric, value)
             FAILED                 JSON marker: the run raised (error, log path)
@@ -59,6 +60,10 @@ RUN_LOCK_FILE = (
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max_steps, reward, s/step, when
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
+#: The greedy eval of the starting policy (``harness.eval_steps`` > 0 only), measured once before
+#: the first optimizer step and never again on resume: ``{"step": 0, "eval/accuracy": a, "seconds":
+#: s}`` (the eval's wall time); the low end of normalised scores (:mod:`analysis.tasks`).
+START_EVAL_FILE = "eval_start.json"
 CHECKPOINTS_DIR = "checkpoints"
 GRID_CACHE_DIR = ".cache"  # per grid folder: frames the report loaded, keyed by the runs' files
 LOGS_DIR = "logs"
@@ -147,6 +152,7 @@ _RUN_FILES = (
     FAILED_FILE,
     OWNER_FILE,
     PROGRESS_FILE,
+    START_EVAL_FILE,
 )
 
 
@@ -265,6 +271,17 @@ def read_progress(run_dir: str | os.PathLike) -> dict | None:
     steps, eval time excluded), ``updated_at`` (Unix seconds); None when there is none."""
     info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
     return info if info is not None and isinstance(info.get("step"), int) else None
+
+
+def read_start_eval(run_dir: str | os.PathLike) -> float | None:
+    """The starting policy's greedy accuracy from the run's :data:`START_EVAL_FILE`; None when the
+    run has none (eval off, recorded before the file existed, or not yet measured) or the file
+    cannot be read or holds no finite number."""
+    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE))
+    value = info.get(EVAL_ACCURACY) if info else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def read_attempts(run_dir: str | os.PathLike) -> list[dict]:

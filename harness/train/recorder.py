@@ -66,7 +66,8 @@ class _StepRecorder:
     """What the run's TrainerCallback does (:func:`_make_callback`): writes one parquet row per
     logged optimizer step, TRL's logs + w_seq stats + time/tokens/memory.
 
-    Also runs the greedy eval every ``eval_steps`` (time excluded from the step's wall time),
+    Also runs the greedy eval every ``eval_steps`` and once before the first step (time excluded
+    from the step's wall time),
     writes sampled completions, and stops training when loss, reward or grad_norm turns
     non-finite (remembering the first such step, metric and value).
     """
@@ -117,8 +118,52 @@ class _StepRecorder:
         import torch
 
         self._threads = torch.get_num_threads()
+        self._start_eval(args, state)
         self._t0 = time.perf_counter()
         self.clock.start()
+
+    def _start_eval(self, args, state) -> None:
+        """The greedy eval of the starting policy, once per run, before the first optimizer step
+        (its time is no step's): written to :data:`harness.layout.START_EVAL_FILE` by rank 0. Not
+        on resume (the trainer resumed past step 0) and not when the file is already there (a run
+        that failed before its first checkpoint starts again from step 0 with the same weights).
+        The torch RNG state is restored after it, so training draws exactly what it would without
+        it (``tests/test_start_eval.py``)."""
+        if self.eval_fn is None:
+            return
+        path = self.samples_path.parent / layout.START_EVAL_FILE
+        if self._agreed(args, state.global_step > 0 or path.exists()):
+            return
+        import torch
+
+        t0 = time.perf_counter()
+        devices = [torch.cuda.current_device()] if self.device == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            accuracy = self._greedy_eval(state)
+        if state.is_world_process_zero and accuracy is not None:
+            atomic_write_json(
+                path,
+                {
+                    layout.STEP: 0,
+                    layout.EVAL_ACCURACY: accuracy,
+                    "seconds": time.perf_counter() - t0,
+                },
+            )
+
+    def _greedy_eval(self, state) -> float | None:
+        """The greedy accuracy of the model now (on rank 0; None on the other ranks)."""
+        from trl.models import unwrap_model_for_generation
+
+        # Under ZeRO-3 every rank holds a shard and every forward pass is a collective (the
+        # start-of-forward hook checks that the ranks agree), even with the parameters gathered:
+        # every rank generates the same greedy completions, in step, and rank 0 records them
+        trainer = self.trainer
+        every = checkpoints.zero3(trainer)
+        accuracy = None
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole:
+            if every or state.is_world_process_zero:
+                accuracy = float(self.eval_fn(whole))
+        return accuracy if state.is_world_process_zero else None
 
     def on_step_end(self, args, state, control, model=None, **kw):
         self.clock.stop()
@@ -129,18 +174,9 @@ class _StepRecorder:
         s = self.settings
         due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
         if self.eval_fn is not None and due:
-            from trl.models import unwrap_model_for_generation
-
-            # Under ZeRO-3 every rank holds a shard and every forward pass is a collective (the
-            # start-of-forward hook checks that the ranks agree), even with the parameters gathered:
-            # every rank generates the same greedy completions, in step, and rank 0 records them
-            trainer = self.trainer
-            every = checkpoints.zero3(trainer)
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole:
-                if every or state.is_world_process_zero:
-                    accuracy = float(self.eval_fn(whole))
-                    if state.is_world_process_zero:
-                        self._pending[layout.EVAL_ACCURACY] = accuracy
+            accuracy = self._greedy_eval(state)
+            if accuracy is not None:
+                self._pending[layout.EVAL_ACCURACY] = accuracy
         if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
             self._write_samples(step)
         if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
@@ -152,15 +188,19 @@ class _StepRecorder:
 
     def _agreed_stop(self, args) -> bool:
         """Every rank must stop at the same step: a stop request on any rank stops all."""
+        return self._agreed(args, bool(self.stop_requested()))
+
+    @staticmethod
+    def _agreed(args, flag: bool) -> bool:
+        """``flag`` made the same on every rank: true when it is true on any (a collective)."""
         import torch
         import torch.distributed as dist
 
-        stop = bool(self.stop_requested())
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            flag = torch.tensor([float(stop)], device=args.device if args.device.type != "mps" else "cpu")
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            stop = bool(flag.item())
-        return stop
+            t = torch.tensor([float(flag)], device=args.device if args.device.type != "mps" else "cpu")
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            flag = bool(t.item())
+        return flag
 
     def _write_samples(self, step: int) -> None:
         logs = self.trainer._logs
