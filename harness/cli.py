@@ -39,7 +39,8 @@ def _load_plan(args: argparse.Namespace):
     (:func:`harness.config.validate.format_one_pass`)."""
     from harness.config.findings import plan_problems
     from harness.config.grid import expand
-    from harness.config.spec import SpecError, load_grid
+    from harness.config.schema import SpecError
+    from harness.config.spec import load_grid
     from harness.config.validate import format_one_pass, validate_plan
 
     left_out: frozenset[str] = frozenset()

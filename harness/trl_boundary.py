@@ -22,7 +22,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.schema import ExecutorSettings, RunSpec, canonical_json, describe_fields, is_desc
+from harness.config.runs import RunSpec
+from harness.config.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
 
 #: TRL 1.16's ``GRPOConfig.loss_type`` values, used only when the installed TRL's field help does
 #: not list them (:func:`loss_types` reads them from it).

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from harness.config.grid import expand, steps_per_epoch
-from harness.config.spec import load_grid, read_yaml
+from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
+from harness.config.yaml_files import read_yaml
 
 ABLATIONS = sorted((Path(__file__).resolve().parent.parent / "ablations").glob("*.yaml"))
 EXPECTED_RUNS = {

@@ -22,7 +22,7 @@ from trl import GRPOTrainer
 
 from harness import layout
 from harness.bench.probe import LossProbe, make_loss_batch
-from harness.config.schema import RunSpec
+from harness.config.runs import RunSpec
 from harness.losses import REGISTRY
 from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
 from harness.losses.compute import plugin_loss

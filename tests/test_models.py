@@ -206,7 +206,7 @@ def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
 
     from trl import GRPOTrainer
 
-    from harness.config.schema import RunSpec
+    from harness.config.runs import RunSpec
     from harness.train.training import build_trainer
     from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
 

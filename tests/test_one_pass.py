@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.config.spec import SpecError, load_grid
+from harness.config.schema import SpecError
+from harness.config.spec import load_grid
 
 BASE = {
     "name": "onepass",

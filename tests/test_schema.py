@@ -12,10 +12,10 @@ import yaml
 
 from harness.config import schema
 from harness.config.grid import expand
+from harness.config.runs import RunSpec
 from harness.config.schema import (
     ExecutorSettings,
     HarnessSettings,
-    RunSpec,
     SpecError,
     TaskSpec,
     TinyModelSpec,

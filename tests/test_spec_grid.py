@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.grid import expand, run_id_of
-from harness.config.spec import SpecError, load_grid
+from harness.config.grid import expand
+from harness.config.schema import SpecError, run_id_of
+from harness.config.spec import load_grid
 
 BASE = {
     "name": "g",
@@ -197,8 +198,8 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
 
 
 def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
+    from harness.config.keys import section_fields
     from harness.config.schema import describe_hint, hint_name, type_ok
-    from harness.config.spec import section_fields
 
     fields = section_fields("trainer")
     assert (

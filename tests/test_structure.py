@@ -2,9 +2,10 @@
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
   (``harness.config.schema``) and the report's settings (``harness.config.report_section``);
-- the schema imports nothing of the project, so every module can take it;
-- the schema, planning (``spec``, ``grid``, ``validate``) and the TRL boundary import no torch,
-  transformers or trl at module level, so planning a grid never loads the model stack;
+- the schema (``schema`` and ``runs``) imports nothing else of the project, so every module can take it;
+- the schema, planning (``spec`` and the modules it reads a grid with, ``grid``, ``validate`` and its
+  rules) and the TRL boundary import no torch, transformers or trl at module level, so planning a
+  grid never loads the model stack;
 - ``training`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
 - module-level imports among the project's modules form no cycle;
 - every private name of TRL the trainer relies on exists in the installed TRL.
@@ -81,20 +82,35 @@ def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
     assert not bad, f"analysis imports more of harness than {ANALYSIS_MAY_TAKE}: {bad}"
 
 
-def test_the_schema_imports_nothing_of_the_project():
+#: The schema: the settings sections, and the grid and run types built from them only.
+SCHEMA = ("harness.config.schema", "harness.config.runs")
+
+
+@pytest.mark.parametrize("module", SCHEMA)
+def test_the_schema_imports_nothing_of_the_project(module):
     found = sorted(
-        i for i in _imports(_modules()["harness.config.schema"], False) if i.split(".")[0] in PACKAGES
+        i
+        for i in _imports(_modules()[module], False)
+        if i.split(".")[0] in PACKAGES and not _within(i, SCHEMA)
     )
-    assert not found, f"harness.config.schema imports {found}; it is the bottom layer every module may take"
+    assert not found, f"{module} imports {found}; the schema is the bottom layer every module may take"
 
 
 @pytest.mark.parametrize(
     "module",
     [
         "harness.config.schema",
+        "harness.config.runs",
+        "harness.config.yaml_files",
+        "harness.config.keys",
+        "harness.config.overrides",
+        "harness.config.report_check",
         "harness.config.spec",
         "harness.config.grid",
         "harness.config.validate",
+        "harness.config.rules_base",
+        "harness.config.rules_trainer",
+        "harness.config.rules_run",
         "harness.trl_boundary",
     ],
 )

@@ -20,15 +20,8 @@ from helpers import SMALL_MODEL, SMALL_TASK, cli
 
 from harness import layout
 from harness.config.grid import expand
-from harness.config.schema import (
-    TINY,
-    TINY_CHAT,
-    RunSpec,
-    SpecError,
-    TaskSpec,
-    TinyChatModelSpec,
-    TinyModelSpec,
-)
+from harness.config.runs import RunSpec
+from harness.config.schema import TINY, TINY_CHAT, SpecError, TaskSpec, TinyChatModelSpec, TinyModelSpec
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import tiny as models

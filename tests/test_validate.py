@@ -7,7 +7,8 @@ import yaml
 from helpers import cli
 
 from harness.config.grid import expand
-from harness.config.spec import SpecError, load_grid
+from harness.config.schema import SpecError
+from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 
 BASE = {

@@ -26,7 +26,8 @@ from harness.cluster.status import (
     record_end,
     resume_promise,
 )
-from harness.config.schema import ExecutorSettings, RunSpec
+from harness.config.runs import RunSpec
+from harness.config.schema import ExecutorSettings
 from harness.layout import last_step_and_reward
 
 

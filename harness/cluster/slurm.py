@@ -28,7 +28,8 @@ from harness.cluster.status import (
     run_status,
     scheduler_command,
 )
-from harness.config.schema import ExecutorSettings, RunSpec, canonical_json
+from harness.config.runs import RunSpec
+from harness.config.schema import ExecutorSettings, canonical_json
 from harness.layout import atomic_write_json
 
 SUBMIT_LOCK = ".submit.lock"

@@ -31,7 +31,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.config.keys import check_setting, coerce_number, normalize_key, run_setting_key, suggest
 from harness.config.schema import canonical_json
+from harness.config.yaml_files import finding_origins
 
 #: Keys of one finding, in the order they are shown.
 FINDING_KEYS = (
@@ -109,8 +111,6 @@ def _origin_text(path: Any, fid: str) -> str:
     sentence to add to its problems; "" when only the file itself does)."""
     from pathlib import Path
 
-    from harness.config.spec import finding_origins
-
     files = finding_origins(Path(path)).get(fid) or []
     if not files:
         return ""
@@ -129,8 +129,6 @@ def _origin_text(path: Any, fid: str) -> str:
 
 
 def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
-    from harness.config.spec import _suggest
-
     if not isinstance(finding, Mapping):
         drop = (
             " (null drops a finding of an included file; this one is in no included file)"
@@ -145,7 +143,7 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
     for key in finding:
         if key not in FINDING_KEYS:
             problems.append(
-                f"{where}: unknown key '{key}'.{_suggest(str(key), FINDING_KEYS)} A finding has "
+                f"{where}: unknown key '{key}'.{suggest(str(key), FINDING_KEYS)} A finding has "
                 f"{', '.join(FINDING_KEYS)}."
             )
     for key in REQUIRED_KEYS:
@@ -217,8 +215,6 @@ def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
 def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
     """An arm's selector: ``{dotted key: value}``, keys written like grid keys, values type-checked
     and coerced as grid values are; not ``seed`` (an arm pools its seeds)."""
-    from harness.config.spec import _run_setting_key, check_setting, coerce_number, normalize_key
-
     if not isinstance(value, Mapping) or not value:
         problems.append(
             f"{where} = {_shown(value)}: give a non-empty mapping of settings that select the arm's runs, "
@@ -245,7 +241,7 @@ def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | N
             )
             ok = False
             continue
-        problem = _run_setting_key(key, where) or check_setting(key, v, where)
+        problem = run_setting_key(key, where) or check_setting(key, v, where)
         if problem is None and isinstance(v, float) and not math.isfinite(v):
             problem = (
                 f"{where}: {key} = {v!r}: a setting is a finite number, so no run can have it; give one of "
@@ -270,7 +266,7 @@ def _shown(value: Any) -> str:
 
 
 def selects(run: Any, selector: Mapping[str, Any]) -> bool:
-    """Whether ``run`` (a :class:`harness.config.schema.RunSpec`) belongs to the arm of ``selector``: every
+    """Whether ``run`` (a :class:`harness.config.runs.RunSpec`) belongs to the arm of ``selector``: every
     selector key equals the run's resolved setting (compared as canonical JSON, so ``2`` and ``2.0``
     differ exactly where the grid coerces them apart; a key the run leaves unset matches only
     ``null``); the key :data:`SUBGRID` compares the run's sub-grid name."""
@@ -332,8 +328,6 @@ def plan_problems(plan: Any) -> list[str]:
 def _applied_text(grid: Any, selector: Mapping[str, Any]) -> str:
     """A sentence naming the profile settings and ``-o`` overrides that set a key ``selector``
     selects by ("" when none does): they apply before the arms select runs."""
-    from harness.config.spec import normalize_key
-
     given = [(k, f"--profile {grid.profile} ({k}={json.dumps(v)})") for k, v in grid.profile_settings]
     given += [(o.split("=", 1)[0].strip(), f"-o {o}") for o in grid.overrides]
     hits = [text for key, text in given if normalize_key(key.removeprefix("grid.")) in selector]
@@ -388,7 +382,7 @@ def _no_subgrid_problem(where: str, name: str, plan: Any) -> str:
     if name not in names:
         return (
             f"{where}.subgrid = {json.dumps(name)}: the grid has no sub-grid of that name; its sub-grids are "
-            f"{', '.join(names)}.{_suggest_name(name, names)}"
+            f"{', '.join(names)}.{suggest(name, names)}"
         )
     firsts = sorted({kept.subgrid for dropped, kept in plan.duplicates if dropped.subgrid == name})
     if not firsts:
@@ -401,12 +395,6 @@ def _no_subgrid_problem(where: str, name: str, plan: Any) -> str:
         f"{', '.join(firsts)}, which keeps the run under its own name (a run is made "
         "once); select those runs by their settings, or give the sub-grid a setting of its own."
     )
-
-
-def _suggest_name(word: str, options: Sequence[str]) -> str:
-    from harness.config.spec import _suggest
-
-    return _suggest(word, options)
 
 
 #: Per-step columns a run's parquet holds whatever its loss (TRL 1.16's GRPO metrics, the

@@ -16,15 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.config.runs import Axis, GridSpec, RunSpec, SubGrid
 from harness.config.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EPOCH,
     TINY,
-    Axis,
-    GridSpec,
-    RunSpec,
     SpecError,
-    SubGrid,
     TaskSpec,
     canonical_json,
     deep_merge,

@@ -5,7 +5,7 @@ libraries' versions: TRL's ``GRPOConfig`` (its field types, and whether it accep
 settings, with the values it resolves) and reasoning-gym (whether a dataset accepts its arguments).
 Asking costs the imports: torch + TRL ~2.7 s, TRL's first ``GRPOConfig`` ~2.3 s (it imports
 transformers' model code), reasoning-gym ~1 s. The embedded models' sequence lengths for a task
-(:func:`harness.config.validate.embedded_lengths`: the SFT data and tokenizer, a second or a few) are kept
+(:func:`harness.config.rules_run.embedded_lengths`: the SFT data and tokenizer, a second or a few) are kept
 the same way. Each answer is stored as one JSON file named by the
 SHA-256 of (namespace, schema, key), where the key holds the installed versions of the libraries that
 gave it, so upgrading any of them asks again.

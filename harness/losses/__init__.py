@@ -49,7 +49,7 @@ LOSS_FIELDS = (
     "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
 )  # fmt: skip
 #: The loss fields only some losses read (SAPO's temperatures, VESPO's k and lambda): set for a run
-#: whose loss does not read them, they are refused (:func:`harness.config.validate.rule_loss_fields`).
+#: whose loss does not read them, they are refused (:func:`harness.config.rules_trainer.rule_loss_fields`).
 SPECIFIC_LOSS_FIELDS = LOSS_FIELDS[4:]
 ENTRY_POINT_GROUP = "grpo_harness.losses"
 #: The top-level grid key listing plugin modules; copied into each run's settings (not its id).

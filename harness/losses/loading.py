@@ -4,7 +4,7 @@
   imports the modules of the grid's ``plugins:`` list and the entry points named by the
   ``loss_type`` values the grid writes, so that their hyperparameters are known keys; refuses a
   hyperparameter that is also a ``GRPOConfig`` field.
-* :func:`check_run` (called by :func:`harness.config.validate.rule_loss_type`): the run's ``loss_type``
+* :func:`check_run` (called by :func:`harness.config.rules_trainer.rule_loss_type`): the run's ``loss_type``
   names a TRL loss or a plugin; the plugin's hyperparameters are in range and set only with it;
   the plugin returns the right shape and dtype on a tiny synthetic batch (:func:`probe_problem`),
   and what it declares about itself holds there (:mod:`harness.losses.declarations`).

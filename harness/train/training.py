@@ -22,7 +22,8 @@ from typing import Any
 
 from harness import layout, losses
 from harness.config import lora
-from harness.config.schema import ExecutorSettings, HarnessSettings, RunSpec
+from harness.config.runs import RunSpec
+from harness.config.schema import ExecutorSettings, HarnessSettings
 from harness.layout import atomic_write_json, read_metrics
 from harness.train import checkpoints, trackers
 from harness.train.metrics import MetricsWriter, provenance
