@@ -357,7 +357,8 @@ def main() -> int:
     import harness.train.training as training
     from harness.config.grid import expand
     from harness.config.spec import load_grid
-    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+    from harness.losses import grpo_config_kwargs
+    from harness.trl_boundary import build_grpo_config
 
     overrides = [*args.override, f"trainer.max_steps={args.steps}", "harness.eval_steps=0"]
     plan = expand(load_grid(args.grid, overrides))

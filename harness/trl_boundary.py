@@ -1,11 +1,14 @@
 """Everything that knows TRL's insides, in one place.
 
 The rest of the harness asks this module, never TRL directly, about: the values TRL accepts for
-``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``; the ``GRPOConfig`` keyword arguments of a run and
-the device it runs on; TRL's verdict on those arguments (memoised on disk by
-:mod:`harness.config.verdicts`); and the private names of ``GRPOTrainer`` that
-:class:`harness.train.trainer.HarnessGRPOTrainer` overrides or reads (:data:`TRL_PRIVATE_NAMES`,
-checked against the installed TRL by :func:`missing_private_names`).
+``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``;
+``GRPOConfig``'s fields and defaults; the device a run executes on; TRL's verdict on a run's
+``GRPOConfig`` keyword arguments (memoised on disk by :mod:`harness.config.verdicts`); and the
+private names of ``GRPOTrainer`` that :class:`harness.train.trainer.HarnessGRPOTrainer` overrides or
+reads (:data:`TRL_PRIVATE_NAMES`, checked against the installed TRL by :func:`missing_private_names`).
+
+It knows nothing of loss plugins: a run's keyword arguments, a plugin's reduction in place of its
+name, are :func:`harness.losses.grpo_config_kwargs`, which asks this module what TRL takes.
 
 Importing this module imports neither torch nor TRL: each function imports what it needs.
 """
@@ -22,7 +25,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.runs import RunSpec
 from harness.config.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
 
 #: TRL 1.16's ``GRPOConfig.loss_type`` values, used only when the installed TRL's field help does
@@ -183,41 +185,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def grpo_config_kwargs(run: RunSpec, device: str, output_dir: str) -> dict[str, Any]:
-    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` on ``device`` ("cpu" or "cuda").
-
-    Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
-    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
-    every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
-    prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.train.checkpoints`).
-    A loss plugin's run gives ``GRPOConfig`` the plugin's reduction as ``loss_type`` and none of its
-    hyperparameters (:func:`harness.losses.grpo_config_settings`).
-    """
-    h = run.harness
-    kwargs: dict[str, Any] = {
-        "logging_steps": 1,
-        "report_to": "none",
-        "disable_tqdm": True,
-        "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
-        "dataloader_num_workers": 0,
-    }
-    if h.checkpoint_steps > 0:
-        kwargs["save_steps"] = h.checkpoint_steps
-    if device == "cpu":
-        kwargs["use_cpu"] = True
-        kwargs["bf16"] = False
-    kwargs.update(run.trainer)
-    from harness.losses import for_run, grpo_config_settings
-
-    if kwargs.get("loss_type", "grpo") not in loss_types():  # a loss plugin: GRPOConfig gets its reduction
-        with contextlib.suppress(ValueError):  # an unknown name is validation's to report
-            for_run(run.settings)
-    kwargs = grpo_config_settings(kwargs)
-    kwargs["output_dir"] = output_dir
-    kwargs["seed"] = run.seed
-    return kwargs
 
 
 def build_grpo_config(

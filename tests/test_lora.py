@@ -112,8 +112,9 @@ def test_lora_trains_the_adapter_against_the_base_model(tmp_path, tiny_model, ch
     """Only the adapter trains; with beta > 0 the reference is the base model with the adapters off
     (KL 0 at the first step, where policy = base since LoRA's B starts at zero, then > 0); w_seq and
     the off-policy flags behave as in a full fine-tune of the same settings."""
+    from harness.losses import grpo_config_kwargs
     from harness.train.training import build_trainer, train
-    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+    from harness.trl_boundary import build_grpo_config
 
     trainer = {"num_iterations": 2, "beta": 0.5}
     spec = _spec(tiny_model, chain_sum_task, LORA, **trainer)

@@ -208,7 +208,7 @@ def test_hyperparameter_range_and_owner(tmp_path, monkeypatch, clean_registry):
 
 def test_builtin_runs_keep_their_settings_and_config(tmp_path):
     """A built-in run's settings hold no plugin default, and GRPOConfig gets a plugin's reduction."""
-    from harness.trl_boundary import grpo_config_kwargs
+    from harness.losses import grpo_config_kwargs
 
     path = tmp_path / "grid.yaml"
     path.write_text(GRID.format(module="harness.losses.mirrors", loss="gmpo", extra=", gmpo_clip_low: 0.3"))

@@ -126,9 +126,10 @@ def test_no_extra_forward_pass(tmp_path, tiny_model, chain_sum_task):
     """Model forwards per step are the same for TRL's trainer and the harness's."""
     from trl import GRPOTrainer
 
+    from harness.losses import grpo_config_kwargs
     from harness.train.trainer import HarnessGRPOTrainer
     from harness.train.training import build_trainer
-    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+    from harness.trl_boundary import build_grpo_config
 
     spec = make_spec(
         tiny_model, chain_sum_task, max_steps=2, num_iterations=2, gradient_accumulation_steps=2

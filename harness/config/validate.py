@@ -57,13 +57,8 @@ from harness.config.schema import (
     SpecError,
     canonical_json,
 )
-from harness.trl_boundary import (
-    VALIDATION_DIR,
-    checked_grpo_config,
-    grpo_config_defaults,
-    grpo_config_kwargs,
-    resolve_device,
-)
+from harness.losses import grpo_config_kwargs
+from harness.trl_boundary import VALIDATION_DIR, checked_grpo_config, grpo_config_defaults, resolve_device
 
 #: Where a grid-file problem comes from, by how its message begins (:func:`problem_origin`).
 ORIGINS = (

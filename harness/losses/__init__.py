@@ -12,9 +12,9 @@ Where plugins come from (nothing else is imported):
 * Python entry points of the group :data:`ENTRY_POINT_GROUP`, loaded only for a ``loss_type`` that
   names one (:func:`from_entry_point`).
 
-What TRL receives: a plugin run's ``GRPOConfig`` gets ``loss_type`` = the plugin's named reduction
-(``"grpo"`` for a plugin with its own reduction) and none of the plugin's hyperparameters
-(:func:`grpo_config_settings`); the harness's trainer then runs the plugin through
+What TRL receives: a run's ``GRPOConfig`` keyword arguments are :func:`grpo_config_kwargs`; a plugin
+run's get ``loss_type`` = the plugin's named reduction (``"grpo"`` for a plugin with its own
+reduction) and none of the plugin's hyperparameters (:func:`grpo_config_settings`); the harness's trainer then runs the plugin through
 :func:`harness.losses.compute.plugin_loss`. TRL's ``GRPOConfig`` and ``GRPOTrainer.__init__`` only
 warn about a few ``loss_type`` values (luspo, vespo) and never reject one; giving them the
 reduction's name keeps those warnings about the reduction actually used.
@@ -24,6 +24,7 @@ This module imports neither torch nor TRL.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -32,6 +33,8 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.trl_boundary import KNOWN_LOSS_TYPES, TRL_LOSS_READS, TRL_RATIO_CAPS, loss_types
 
 #: TRL's reductions a plugin may name (``GRPOTrainer._compute_loss``'s aggregation branches):
 #: grpo (per-sequence token mean, then the mean over sequences), bnpo (token mean over the local
@@ -216,8 +219,6 @@ def register_loss(
             :data:`LOSS_FIELDS`, ``on_policy_equivalent`` is not a TRL loss type, or
             ``ratio_cap`` is not ``epsilon`` or ``epsilon_high``, or not among ``reads``.
     """
-    from harness.trl_boundary import KNOWN_LOSS_TYPES
-
     if not isinstance(name, str) or not name.isidentifier():
         raise PluginError(f"register_loss({name!r}): a loss name is an identifier, e.g. 'reinforce'.")
     if name in KNOWN_LOSS_TYPES:
@@ -299,8 +300,6 @@ def loss_reads(loss_type: Any) -> tuple[str, ...] | None:
     (:data:`harness.trl_boundary.TRL_LOSS_READS`, with ``importance_sampling_level``), a registered
     plugin's declared ``reads``; None where that is not known (an undeclared plugin, a name that is
     neither)."""
-    from harness.trl_boundary import TRL_LOSS_READS
-
     if loss_type in TRL_LOSS_READS:
         return (*TRL_LOSS_READS[loss_type], "importance_sampling_level")
     plugin = REGISTRY.get(loss_type) if isinstance(loss_type, str) else None
@@ -311,8 +310,6 @@ def ratio_cap(loss_type: Any) -> str | None:
     """The field a run of ``loss_type`` caps the ratio at (``min(r, field)``): TRL's cispo's
     ``epsilon_high`` (:data:`harness.trl_boundary.TRL_RATIO_CAPS`) or a plugin's declared
     ``ratio_cap``; None for a clip range or no ratio limit."""
-    from harness.trl_boundary import TRL_RATIO_CAPS
-
     if loss_type in TRL_RATIO_CAPS:
         return TRL_RATIO_CAPS[loss_type]
     plugin = REGISTRY.get(loss_type) if isinstance(loss_type, str) else None
@@ -505,14 +502,47 @@ def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, A
     """
     trainer = settings.get("trainer") or {}
     name = trainer.get("loss_type")
-    from harness.trl_boundary import loss_types
-
     if name is None or name in loss_types():
         return None, {}
     plugin, problems = find(name, settings.get(PLUGINS_KEY) or ())
     if plugin is None:
         raise PluginError("; ".join(problems) or f"loss_type {name!r} names no TRL loss type and no plugin.")
     return plugin, plugin_settings(plugin, trainer)
+
+
+def grpo_config_kwargs(run: Any, device: str, output_dir: str) -> dict[str, Any]:
+    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` (a :class:`harness.config.runs.RunSpec`)
+    on ``device`` ("cpu" or "cuda").
+
+    Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
+    optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
+    every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
+    prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.train.checkpoints`).
+    A loss plugin's run gives ``GRPOConfig`` the plugin's reduction as ``loss_type`` and none of its
+    hyperparameters (:func:`grpo_config_settings`); its module is imported first when the run names it
+    (:func:`for_run`).
+    """
+    h = run.harness
+    kwargs: dict[str, Any] = {
+        "logging_steps": 1,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "save_strategy": "steps" if h.checkpoint_steps > 0 else "no",
+        "dataloader_num_workers": 0,
+    }
+    if h.checkpoint_steps > 0:
+        kwargs["save_steps"] = h.checkpoint_steps
+    if device == "cpu":
+        kwargs["use_cpu"] = True
+        kwargs["bf16"] = False
+    kwargs.update(run.trainer)
+    if kwargs.get("loss_type", "grpo") not in loss_types():  # a loss plugin: GRPOConfig gets its reduction
+        with contextlib.suppress(ValueError):  # an unknown name is validation's to report
+            for_run(run.settings)
+    kwargs = grpo_config_settings(kwargs)
+    kwargs["output_dir"] = output_dir
+    kwargs["seed"] = run.seed
+    return kwargs
 
 
 def source_record(plugin: LossPlugin) -> dict[str, Any]:

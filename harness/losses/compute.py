@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from harness.losses import LossPlugin
+from harness.trl_boundary import grpo_config_defaults
 
 
 class ReadOnlyConfig:
@@ -499,7 +500,6 @@ def probe(plugin: LossPlugin, settings: Mapping[str, Any], level: str = "token")
     scalar.
     """
     from harness import losses
-    from harness.trl_boundary import grpo_config_defaults
 
     values = {**grpo_config_defaults(), **settings}
     batch = _probe_inputs(values, level, losses.plugin_settings(plugin, settings))

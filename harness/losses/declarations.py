@@ -42,6 +42,7 @@ import torch
 
 from harness import losses
 from harness.losses.compute import LossInputs, check_output, synthetic_inputs
+from harness.trl_boundary import grpo_config_defaults, reuses_current_logps
 
 TOL = 1e-6
 B, T = 8, 16
@@ -220,8 +221,6 @@ def _equivalent_gap(
 def _equivalence(plugin, settings, hparams, defaults, stage: _Stage) -> tuple[list[str], bool]:
     """For an on-policy run: the error when the equivalence fails at TRL's and the plugin's
     defaults, and whether it holds at the run's settings."""
-    from harness.trl_boundary import reuses_current_logps
-
     if not plugin.on_policy_equivalent or not reuses_current_logps(settings):
         return [], False
     stage.what = f"TRL's {plugin.on_policy_equivalent} at the defaults"
@@ -239,8 +238,6 @@ def _equivalence(plugin, settings, hparams, defaults, stage: _Stage) -> tuple[li
 
 
 def _verdict(name: str, settings: Mapping[str, Any], hparams: Mapping[str, Any]) -> Verdict:
-    from harness.trl_boundary import grpo_config_defaults
-
     plugin = losses.REGISTRY[name]
     defaults = {k: v for k, v in grpo_config_defaults().items() if k not in IRRELEVANT}
     stage = _Stage()
@@ -267,8 +264,6 @@ def check(name: str, config: Mapping[str, Any] | None, hparams: Mapping[str, Any
     """The checks of the module docstring for the registered plugin ``name`` at a run's settings:
     ``config`` is the run's resolved ``GRPOConfig`` values (TRL's defaults when None), ``hparams``
     its hyperparameter values (the plugin's defaults when None). Memoised in memory."""
-    from harness.trl_boundary import grpo_config_defaults
-
     plugin = losses.REGISTRY[name]
     settings = {**grpo_config_defaults(), **dict(config or {})}
     settings = {k: v for k, v in settings.items() if k not in IRRELEVANT}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import losses
+from harness.trl_boundary import grpo_config_fields, loss_types
 
 
 def _loss_type_values(node: Any, where: str = "") -> list[tuple[str, str]]:
@@ -91,8 +92,6 @@ def load_grid_plugins(
     is imported. A value naming nothing is kept in ``unknown`` (values of profiles other than
     ``profile`` only load their entry points).
     """
-    from harness.trl_boundary import grpo_config_fields, loss_types
-
     modules = config.get(losses.PLUGINS_KEY) or []
     if isinstance(modules, str) or not isinstance(modules, list):
         problem = f"plugins = {modules!r}: give a list of module names, e.g. plugins: [mypackage.losses]."
@@ -137,8 +136,6 @@ def _shadow_problems(plugin: losses.LossPlugin) -> list[str]:
 def _unknown_loss(
     name: Any, modules: Iterable[str], where: str = "trainer.loss_type", failed: Sequence[str] = ()
 ) -> str:
-    from harness.trl_boundary import loss_types
-
     plugins = sorted({*losses.REGISTRY, *losses.entry_point_names()})
     listed = ", ".join(modules) or "none"
     close = difflib.get_close_matches(str(name), [*loss_types(), *plugins], n=2, cutoff=0.7)
@@ -155,8 +152,6 @@ def _unknown_loss(
 def check_run(settings: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> list[str]:
     """Errors of one run's loss settings (``RunSpec.settings``); ``config`` is TRL's resolved
     ``GRPOConfig`` values when known (the probe's settings)."""
-    from harness.trl_boundary import loss_types
-
     trainer = settings.get("trainer") or {}
     name = trainer.get("loss_type", "dapo" if config is None else config.get("loss_type"))
     modules = settings.get(losses.PLUGINS_KEY) or []

@@ -243,7 +243,8 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
 
 
 def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
-    from harness.trl_boundary import build_grpo_config, grpo_config_kwargs
+    from harness.losses import grpo_config_kwargs
+    from harness.trl_boundary import build_grpo_config
 
     settings, device, state, prov = _start(spec, run_dir, device, threads)
 
