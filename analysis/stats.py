@@ -24,7 +24,9 @@ __all__ = [
     "bootstrap_mean_interval",
     "iqm",
     "mean_score",
+    "median_score",
     "nan_moments",
+    "optimality_gap",
     "min_detectable_effect",
     "performance_profile",
     "percentile_interval",
@@ -183,6 +185,54 @@ def mean_score(scores: np.ndarray) -> float:
     return float(per_task.mean())
 
 
+def _task_means(scores: np.ndarray) -> np.ndarray:
+    """Per task (column of a ``(n_runs, n_tasks)`` matrix; 1-D: one task), the mean of its present
+    scores; tasks without any are left out."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 1:
+        s = s[:, None]
+    present = ~np.isnan(s)
+    n = present.sum(axis=0)
+    return np.where(present, s, 0.0).sum(axis=0)[n > 0] / n[n > 0]
+
+
+def median_score(scores: np.ndarray) -> float:
+    """Median over tasks of the per-task mean over runs, ignoring NaNs.
+
+    Agarwal et al. 2021, rliable ``metrics.aggregate_median``: ``np.median(np.mean(scores,
+    axis=0))``. With one task it is that task's mean over runs.
+
+    Args:
+        scores: shape ``(n_runs, n_tasks)``; a 1-D array is one task.
+
+    Returns:
+        The median, NaN when no finite score exists.
+    """
+    per_task = _task_means(scores)
+    return float(np.median(per_task)) if per_task.size else float("nan")
+
+
+def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> float:
+    """How far the scores fall short of ``gamma``: ``gamma - mean(min(score, gamma))``.
+
+    Agarwal et al. 2021, Section 4 (rliable ``metrics.aggregate_optimality_gap``:
+    ``gamma - np.mean(np.minimum(scores, gamma))`` over all runs and tasks); lower is better, and
+    a score above ``gamma`` counts as ``gamma``. On a matrix with a NaN (a task with fewer runs) the
+    mean is taken per task first and then over tasks, as :func:`mean_score` does, so every task
+    weighs the same; on a full matrix that is rliable's mean over all entries.
+
+    Args:
+        scores: shape ``(n_runs, n_tasks)`` (1-D: one task), e.g. normalised scores, where
+            ``gamma = 1`` is the reference score.
+        gamma: the threshold, in the scores' units.
+
+    Returns:
+        The gap, NaN when no finite score exists.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    return float(gamma - mean_score(np.minimum(s, gamma)))
+
+
 def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
     """P(X > Y): probability that a run of X beats a run of Y on a task, averaged over tasks.
 
@@ -269,6 +319,17 @@ def _iqm_counts(tasks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     return kept @ values / (n - 2 * k)
 
 
+def _median_counts(tasks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    # median over tasks of each task's resampled mean
+    per_task = [c @ v / v.size for v, c in tasks if v.size]
+    return np.median(per_task, axis=0) if per_task else np.full(len(tasks[0][1]) if tasks else 0, np.nan)
+
+
+def _optimality_gap_counts(tasks: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    # gamma = 1 minus the mean over tasks of each task's resampled mean of min(score, 1)
+    return 1.0 - _mean_counts([(np.minimum(v, 1.0), c) for v, c in tasks])
+
+
 def _poi_counts(x: list[tuple[np.ndarray, np.ndarray]], y: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     # Mann-Whitney U / (n·m) per task, U = #(x > y) + #(x == y) / 2 over all pairs of the replicate:
     # with draw counts cx, cy and the pairwise comparison G of the task's runs, U = cx · G · cy. G is
@@ -303,9 +364,9 @@ def stratified_bootstrap_ci(
     with replacement; several matrices (e.g. X and Y for :func:`probability_of_improvement`) are
     resampled independently. rliable uses 50,000 replicates, as the report does
     (:data:`analysis.tables.REPORT_REPS`); at 2,000 the endpoints of a 10-run x 4-task matrix moved
-    by up to 0.022 between bootstrap seeds. :func:`iqm`, :func:`mean_score`
-    and :func:`probability_of_improvement` are evaluated on all replicates at once; any other
-    ``func`` is called once per replicate.
+    by up to 0.022 between bootstrap seeds. :func:`iqm`, :func:`mean_score`, :func:`median_score`,
+    :func:`optimality_gap` (at its default ``gamma = 1``) and :func:`probability_of_improvement` are
+    evaluated on all replicates at once; any other ``func`` is called once per replicate.
 
     Args:
         func: statistic taking the matrices in order, e.g. :func:`iqm` or
@@ -529,6 +590,8 @@ def _replicate(scores: np.ndarray, counts: list[tuple[np.ndarray, np.ndarray]], 
 _BATCHED: dict[Callable[..., float], Callable[..., np.ndarray]] = {
     iqm: _iqm_counts,
     mean_score: _mean_counts,
+    median_score: _median_counts,
+    optimality_gap: _optimality_gap_counts,
     probability_of_improvement: _poi_counts,
 }
 
