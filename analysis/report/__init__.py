@@ -25,6 +25,7 @@ The modules, in the order a report is made:
 =================  ==========================================================================
 ``settings``       :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
 ``inputs``         reading a results folder: metrics, states, ``grid.json``, findings
+``across``         several results folders as one: runs matched by settings, what differs named
 ``runs``           one row per run, its labels and panels, and the runs left out
 ``baseline``       the baseline variant and the variants table
 ``compute``        every number of the report (:func:`compute_report`), no drawing

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import analysis.report.across as across_mod
 from analysis.report.compute import compute_report
+from analysis.report.data import ReportData, ReportInputs
 from analysis.report.inputs import _grid_findings, _grid_section, _logged_for, load_report_inputs
 from analysis.report.render import _write_report
 from analysis.report.settings import ReportError, ReportSettings, _keys
@@ -18,10 +21,13 @@ from harness.config.report_section import REPORT_X
 
 
 def make_report(
-    grid_dir: str | Path,
+    grid_dir: str | Path | Sequence[str | Path],
     *,
     run_ids: Sequence[str] | None = None,
     all_runs: bool = False,
+    across: str | Sequence[str] | None = None,
+    allow_different: str | Sequence[str] | None = None,
+    out: str | Path | None = None,
     baseline: str | None = None,
     x: str | None = None,
     hue: str | Sequence[str] | None = None,
@@ -35,31 +41,46 @@ def make_report(
     include_unfinished: bool | None = None,
     wseq_split: str | None = None,
 ) -> Path:
-    """Write the report of a grid's results folder and return the report folder.
+    """Write the report of a grid's results folder, or one report of several, and return the
+    report folder.
 
-    Arguments left None take the grid file's ``report:`` section (from ``grid.json``), then the
-    defaults of :class:`ReportSettings`.
+    Arguments left None take the (first) grid file's ``report:`` section (from ``grid.json``), then
+    the defaults of :class:`ReportSettings`.
 
     Args:
-        grid_dir: ``results/<grid>``.
-        run_ids: report these runs; default the grid's runs as last planned (``grid.json``).
+        grid_dir: ``results/<grid>``, or a list of results folders: one report across them
+            (:mod:`analysis.report.across`: runs matched by their settings, ``across`` as panels).
+        run_ids: report these runs (one folder only); default the grid's runs as last planned
+            (``grid.json``).
         all_runs: every run folder, labelled by what differs.
+        across: with several folders, the keys the comparison is about (one, comma-separated or a
+            list; ``folder`` for the folders as such).
+        allow_different: with several folders, keys that may differ between them uncompared.
+        out: the report folder; default ``grid_dir/report`` for one folder, required for several.
+            A new folder outside every compared one (it gets a ``sources.json``).
         baseline, x, hue, col, row, metric, target, ci, smoothing, seeds, include_unfinished,
             wseq_split: see :class:`ReportSettings` (``hue``/``col``/``row`` may be one key, a
             comma-separated string of keys or a list).
 
     Returns:
-        The report folder (``grid_dir/report``).
+        The report folder.
 
     Raises:
-        FileNotFoundError: if ``grid_dir`` has no ``runs/`` folder.
-        ReportError: (a ValueError) if ``x`` is unknown or a key or metric does not fit the results.
+        FileNotFoundError: if a folder has no ``runs/`` folder.
+        ReportError: (a ValueError) if ``x`` is unknown, a key or metric does not fit the results,
+            ``out`` is missing or unsafe, or the folders differ in a key neither named nor allowed
+            (:func:`analysis.report.across.compare`); nothing is written then.
     """
-    grid_dir = Path(grid_dir)
+    folders = [Path(grid_dir)] if isinstance(grid_dir, (str, Path)) else [Path(d) for d in grid_dir]
     if x is not None and x not in REPORT_X:
         raise ReportError(f"x must be one of {REPORT_X}, got {x!r}")
+    comparison = _comparison(folders, run_ids, across, allow_different, all_runs)
+    grid_dir = folders[0]
+    own = out is None and comparison is None
+    report_dir = grid_dir / layout.REPORT_DIR if own else across_mod.out_folder(out, folders)
+    section, notes = across_mod.report_section(comparison) if comparison else (_grid_section(grid_dir), [])
     settings = ReportSettings.merged(
-        _grid_section(grid_dir),
+        section,
         hue=_keys(hue),
         col=_keys(col),
         row=_keys(row),
@@ -73,45 +94,128 @@ def make_report(
         include_unfinished=include_unfinished,
         wseq_split=wseq_split,
     )
-    findings = _grid_findings(grid_dir)
-    inputs = load_report_inputs(
-        grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
+    settings = across_mod.place(settings, comparison) if comparison else settings
+    inputs, findings, title = _inputs(grid_dir, comparison, settings, run_ids, all_runs)
+    strict = {k for v in (hue, col, row) for k in (_keys(v) or ())} | set(
+        comparison.facets if comparison else ()
     )
-    df, grid_info = inputs.frame, inputs.grid_info
-    title = grid_info.get("name", grid_dir.name) if grid_info else grid_dir.name
-    strict = {k for v in (hue, col, row) for k in (_keys(v) or ())}
     given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
     data = compute_report(
         inputs,
         settings,
-        title=str(title),
+        title=title,
         strict_keys=strict,
         given=given,
         findings=findings,
-        logged_metrics=_logged_for(grid_dir, df, findings),
+        logged_metrics=_logged_for(grid_dir, inputs.frame, findings),
     )
-    data.lines.insert(
-        0,
+    _write_report(_opening(data, inputs, comparison, notes), inputs.load.skipped, report_dir)
+    if not own:
+        across_mod.write_sources(report_dir, folders, comparison)
+    return report_dir
+
+
+def _comparison(
+    folders: Sequence[Path],
+    run_ids: Sequence[str] | None,
+    across: str | Sequence[str] | None,
+    allow_different: str | Sequence[str] | None,
+    all_runs: bool,
+) -> across_mod.Comparison | None:
+    """:func:`analysis.report.across.compare` of several folders (None for one without
+    ``across`` or ``allow_different``).
+
+    Raises:
+        ReportError: run ids with several folders, or what ``compare`` raises.
+    """
+    if len(folders) == 1 and not across and not allow_different:
+        return None
+    if run_ids is not None:
+        raise ReportError("run ids name the runs of one folder; with several folders use --all or neither")
+    return across_mod.compare(
+        folders, across=_keys(across) or (), allow_different=_keys(allow_different) or (), all_runs=all_runs
+    )
+
+
+def _inputs(
+    grid_dir: Path,
+    comparison: across_mod.Comparison | None,
+    settings: ReportSettings,
+    run_ids: Sequence[str] | None,
+    all_runs: bool,
+) -> tuple[ReportInputs, list[Any], str]:
+    """What the report reads (one folder's, or the comparison's), the findings judged and the title."""
+    if comparison is not None:
+        return across_mod.load_inputs(comparison, settings), [], comparison.title
+    findings = _grid_findings(grid_dir)
+    inputs = load_report_inputs(
+        grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
+    )
+    title = inputs.grid_info.get("name", grid_dir.name) if inputs.grid_info else grid_dir.name
+    return inputs, findings, str(title)
+
+
+def _opening(
+    data: ReportData, inputs: ReportInputs, comparison: across_mod.Comparison | None, notes: Sequence[str]
+) -> ReportData:
+    """``data`` with the run set's lines first (and, across folders, the folders, what differs and
+    the runs without a counterpart)."""
+    df = inputs.frame
+    head = [
         f"Runs: {inputs.run_set}; {df[layout.RUN_ID].nunique() if len(df) else 0} "
-        f"with metrics, {len(df)} logged steps.",
-    )
+        f"with metrics, {len(df)} logged steps."
+    ]
     if inputs.load.missing_runs:
-        data.lines.insert(1, f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
-    out = grid_dir / layout.REPORT_DIR
-    _write_report(data, inputs.load.skipped, out)
-    return out
+        head.append(f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
+    if comparison is None:
+        return replace(data, lines=[*head, *data.lines])
+    head += [*across_mod.report_lines(comparison), *(f"Note: {n}." for n in notes), ""]
+    return replace(
+        data, lines=[*head, *data.lines], left_out=[*data.left_out, *across_mod.left_out_lines(comparison)]
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``report`` subcommand's arguments to ``parser``: the results folder, ``--all``, and
-    one flag per setting that has one (:func:`harness.config.report_section.add_arguments`)."""
-    parser.add_argument("grid", type=Path, help="a grid's results folder, results/<grid>")
+    """Add the ``report`` subcommand's arguments to ``parser``: the results folder(s), ``--all``,
+    ``--across``, ``--allow-different``, ``--out``, and one flag per setting that has one
+    (:func:`harness.config.report_section.add_arguments`)."""
+    parser.add_argument(
+        "grid",
+        type=Path,
+        nargs="+",
+        metavar="GRID_DIR",
+        help="a grid's results folder, results/<grid>; several make one report across them (--across, --out)",
+    )
     report_section.add_arguments(parser)
     parser.add_argument(
         "--all",
         dest="all_runs",
         action="store_true",
         help="every run folder, not just the grid as currently specified; runs labelled by what differs",
+    )
+    parser.add_argument(
+        "--across",
+        default=None,
+        metavar="KEYS",
+        help="several folders: the setting(s) that tell them apart and are compared, comma-separated "
+        "(e.g. model, task); a panel per value. 'folder' compares the folders as such",
+    )
+    parser.add_argument(
+        "--allow-different",
+        dest="allow_different",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="several folders: a setting that may differ between them without being compared (listed in "
+        "the report); repeatable. Any other difference stops the report",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the report folder (default results/<grid>/report for one folder; required for several): a new "
+        "folder outside the compared ones",
     )
 
 
@@ -134,7 +238,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"report: {e}", file=sys.stderr)
         return 2
     try:
-        out = make_report(args.grid, all_runs=getattr(args, "all_runs", False), **given)
+        grids = args.grid if isinstance(args.grid, list) else [args.grid]
+        out = make_report(
+            grids[0] if len(grids) == 1 else grids,
+            all_runs=getattr(args, "all_runs", False),
+            across=getattr(args, "across", None),
+            allow_different=getattr(args, "allow_different", None),
+            out=getattr(args, "out", None),
+            **given,
+        )
     except (FileNotFoundError, NotADirectoryError, ReportError) as e:
         print(f"report: {e}", file=sys.stderr)
         return 2

@@ -90,18 +90,7 @@ def load_report_inputs(
         grid_info = read_grid(grid_dir)
     except ValueError as e:
         raise ReportError(f"{e}; fix or delete it, or use --all") from e
-    if all_runs:
-        ids = list_runs(grid_dir)
-        run_set = f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
-    elif run_ids is not None:
-        ids = list(run_ids)
-        run_set = f"{len(ids)} run(s) given on the command line"
-    elif grid_info and isinstance(grid_info.get("run_ids"), list):
-        ids = [str(r) for r in grid_info["run_ids"]]
-        run_set = f"the {len(ids)} run(s) of {layout.GRID_FILE} (the grid as currently specified)"
-    else:
-        ids = list_runs(grid_dir)
-        run_set = f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
+    ids, run_set = run_set_of(grid_dir, grid_info, run_ids, all_runs=all_runs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
         loaded = load_results(
@@ -131,6 +120,33 @@ def load_report_inputs(
         grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
         load=loaded.info,
     )
+
+
+def run_set_of(
+    grid_dir: Path,
+    grid_info: Mapping[str, Any] | None,
+    run_ids: Sequence[str] | None = None,
+    *,
+    all_runs: bool = False,
+) -> tuple[list[str], str]:
+    """The run ids a report of ``grid_dir`` covers, in order, and a phrase naming them: every run
+    folder with ``all_runs``, else ``run_ids``, else ``grid.json``'s (``grid_info``) runs as last
+    planned, else every run folder.
+
+    Raises:
+        FileNotFoundError: no ``runs/`` folder (when the run folders are listed).
+    """
+    if all_runs:
+        ids = list_runs(grid_dir)
+        return ids, f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
+    if run_ids is not None:
+        ids = list(run_ids)
+        return ids, f"{len(ids)} run(s) given on the command line"
+    if grid_info and isinstance(grid_info.get("run_ids"), list):
+        ids = [str(r) for r in grid_info["run_ids"]]
+        return ids, f"the {len(ids)} run(s) of {layout.GRID_FILE} (the grid as currently specified)"
+    ids = list_runs(grid_dir)
+    return ids, f"all {len(ids)} run folder(s) (no {layout.GRID_FILE})"
 
 
 def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
