@@ -221,8 +221,7 @@ def test_expansion_is_pure(tmp_path, monkeypatch):
 
 
 def test_schema_constants_are_one_copy():
-    from harness.models import tasks
-    from harness.models import tiny as models
+    from harness.models import names, tasks
 
-    assert models.TINY is schema.TINY and tasks.TEMPLATES is schema.TEMPLATES
+    assert names.TINY is schema.TINY and tasks.TEMPLATES is schema.TEMPLATES
     assert tasks.SFT_SEED_BASE is schema.SFT_SEED_BASE and tasks.EVAL_SEED is schema.EVAL_SEED
