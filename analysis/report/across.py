@@ -33,15 +33,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import NONE_LABEL as NONE
-from analysis.load import LoadInfo, _collect_config, _Configs, _join_config, list_runs, read_grid
+from analysis.load import LoadInfo, _collect_config, _Configs, _join_config, list_runs
 from analysis.report.data import ReportInputs
 from analysis.report.inputs import (
     _grid_findings,
     _grid_section,
-    _not_a_grid_folder,
     load_report_inputs,
+    read_run_set,
     report_columns,
-    run_set_of,
 )
 from analysis.report.runs import _norm
 from analysis.report.settings import ReportError, ReportSettings
@@ -233,13 +232,7 @@ def _read_grids(folders: Sequence[str | Path], all_runs: bool) -> tuple[Grid, ..
             raise ReportError(f"{paths[i]} is given twice; give each results folder once")
     grids = []
     for path, label in zip(paths, _labels(resolved), strict=True):
-        if not (path / layout.RUNS_DIR).is_dir():
-            raise FileNotFoundError(_not_a_grid_folder(path))
-        try:
-            info = read_grid(path)
-        except ValueError as e:
-            raise ReportError(f"{e}; fix or delete it, or use --all") from e
-        ids, run_set = run_set_of(path, info, all_runs=all_runs)
+        info, ids, run_set = read_run_set(path, all_runs=all_runs)
         present = set(list_runs(path))
         started = [r for r in ids if r in present]
         damaged: dict[str, str] = {}

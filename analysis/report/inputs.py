@@ -84,13 +84,7 @@ def load_report_inputs(
         ReportError: a damaged ``grid.json``.
     """
     grid_dir = Path(grid_dir)
-    if not (grid_dir / layout.RUNS_DIR).is_dir():
-        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
-    try:
-        grid_info = read_grid(grid_dir)
-    except ValueError as e:
-        raise ReportError(f"{e}; fix or delete it, or use --all") from e
-    ids, run_set = run_set_of(grid_dir, grid_info, run_ids, all_runs=all_runs)
+    grid_info, ids, run_set = read_run_set(grid_dir, run_ids, all_runs=all_runs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedFileWarning)
         loaded = load_results(
@@ -122,20 +116,29 @@ def load_report_inputs(
     )
 
 
-def run_set_of(
-    grid_dir: Path,
-    grid_info: Mapping[str, Any] | None,
-    run_ids: Sequence[str] | None = None,
-    *,
-    all_runs: bool = False,
-) -> tuple[list[str], str]:
-    """The run ids a report of ``grid_dir`` covers, in order, and a phrase naming them: every run
-    folder with ``all_runs``, else ``run_ids``, else ``grid.json``'s (``grid_info``) runs as last
-    planned, else every run folder.
+def read_run_set(
+    grid_dir: Path, run_ids: Sequence[str] | None = None, *, all_runs: bool = False
+) -> tuple[dict[str, Any] | None, list[str], str]:
+    """``grid.json`` (None without one), the run ids a report of ``grid_dir`` covers, in order, and
+    a phrase naming them: every run folder with ``all_runs``, else ``run_ids``, else ``grid.json``'s
+    runs as last planned, else every run folder.
 
     Raises:
-        FileNotFoundError: no ``runs/`` folder (when the run folders are listed).
+        FileNotFoundError: no ``runs/`` folder.
+        ReportError: a damaged ``grid.json``.
     """
+    if not (grid_dir / layout.RUNS_DIR).is_dir():
+        raise FileNotFoundError(_not_a_grid_folder(grid_dir))
+    try:
+        grid_info = read_grid(grid_dir)
+    except ValueError as e:
+        raise ReportError(f"{e}; fix or delete it, or use --all") from e
+    return (grid_info, *_run_set(grid_dir, grid_info, run_ids, all_runs))
+
+
+def _run_set(
+    grid_dir: Path, grid_info: Mapping[str, Any] | None, run_ids: Sequence[str] | None, all_runs: bool
+) -> tuple[list[str], str]:
     if all_runs:
         ids = list_runs(grid_dir)
         return ids, f"all {len(ids)} run folder(s) in {grid_dir}/{layout.RUNS_DIR}"
