@@ -497,7 +497,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _add_reading_commands(sub, command: str | None) -> None:
     """The commands that read results: report, findings, compare, bench."""
-    p = sub.add_parser("report", help="figures and tables of a results folder")
+    p = sub.add_parser(
+        "report", help="figures and tables of a results folder, or one report across several (--across)"
+    )
     if command in (None, "report"):
         from analysis import report
 
