@@ -33,10 +33,12 @@ def fake_grid(
     losses=LOSSES,
     seeds=SEEDS,
     trainer: dict | None = None,
+    sections: dict | None = None,
     gain: float = 1.0,
 ) -> list[str]:
     """A finished grid of ``losses × seeds`` on ``model`` (the run ids are the same in every folder,
-    as hashes of equal settings would be), reward rising ``gain`` times faster than the default."""
+    as hashes of equal settings would be), reward rising ``gain`` times faster than the default;
+    ``sections`` are added to each run's settings (``{"tiny": {...}}``)."""
     ids = []
     for loss in losses:
         for seed in seeds:
@@ -45,6 +47,7 @@ def fake_grid(
             step = np.arange(1, STEPS + 1)
             config = config_for(loss, seed)
             config["model"] = model
+            config.update(sections or {})
             config["trainer"].update({"max_steps": STEPS, **(trainer or {})})
             write_run(
                 folder,
@@ -72,10 +75,11 @@ def fake_grid(
 
 @pytest.fixture
 def two(tmp_path):
-    """The smoke grid on tiny and on tiny-chat, in two folders both named ``smoke``."""
+    """The smoke grid on tiny and on tiny-chat, in two folders both named ``smoke``, each model's
+    warm start shortened in its own section."""
     a, b = tmp_path / "tiny" / "smoke", tmp_path / "chat" / "smoke"
-    fake_grid(a, "tiny")
-    fake_grid(b, "tiny-chat", gain=1.5)
+    fake_grid(a, "tiny", sections={"tiny": {"sft_steps": 30}})
+    fake_grid(b, "tiny-chat", sections={"tiny_chat": {"sft_steps": 30}}, gain=1.5)
     return a, b
 
 
@@ -102,7 +106,7 @@ def test_two_folders_differing_in_the_named_model_make_one_report_with_a_panel_p
     a, b = two
     assert _main(a, b, "--out", tmp_path / "cmp") == 2  # the model differs and nobody named it
     err = capsys.readouterr().err
-    assert "report: the folders differ in 1 setting(s)" in err and "model = tiny in tiny/smoke" in err
+    assert "report: the folders differ in 3 setting(s)" in err and "model = tiny in tiny/smoke" in err
     assert not (tmp_path / "cmp").exists()
     assert _main(a, b, "--across", "model", "--out", tmp_path / "cmp") == 0
     out = tmp_path / "cmp"
@@ -144,7 +148,8 @@ def test_without_across_the_report_is_refused_naming_the_model_and_its_values(tw
         make_report([a, b], out=tmp_path / "cmp")
     msg = str(e.value)
     assert "model = tiny in tiny/smoke; tiny-chat in chat/smoke" in msg
-    assert "for instance: --across model" in msg
+    assert "tiny_chat.sft_steps = (none) in tiny/smoke; 30 in chat/smoke" in msg
+    assert msg.endswith("for instance: --across model")  # naming the model covers its own section
     assert not (tmp_path / "cmp").exists()
 
 
@@ -269,6 +274,7 @@ def test_the_smoke_grid_on_tiny_and_on_tiny_chat_through_the_cli(tmp_path, model
     refused = cli("report", *folders, "--out", str(tmp_path / "cmp"), check=False)
     assert refused.returncode == 2
     assert "model = tiny in tiny/smoke; tiny-chat in tiny-chat/smoke" in refused.stderr
+    assert refused.stderr.rstrip().endswith("for instance: --across model")
     assert not (tmp_path / "cmp").exists()
     done = cli("report", *folders, "--across", "model", "--out", str(tmp_path / "cmp"))
     assert "report written to" in done.stdout

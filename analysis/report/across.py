@@ -365,8 +365,9 @@ def _refusal(
     flags that would accept them."""
     keys = [d.key for d in refused]
     unset = any(NONE in v for d in refused for v in d.values)
-    across = list(named) or keys[:1]
-    allow = [*allowed, *(k for k in keys if k not in across)]
+    # the key that covers most of the others (model covers its embedded sections) is the suggestion
+    across = list(named) or [max(keys, key=lambda k: sum(_covered(o, (k,)) for o in keys))]
+    allow = [*allowed, *(k for k in keys if not _covered(k, across))]
     fix = " ".join([f"--across {','.join(across)}", *(f"--allow-different {k}" for k in allow)])
     return (
         f"the folders differ in {len(refused)} setting(s) not named as the comparison, so their runs "
