@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.config import task_axis
 from harness.config.runs import Axis, GridSpec, RunSpec, SubGrid
 from harness.config.schema import (
     EMBEDDED_MODEL_SECTIONS,
@@ -124,12 +125,19 @@ def steps_per_epoch(trainer: Mapping[str, Any], train_size: int, num_processes: 
 def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int = 1) -> dict[str, Any]:
     """The base settings with a cell's dotted values set; ``seed`` also becomes ``trainer.seed``.
 
+    A ``task`` axis's entry becomes the run's task section over the file's
+    (:func:`harness.config.task_axis.resolved_task`), before the cell's other values.
+
     ``trainer.ref_model_sync_steps: epoch`` is resolved to :func:`steps_per_epoch` and the choice is
     recorded as ``harness.ref_model_sync_every = "epoch"``.
     """
     config = deep_merge(base, {})
+    entry = cell.get(task_axis.TASK_AXIS)
+    if isinstance(entry, Mapping):  # a task axis's entry first: a task.* axis beside it refines it
+        config["task"] = task_axis.resolved_task(config.get("task"), entry)
     for key, value in cell.items():
-        set_dotted(config, key, value)
+        if key != task_axis.TASK_AXIS:
+            set_dotted(config, key, value)
     config.setdefault("seed", 0)
     config.setdefault("model", TINY)
     for section in ("task", *EMBEDDED_MODEL_SECTIONS.values(), "trainer", "harness"):
@@ -192,7 +200,12 @@ def _varying_keys(resolved: Sequence[tuple[str, Cell, Cell, dict]]) -> tuple[str
         for k in cell:
             if k not in keys and not k.startswith("executor."):
                 keys.append(k)
-    return tuple(k for k in keys if len({canonical_json(get_dotted(c, k)) for *_, c in resolved}) > 1)
+    varying = [k for k in keys if len({canonical_json(get_dotted(c, k)) for *_, c in resolved}) > 1]
+    if task_axis.TASK_AXIS in varying:  # the task fields that differ, never the whole section
+        at = varying.index(task_axis.TASK_AXIS)
+        fields = task_axis.varying_fields([c.get("task") or {} for *_, c in resolved])
+        varying[at : at + 1] = [f for f in fields if f not in varying]
+    return tuple(varying)
 
 
 def expand(grid: GridSpec) -> Plan:

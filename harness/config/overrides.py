@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from harness.config import task_axis
 from harness.config.keys import check_key, check_setting, normalize_key
 from harness.config.report_section import REPORT_KEYS
 from harness.config.schema import SpecError, set_dotted
@@ -208,7 +209,9 @@ def apply_setting(
         config["grid"] = grid
         axis_keys.add(axis)
         return
-    p = check_setting(key, value, where)
+    p = check_setting(key, value, where) or task_axis.override_problem(
+        key, where, task_axis.entries_in(config)
+    )
     if p:
         problems.append(p)
         return

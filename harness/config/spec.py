@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.config import task_axis
 from harness.config.keys import (
     SCALAR_SETTINGS,
     SETTING_SECTIONS,
@@ -154,10 +155,12 @@ def _checked_grid(
     subgrids = _subgrids(config.get("subgrids") or {}, problems)
     problems += _given_twice("grid and zip", [*axes, *(a for group in zips for a in group)])
     grid_keys = [a.key for a in (*axes, *(a for g in zips for a in g))]
+    top_keys = list(grid_keys)
     for sub in subgrids:
         given = [Axis(k, ()) for k, _ in sub.settings] + [*sub.axes, *(a for g in sub.zips for a in g)]
         problems += _given_twice(f"subgrids.{sub.name}", given)
         grid_keys += [a.key for a in given]
+    problems += _task_axis_conflicts(axes, zips, subgrids, top_keys)
     report = check_report(config.get("report"), problems, report_where, grid_keys)
     from harness.config.findings import check_findings
 
@@ -194,6 +197,25 @@ def _checked_grid(
     )
 
 
+def _task_axis_conflicts(
+    axes: Sequence[Axis], zips: Sequence[Sequence[Axis]], subgrids: Sequence[SubGrid], top_keys: Sequence[str]
+) -> list[str]:
+    """Keys beside a ``task`` axis that its entries own (:func:`harness.config.task_axis.axis_conflicts`):
+    the top level's keys against every entry (they meet every sub-grid's cells), a sub-grid's
+    against the top level's entries and its own."""
+
+    def task_entries(place: Sequence[Axis]) -> list[dict]:
+        return [e for a in place if a.key == task_axis.TASK_AXIS for e in a.values]
+
+    top = task_entries([*axes, *(a for g in zips for a in g)])
+    subs = {sub.name: task_entries([*sub.axes, *(a for g in sub.zips for a in g)]) for sub in subgrids}
+    out = task_axis.axis_conflicts("grid", top_keys, [*top, *(e for v in subs.values() for e in v)])
+    for sub in subgrids:
+        keys = [k for k, _ in sub.settings] + [a.key for a in (*sub.axes, *(a for g in sub.zips for a in g))]
+        out += task_axis.axis_conflicts(f"subgrids.{sub.name}", keys, [*top, *subs[sub.name]])
+    return out
+
+
 def _given_twice(where: str, axes: Sequence[Axis]) -> list[str]:
     """Keys set more than once in one place (``loss_type`` and ``trainer.loss_type`` are one key):
     only one of the values could ever apply."""
@@ -226,6 +248,9 @@ def _axis_list(section: Any, where: str, problems: list[str]) -> tuple[Axis, ...
             problems.append(
                 f"{where}.{raw_key}: an axis takes a non-empty list of values, got {values!r}; {fix}."
             )
+            continue
+        if key == task_axis.TASK_AXIS:  # a task per entry, its own settings beside its name
+            axes.append(Axis(key, task_axis.entries(values, f"{where}.{raw_key}", problems)))
             continue
         for v in values:
             p = check_setting(key, v, f"{where}.{raw_key}")
