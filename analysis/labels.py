@@ -142,8 +142,10 @@ def sort_key(v: Any) -> tuple[int, Any]:
 
 
 def key_title(key: str) -> str:
-    """A dotted key as a legend or axis title: its last component (``trainer.epsilon`` → ``epsilon``)."""
-    return key.rsplit(".", 1)[-1]
+    """A dotted key as a legend or axis title: its last component (``trainer.epsilon`` → ``epsilon``),
+    or the section a ``name`` names (``task.name`` → ``task``)."""
+    parts = key.rsplit(".", 2)
+    return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
 
 
 def _single(key: str, v: Any) -> str:

@@ -1,0 +1,319 @@
+"""The report's section "Across tasks" (:class:`analysis.report.tasks.TaskSection`): the normalised
+scores' aggregate estimates and performance profiles as figures, the aggregate and per-task
+tables, and a caption that says how each task's scores were normalised."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from analysis import style, tables
+from analysis.labels import metric_label
+from analysis.panels import fit_legend, line_handles, wrap_title
+from analysis.report.tasks import TaskGroup, TaskSection
+from analysis.tasks import TaskAggregate
+from harness import layout
+
+#: The panels of the aggregate figure: column of :attr:`TaskAggregate.aggregates`, title.
+AGGREGATE_PANELS = (
+    ("median", "Median"),
+    ("iqm", "IQM"),
+    ("mean", "Mean"),
+    ("optimality_gap", "Optimality gap"),
+)
+
+
+def _fmt(v: float) -> str:
+    return tables.fmt(v)
+
+
+def score_words(section: TaskSection) -> str:
+    """What a run's score is, in words."""
+    if section.metric == layout.EVAL_ACCURACY:
+        return "final greedy eval accuracy (its last evaluation on the task's held-out split)"
+    return f"final {section.metric} (mean of its last 10% of logged steps)"
+
+
+def range_sentence(section: TaskSection) -> str:
+    """How each task's scores were normalised: the formula, then low and high with where they come
+    from (the start eval, a stated value, or the default), per task."""
+    ranges = list(section.ranges.values())
+    if not ranges:
+        return ""
+    parts = []
+    for r in ranges:
+        low = {
+            "start eval": f"low {_fmt(r.low)} (the starting policy's greedy eval before step 1"
+            + (
+                (
+                    f", mean of {r.measured} runs, whose start evals differ by up to {_fmt(r.spread)}"
+                    if r.spread > 0
+                    else f", the same in all {r.measured} runs"
+                )
+                if r.measured > 1
+                else ""
+            )
+            + ")",
+            "stated": f"low {_fmt(r.low)} (stated)",
+            "default": f"low {_fmt(r.low)} (no start eval and none stated: raw scores)",
+        }[r.low_from]
+        high = {
+            "bound": f"high {_fmt(r.high)} (an accuracy is at most 1)",
+            "stated": f"high {_fmt(r.high)} (stated)",
+            "default": f"high {_fmt(r.high)} (none stated)",
+        }[r.high_from]
+        parts.append(f"{r.task}: {low}, {high}")
+    text = (
+        "Each run's score is normalised on its task: (score − low) / (high − low), 0 where training started "
+        "and 1 at the reference (Agarwal et al. 2021, with the starting policy in the random agent's place). "
+        + "; ".join(parts)
+        + "."
+    )
+    if section.metric != layout.EVAL_ACCURACY:
+        text += (
+            " These runs did not evaluate (harness.eval_steps: 0), so no starting score was measured: "
+            + (
+                "the ends are the stated ones."
+                if section.stated
+                else "nothing was stated either, so the scores are not normalised (low 0, high 1)."
+            )
+        )
+    return text
+
+
+def _left_out_sentence(section: TaskSection, agg: TaskAggregate) -> str:
+    """The tasks of the grid that the aggregate does not count, with why."""
+    parts = [f"{t} ({why})" for t, why in agg.left_out.items()]
+    parts += [
+        f"{t} (no finished run; {what})" for t, what in section.unfinished.items() if t not in agg.left_out
+    ]
+    if not parts:
+        return ""
+    return " Not aggregated over: " + "; ".join(parts) + "."
+
+
+def _bootstrap_words(agg: TaskAggregate, *, profile: bool = False) -> str:
+    reps = agg.profile_reps if profile else agg.reps
+    return (
+        f"{100 * agg.confidence:g}% percentile intervals of the stratified bootstrap ({reps:,} resamples of "
+        f"runs within each task, seed {agg.seed})"
+    )
+
+
+def task_sections(section: TaskSection | None, out: Path, colors: Mapping[str, str]) -> list[str]:
+    """The markdown of the section, with its figures and tables written into ``out``."""
+    if section is None or not section.groups:
+        if section is not None and section.unfinished:
+            return [
+                "## Across tasks",
+                "",
+                "No task has a finished run to aggregate over: "
+                + "; ".join(f"{t} ({what})" for t, what in section.unfinished.items())
+                + ".",
+                "",
+            ]
+        return []
+    lines = [
+        "## Across tasks",
+        "",
+        f"Each run is scored by its {score_words(section)}. {range_sentence(section)}",
+        "",
+    ]
+    for k, group in enumerate(section.groups):
+        suffix = "" if len(section.groups) == 1 else f"_{k + 1}"
+        if group.name:
+            lines.extend([f"### {group.name}", ""])
+        lines.extend(_group_lines(section, group, out, suffix, colors))
+    return lines
+
+
+def _group_lines(
+    section: TaskSection, group: TaskGroup, out: Path, suffix: str, colors: Mapping[str, str]
+) -> list[str]:
+    agg = group.aggregate
+    lines: list[str] = []
+    left = _left_out_sentence(section, agg)
+    if not agg.tasks:
+        return [f"No task can be aggregated over.{left}", ""]
+    variants = list(agg.aggregates["variant"])
+    palette = {**style.variant_colors(variants), **{v: c for v, c in colors.items() if v in variants}}
+    n_runs = agg.aggregates.set_index("variant")["runs"]
+    per_variant = (
+        f"{int(n_runs.min())}" if n_runs.min() == n_runs.max() else f"{int(n_runs.min())}-{int(n_runs.max())}"
+    )
+    tasks_text = f"{len(agg.tasks)} task(s) ({', '.join(agg.tasks)})"
+    few = (
+        "; with fewer than 4 runs in all nothing is trimmed and the IQM equals the mean"
+        if n_runs.max() < 4
+        else ""
+    )
+    caption = (
+        f"Compares the variants over {tasks_text}, {per_variant} run(s) per variant in all: the median over tasks of "
+        "each task's mean normalised score, the IQM (25% trimmed mean of every run's normalised score, pooled over "
+        "tasks), the mean over tasks of each task's mean, and the optimality gap (1 − the mean of min(score, 1); "
+        "lower is better)"
+        + (
+            f", and P(variant > {agg.baseline}): the probability that a run of the variant beats a run of "
+            f"{agg.baseline} on the same task (Mann-Whitney U / nm), averaged over tasks (0.5: no difference)"
+            if agg.baseline
+            else ""
+        )
+        + f"; bars: {_bootstrap_words(agg)}, as rliable's get_interval_estimates (Agarwal et al. 2021). "
+        "A hollow circle has no interval (one run per task)"
+        + (f"; {agg.baseline}'s own row in the last panel is empty" if agg.baseline else "")
+        + few
+        + "."
+        + left
+    )
+    fig = plot_task_aggregates(agg, colors=palette)
+    stem = f"tasks_aggregate{suffix}"
+    style.save(fig, out / stem)
+    lines.extend(
+        ["#### Aggregate estimates over tasks" if suffix else "### Aggregate estimates over tasks", ""]
+    )
+    lines.extend([caption, "", f"![aggregate over tasks]({stem}.png)", ""])
+    table = aggregate_table(agg)
+    tables.write_table(table, out / f"tasks_aggregate_table{suffix}", caption=caption)
+    lines.extend([tables.to_markdown(table), f"Files: tasks_aggregate_table{suffix}.md/.csv/.tex", ""])
+
+    fig = plot_task_profile(agg, colors=palette, metric=section.metric)
+    stem = f"tasks_profile{suffix}"
+    style.save(fig, out / stem)
+    profile_caption = (
+        f"Fraction of all runs on the {len(agg.tasks)} tasks whose normalised {metric_label(section.metric)} "
+        "exceeds each threshold τ (a score distribution, Agarwal et al. 2021, Section 4): a curve further right "
+        f"is better across runs and tasks, not only on average. Shaded: its band, {_bootstrap_words(agg, profile=True)}, "
+        "as rliable's create_performance_profile; none for a variant with one run per task. Dotted: τ = 0 (the "
+        "starting policy)" + (" and τ = 1 (the reference)" if agg.profile["tau"].max() >= 1.0 else "") + "."
+    )
+    lines.extend(
+        ["#### Performance profile over tasks" if suffix else "### Performance profile over tasks", ""]
+    )
+    lines.extend([profile_caption, "", f"![performance profile over tasks]({stem}.png)", ""])
+
+    per_task = per_task_table(agg)
+    per_caption = (
+        "The same statistics per task, beside the aggregate: runs, the task's low and high, the mean raw score, "
+        "the mean and IQM of the normalised scores"
+        + (f" and P(> {agg.baseline}) on that task" if agg.baseline else "")
+        + f", {_bootstrap_words(agg)}. With one task the aggregate is this row"
+        + (
+            "; with fewer than 4 runs nothing is trimmed and the IQM equals the mean"
+            if agg.per_task["runs"].max() < 4
+            else ""
+        )
+        + "."
+    )
+    tables.write_table(per_task, out / f"tasks_per_task{suffix}", caption=per_caption)
+    lines.extend(["#### Per task" if suffix else "### Per task", "", per_caption, ""])
+    lines.extend([tables.to_markdown(per_task), f"Files: tasks_per_task{suffix}.md/.csv/.tex", ""])
+    return lines
+
+
+def aggregate_table(agg: TaskAggregate) -> pd.DataFrame:
+    """One row per variant: runs, tasks, the four aggregates and P(> baseline), each ``x [lo, hi]``
+    in markdown (columns ``name``, ``name_lo``, ``name_hi``)."""
+    t = agg.aggregates.copy()
+    rename = {"median": "median", "iqm": "IQM", "mean": "mean", "optimality_gap": "optimality gap"}
+    if agg.baseline:
+        rename["p_improve"] = f"P(> {agg.baseline})"
+    else:
+        t = t.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
+    columns = {}
+    for c, name in rename.items():
+        columns.update({c: name, f"{c}_lo": f"{name}_lo", f"{c}_hi": f"{name}_hi"})
+    return t.rename(columns=columns)
+
+
+def per_task_table(agg: TaskAggregate) -> pd.DataFrame:
+    """One row per task and variant (:attr:`TaskAggregate.per_task`), with readable headers."""
+    t = agg.per_task.copy()
+    rename = {"raw": "mean raw score", "normalised": "normalised mean", "iqm": "normalised IQM"}
+    if agg.baseline:
+        rename["p_improve"] = f"P(> {agg.baseline})"
+    else:
+        t = t.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
+    columns = {}
+    for c, name in rename.items():
+        columns.update({c: name, f"{c}_lo": f"{name}_lo", f"{c}_hi": f"{name}_hi"})
+    return t.rename(columns=columns)
+
+
+def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Figure:
+    """Interval estimates of the aggregates over tasks: one panel per aggregate (median, IQM,
+    mean, optimality gap) and P(variant > baseline), one row per variant, a bar over its interval
+    with a tick at the estimate (a hollow circle without an interval)."""
+    t = agg.aggregates
+    panels = list(AGGREGATE_PANELS)
+    if agg.baseline:
+        panels.append(("p_improve", f"P(variant > {agg.baseline})"))
+    names = list(t["variant"])
+    n = len(names)
+    with style.context():
+        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=max(1.3, 0.75 + 0.22 * n))
+        axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
+        for j, (column, title) in enumerate(panels):
+            ax = axes[0, j]
+            for k, name in enumerate(names):
+                y = n - 1 - k
+                v, lo, hi = (float(t[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
+                color = colors.get(name, "0.3")
+                if np.isfinite(lo) and np.isfinite(hi):
+                    ax.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.55, linewidth=0)
+                    ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
+                elif np.isfinite(v):
+                    ax.plot([v], [y], marker="o", mfc="none", color=color, markersize=4)
+            if column == "p_improve":
+                ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
+                ax.set_xlim(-0.02, 1.02)
+                ax.set_xlabel("probability")
+            else:
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
+                ax.set_xlabel("normalised score")
+            ax.set_title(title)
+            ax.grid(axis="y", visible=False)
+        axes[0, 0].set_yticks(range(n), [wrap_title(v, 28) for v in names][::-1])
+        axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
+    return fig
+
+
+def plot_task_profile(agg: TaskAggregate, *, colors: Mapping[str, str], metric: str) -> Figure:
+    """Performance profiles of the normalised scores over every run and task, one line per variant
+    with its bootstrap band, τ = 0 and τ = 1 dotted."""
+    profile = agg.profile
+    names = list(agg.aggregates["variant"])
+    with style.context():
+        fig = style.figure(1, 1, panel_height=2.2)
+        ax = fig.subplots()
+        for name in names:
+            p = profile[profile["variant"] == name]
+            color = colors.get(name, "0.3")
+            ax.step(p["tau"], p["fraction"], where="post", color=color, linewidth=1.1)
+            if p[["lo", "hi"]].notna().all(axis=None):
+                ax.fill_between(p["tau"], p["lo"], p["hi"], step="post", color=color, alpha=0.18, linewidth=0)
+        lo, hi = (float(profile["tau"].min()), float(profile["tau"].max())) if len(profile) else (0.0, 1.0)
+        for ref in (0.0, 1.0):
+            if lo <= ref <= hi:
+                ax.axvline(ref, color="0.45", linestyle=":", linewidth=0.8)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel(f"normalised {metric_label(metric)} threshold τ")
+        ax.set_ylabel("fraction of runs > τ")
+        fit_legend(fig, line_handles(names, {n: colors.get(n, "0.3") for n in names}), None)
+    return fig
+
+
+__all__ = [
+    "AGGREGATE_PANELS",
+    "aggregate_table",
+    "per_task_table",
+    "plot_task_aggregates",
+    "plot_task_profile",
+    "range_sentence",
+    "score_words",
+    "task_sections",
+]

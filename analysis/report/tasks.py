@@ -1,0 +1,244 @@
+"""A grid over several tasks: tasks as panels, and the normalised scores aggregated over tasks.
+
+:func:`task_layout` lays the tasks out as panels when the layout does not say otherwise;
+:func:`task_section` computes the report's section "Across tasks" (:class:`TaskSection`): each
+finished run's final score normalised on its task's range (:func:`analysis.tasks.task_ranges`:
+the starting policy's eval before the first optimizer step up to 1, or stated ends), then per
+variant the median, IQM, mean and optimality gap over tasks x runs, P(variant > baseline)
+averaged over tasks, performance profiles, and the same statistics per task
+(:func:`analysis.tasks.aggregate_over_tasks`, rliable's conventions). A planned task none of whose
+runs finished is named with what happened to its runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import labels, states
+from analysis import tasks as tasks_mod
+from analysis.report.data import PANEL, PANEL_ROW, ReportInputs
+from analysis.report.settings import ReportSettings
+from harness import layout
+
+#: The config column that names a run's task.
+TASK_NAME = "task.name"
+
+
+def _planned_task(values: Mapping[str, Any]) -> str | None:
+    """The task a planned run names in its varying values (``task.name``, or a ``task`` entry)."""
+    name = values.get(TASK_NAME)
+    if name is None and isinstance(values.get("task"), Mapping):
+        name = values["task"].get("name")
+    return None if name is None else str(name)
+
+
+def task_layout(df: pd.DataFrame, settings: ReportSettings) -> tuple[ReportSettings, str | None]:
+    """The layout with the tasks as panels, when the runs are on several tasks and no layout key
+    names the task: panel columns when ``col`` is free, else panel rows when ``row`` is; returns
+    the layout and a note saying so (None when unchanged)."""
+    if TASK_NAME not in df.columns or df[TASK_NAME].astype(object).dropna().nunique() < 2:
+        return settings, None
+    named = {*(settings.hue or ()), *settings.col, *settings.row}
+    if named & {TASK_NAME, "task", "name"}:
+        return settings, None
+    if not settings.col:
+        return replace(settings, col=(TASK_NAME,)), None
+    if not settings.row:
+        return replace(settings, row=(TASK_NAME,)), None
+    return settings, (
+        "the runs are on several tasks, but the panels are taken (col and row): tasks are told apart in the "
+        "labels; name task.name in --col or --row to give each task its panel"
+    )
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """The aggregate over tasks of one group of variants (the runs of one set of panel values other
+    than the task; one group when the task is the only panel key).
+
+    Attributes:
+        name: the group's panel values (None: the only group).
+        aggregate: :func:`analysis.tasks.aggregate_over_tasks` of its runs.
+    """
+
+    name: str | None
+    aggregate: tasks_mod.TaskAggregate
+
+
+@dataclass(frozen=True)
+class TaskSection:
+    """What the report shows across tasks.
+
+    Attributes:
+        metric: the score normalised (the final ``eval/accuracy`` when the runs evaluate).
+        ranges: ``{task: TaskRange}`` of every task with a finished run.
+        groups: one :class:`TaskGroup` per group of variants.
+        unfinished: ``{task: what happened to its runs}`` for each planned task none of whose runs
+            finished (so none is scored).
+        stated: whether the report's settings stated a low or high end.
+    """
+
+    metric: str
+    ranges: Mapping[str, tasks_mod.TaskRange]
+    groups: tuple[TaskGroup, ...]
+    unfinished: Mapping[str, str]
+    stated: bool = False
+
+
+def task_section(
+    work: pd.DataFrame,
+    runs: pd.DataFrame,
+    inputs: ReportInputs,
+    *,
+    metric: str,
+    hue: str | None,
+    col: str | None,
+    row: str | None,
+    hue_order: Sequence[str],
+    baseline: str | None,
+    stated_low: float | Mapping[str, float] | None = None,
+    stated_high: float | Mapping[str, float] | None = None,
+    final_scores: Any = None,
+    reps_of: Any = None,
+) -> TaskSection | None:
+    """The section "Across tasks" of a report, or None when its runs are on fewer than two tasks.
+
+    Args:
+        work: the counted runs' metric rows (with the ``task.name`` config column).
+        runs: one row per run with metrics (labels, ``state``, ``included``).
+        inputs: the report's inputs (planned runs, states, start evals).
+        metric: the report's score metric, normalised when the runs do not evaluate.
+        hue, col, row: the label columns (None when not used).
+        hue_order: the variants in display order.
+        baseline: the baseline's variant label (None: no P(>) column).
+        stated_low, stated_high: the stated ends of the range (one number or ``{task: number}``).
+        final_scores: :func:`analysis.scores.final_scores` (a run's score from its metric rows).
+        reps_of: :func:`analysis.scores.bootstrap_reps` (resamples for a number of runs).
+
+    Returns:
+        A :class:`TaskSection`, or None.
+    """
+    planned = {rid: _planned_task(v) for rid, v in inputs.grid_runs.items()}
+    task_of = _run_tasks(work, runs, planned)
+    all_tasks = sorted({t for t in (*task_of.values(), *planned.values()) if t is not None})
+    if len(all_tasks) < 2:
+        return None
+    evaluates = layout.EVAL_ACCURACY in work.columns and work[layout.EVAL_ACCURACY].notna().any()
+    score_metric = layout.EVAL_ACCURACY if evaluates else metric
+    inc = runs[runs["included"]]
+    scores = final_scores(work, score_metric)
+    frame = pd.DataFrame(
+        {
+            "variant": inc[hue].astype(str) if hue else "all",
+            "task": [task_of.get(str(r)) for r in inc.index],
+            "score": scores.reindex(inc.index.astype(object)).to_numpy(dtype=np.float64),
+        },
+        index=inc.index,
+    )
+    others = [c for c in (col, row) if c and not _is_task_facet(inc, c, task_of)]
+    frame["group"] = (
+        inc[others].astype(str).agg(" · ".join, axis=1) if others else pd.Series("", index=inc.index)
+    )
+    frame = frame[frame["task"].notna() & np.isfinite(frame["score"].to_numpy())]
+    starts: dict[str, list[float]] = {}
+    for rid, value in inputs.start_evals.items():
+        t = task_of.get(rid) or planned.get(rid)
+        if t is not None:
+            starts.setdefault(t, []).append(value)
+    scored_tasks = [t for t in all_tasks if (frame["task"] == t).any()]
+    ranges = tasks_mod.task_ranges(
+        scored_tasks,
+        starts if evaluates else {},
+        bounded=evaluates,
+        stated_low=stated_low,
+        stated_high=stated_high,
+    )
+    groups = []
+    for name, part in frame.groupby("group", sort=False) if len(frame) else []:
+        variants = [v for v in hue_order if (part["variant"] == v).any()] or None
+        n = len(part)
+        groups.append(
+            TaskGroup(
+                name or None,
+                tasks_mod.aggregate_over_tasks(
+                    part,
+                    variant="variant",
+                    task="task",
+                    ranges=ranges,
+                    baseline=baseline
+                    if baseline is not None and (part["variant"] == baseline).any()
+                    else None,
+                    variants=variants,
+                    tasks=scored_tasks,
+                    reps=reps_of(n),
+                    profile_reps=reps_of(n),
+                ),
+            )
+        )
+    return TaskSection(
+        metric=score_metric,
+        ranges=ranges,
+        groups=tuple(groups),
+        unfinished=_unfinished_tasks(all_tasks, scored_tasks, planned, task_of, runs, inputs),
+        stated=stated_low is not None or stated_high is not None,
+    )
+
+
+def _run_tasks(work: pd.DataFrame, runs: pd.DataFrame, planned: Mapping[str, str | None]) -> dict[str, str]:
+    """Each run's task: from its metrics' ``task.name`` column, else from ``grid.json``."""
+    out = {rid: t for rid, t in planned.items() if t is not None}
+    if TASK_NAME in work.columns:
+        first = work.drop_duplicates(layout.RUN_ID)
+        for rid, t in zip(first[layout.RUN_ID].astype(str), first[TASK_NAME].astype(object), strict=True):
+            if not labels.is_missing(t):
+                out[rid] = str(t)
+    if TASK_NAME in runs.columns:
+        for rid, t in runs[TASK_NAME].astype(object).items():
+            if not labels.is_missing(t):
+                out[str(rid)] = str(t)
+    return out
+
+
+def _is_task_facet(inc: pd.DataFrame, column: str, task_of: Mapping[str, str]) -> bool:
+    """Whether the panel label column ``column`` (``panel``, ``panel row``) tells the tasks apart
+    and nothing else: one task per label and one label per task."""
+    if column not in inc.columns or column not in (PANEL, PANEL_ROW):
+        return False
+    pairs = {(str(v), task_of.get(str(r))) for r, v in inc[column].items()}
+    lab = {p[0] for p in pairs}
+    tas = {p[1] for p in pairs}
+    return len(pairs) == len(lab) == len(tas)
+
+
+def _unfinished_tasks(
+    all_tasks: Sequence[str],
+    scored: Sequence[str],
+    planned: Mapping[str, str | None],
+    task_of: Mapping[str, str],
+    runs: pd.DataFrame,
+    inputs: ReportInputs,
+) -> dict[str, str]:
+    """``{task: "4 runs: 3 failed, 1 not started"}`` for each task without a scored run."""
+    out = {}
+    run_state = {str(r): str(s) for r, s in runs["state"].items()} if "state" in runs.columns else {}
+    st = inputs.states
+    for task in all_tasks:
+        if task in scored:
+            continue
+        ids = [r for r in inputs.requested_runs if (task_of.get(r) or planned.get(r)) == task]
+        counts: dict[str, int] = {}
+        for rid in ids:
+            state = run_state.get(rid) or (str(st.loc[rid, "state"]) if rid in st.index else states.PENDING)
+            word = "not started" if state == states.PENDING else state
+            counts[word] = counts.get(word, 0) + 1
+        what = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        out[task] = f"{len(ids)} run(s): {what}" if ids else "no run"
+    return out
+
+
+__all__ = ["TASK_NAME", "TaskGroup", "TaskSection", "task_layout", "task_section"]
