@@ -273,8 +273,9 @@ def task_ranges(
         measured = np.asarray(list((starts or {}).get(task, ())), dtype=np.float64)
         measured = measured[np.isfinite(measured)]
         low_stated, high_stated = _stated(stated_low, task), _stated(stated_high, task)
-        if measured.size:
-            low, low_from = float(measured.mean()), "start eval"
+        if measured.size:  # equal evals (one model, one eval split) give the value itself
+            low = float(measured[0] if np.all(measured == measured[0]) else measured.mean())
+            low_from = "start eval"
         elif low_stated is not None:
             low, low_from = low_stated, "stated"
         else:
@@ -462,7 +463,8 @@ def aggregate_over_tasks(
         profile_reps: replicates of the profiles' bands (rliable: 2,000).
         confidence: two-sided coverage in (0, 1).
         seed: bootstrap seed.
-        points: thresholds of the profiles, evenly spaced over the normalised scores' range.
+        points: thresholds of the profiles, evenly spaced over the normalised scores' range (and
+            0, the starting policy's score).
 
     Returns:
         A :class:`TaskAggregate`.
@@ -584,14 +586,15 @@ def _estimate_columns() -> list[str]:
 def _profile_frame(
     mats: Mapping[str, np.ndarray], *, points: int, reps: int, confidence: float, seed: int
 ) -> pd.DataFrame:
-    """Each variant's profile over a common grid of thresholds (the normalised scores' range, 2%
-    beyond each end), with its band."""
+    """Each variant's profile over a common grid of thresholds (the normalised scores' range and 0,
+    2% beyond each end), with its band."""
     columns = ["variant", "tau", "fraction", "lo", "hi", "runs"]
     finite = np.concatenate([m[np.isfinite(m)] for m in mats.values()]) if mats else np.zeros(0)
     if finite.size == 0:
         return pd.DataFrame(columns=columns)
-    span = finite.max() - finite.min() or 1.0
-    taus = np.linspace(finite.min() - 0.02 * span, finite.max() + 0.02 * span, points)
+    lo, hi = min(finite.min(), 0.0), max(finite.max(), 0.0)  # 0, the starting policy, always shown
+    span = hi - lo or 1.0
+    taus = np.linspace(lo - 0.02 * span, hi + 0.02 * span, points)
     profiles, cis = create_performance_profile(
         mats, taus, reps=reps, confidence_interval_size=confidence, seed=seed
     )
