@@ -1,7 +1,9 @@
-"""Curves as numbers: x coordinates, smoothing, the mean over runs with its band, robust limits.
+"""Curves as numbers: x coordinates, the mean over runs with its band, per group and x.
 
 Everything here is pure (frames and arrays in, frames and arrays out) and draws nothing; the
-figures in :mod:`analysis.curves` only render what these functions return.
+figures in :mod:`analysis.curves` only render what these functions return. Each run is smoothed
+by :mod:`analysis.smoothing` before averaging; which rows are off-policy steps is
+:mod:`analysis.offpolicy`'s; y-limits are :mod:`analysis.limits`'.
 
 The band is computed once per (variant, x) from a (points × runs) matrix per variant: a
 Student-t interval over runs by default (``ci="t"``), or a seeded percentile bootstrap over runs
@@ -12,7 +14,6 @@ the band is over seeds of the smoothed per-run curves, not over noisy single ste
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,33 +21,33 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from scipy import stats as _st
-from scipy.signal import lfilter
 
 from analysis import stats
 from analysis.labels import NONE_LABEL, format_value, sort_key
+from analysis.smoothing import (
+    resolve_smoothing,
+    smooth,
+    smooth_runs,
+    smoothing_caption,
+    trailing_mean_rows,
+    window_lo,
+    windowed_mean,
+)
 from harness import layout
-from harness.config.report_section import AUTO, parse_smoothing
+from harness.config.report_section import AUTO
 
 __all__ = [
-    "AUTO",
     "Curves",
-    "RATIO_PREFIXES",
+    "FrameIndex",
     "X_LABELS",
     "XKind",
     "aggregate",
-    "auto_window",
-    "clamp_limits",
-    "curve_limits",
     "band_caption",
     "curves",
+    "factorize_runs",
     "frame_index",
     "nan_median_rows",
-    "off_policy_rows",
-    "resolve_smoothing",
-    "robust_limits",
-    "smooth",
-    "smooth_runs",
-    "smoothing_caption",
+    "run_codes",
     "variant_labels",
     "x_values",
 ]
@@ -59,33 +60,6 @@ X_LABELS: dict[str, str] = {
     "tokens": "generated tokens",
     "time": "wall-clock time (s)",
 }
-
-#: ``smoothing="auto"``: a trailing window of :func:`auto_window` logged points.
-
-#: Metrics that depend on the importance ratio between the current and the old policy. They are
-#: identically 1 (ratios) or 0 (clip fractions) on a step whose old log-probs came from the current
-#: policy, so they are only drawn over off-policy steps (:func:`off_policy_rows`).
-RATIO_PREFIXES: tuple[str, ...] = (
-    layout.WSEQ_PREFIX,
-    layout.LOG_WSEQ_PREFIX,
-    layout.SSEQ_PREFIX,
-    "clip_ratio/",
-    "cispo_clip_ratio",
-    "vespo/phi_seq",
-)
-
-
-#: A loss plugin's metric ``<loss name>/<what>`` whose ``<what>`` starts with one of these is an
-#: importance-ratio metric too (``pg_noclip/ratio_mean``, ``gmpo/clip_ratio/high``): the naming
-#: rule by which a plugin declares a metric off-policy-only (docs/plugins.md).
-PLUGIN_RATIO_PARTS: tuple[str, ...] = ("ratio", "clip_ratio")
-
-
-def is_ratio_metric(metric: str) -> bool:
-    """Whether ``metric`` only moves on off-policy steps (see :data:`RATIO_PREFIXES` and
-    :data:`PLUGIN_RATIO_PARTS`)."""
-    head, _, rest = metric.partition("/")
-    return metric.startswith(RATIO_PREFIXES) or bool(head and rest.startswith(PLUGIN_RATIO_PARTS))
 
 
 def variant_labels(values: pd.Series | Sequence[Any]) -> pd.Categorical:
@@ -190,200 +164,6 @@ def run_codes(df: pd.DataFrame) -> np.ndarray:
     return pd.factorize(rid)[0]
 
 
-def smooth(y: np.ndarray, *, ema: float | None = None, window: int | None = None) -> np.ndarray:
-    """Smooth one run's series along axis 0 (columns are independent runs).
-
-    ``ema``: exponential moving average ``s_t = a·y_t + (1-a)·s_{t-1}``, ``s_0 = y_0`` (pandas
-    ``ewm(alpha=a, adjust=False)``). ``window``: trailing mean over the last ``window`` points
-    (fewer at the start). Give at most one.
-
-    Args:
-        y: shape ``(n_points,)`` or ``(n_points, n_runs)``, no NaNs.
-        ema: smoothing weight in (0, 1]; 1 means no smoothing.
-        window: points in the rolling window, >= 1.
-
-    Returns:
-        Array of ``y``'s shape.
-
-    Raises:
-        ValueError: if both or an invalid value are given.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    if ema is not None and window is not None:
-        raise ValueError("give either ema or window, not both")
-    if y.shape[0] == 0:
-        return y
-    if ema is not None:
-        if not 0.0 < ema <= 1.0:
-            raise ValueError(f"ema must be in (0, 1], got {ema}")
-        zi = ((1.0 - ema) * y[:1])[None] if y.ndim > 1 else np.array([(1.0 - ema) * y[0]])
-        out, _ = lfilter([ema], [1.0, -(1.0 - ema)], y, axis=0, zi=zi.reshape((1, *y.shape[1:])))
-        return out
-    if window is not None:
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
-        return _trailing_mean_rows(y.reshape(y.shape[0], -1).T, int(window)).T.reshape(y.shape)
-    return y
-
-
-def _trailing_mean_rows(mat: np.ndarray, window: int) -> np.ndarray:
-    """Trailing mean over the last ``window`` columns of each row (fewer at the start), no NaNs.
-
-    The rows of ``mat`` (shape ``(runs, points)``) are independent runs; one cumulative sum and
-    slices (no gather). :func:`smooth` with ``window`` is this along axis 0.
-    """
-    n = mat.shape[1]
-    cs = np.cumsum(mat, axis=1)
-    out = np.empty_like(cs)
-    head = min(window, n)
-    out[:, :head] = cs[:, :head] / np.arange(1, head + 1)
-    if n > window:
-        np.subtract(cs[:, window:], cs[:, : n - window], out=out[:, window:])
-        out[:, window:] /= window
-    return out
-
-
-def smooth_runs(
-    y: np.ndarray, starts: np.ndarray, *, ema: float | None = None, window: int | None = None
-) -> np.ndarray:
-    """:func:`smooth` applied to each run of a concatenation of runs, every run on its own.
-
-    The trailing window is computed for all runs at once from one cumulative sum (a window never
-    reaches back into the previous run); an EMA runs run by run.
-
-    Args:
-        y: shape ``(n,)``, the runs' series one after another, no NaNs (±inf allowed: a window
-            holding one is infinite, and only that window).
-        starts: shape ``(n_runs,)``, increasing, ``starts[0] == 0``: where each run begins.
-        ema, window: as in :func:`smooth`; ``window`` may also give one window per run.
-
-    Returns:
-        Shape ``(n,)``.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    if y.size == 0 or (ema is None and window is None):
-        return y
-    if ema is not None:
-        out = y.copy()
-        ends = np.r_[starts[1:], y.size]
-        for a, b in zip(starts, ends, strict=True):
-            out[a:b] = smooth(y[a:b], ema=ema)
-        return out
-    return _windowed_mean(y, _window_lo(starts, y.size, window))
-
-
-def _window_lo(starts: np.ndarray, n: int, window: int | np.ndarray) -> np.ndarray:
-    """For each of ``n`` points of concatenated runs (run ``k`` begins at ``starts[k]``), where its
-    trailing window begins: ``max(i + 1 - window, start of its run)``, shape ``(n,)``.
-
-    Raises:
-        ValueError: a window below 1, or a per-run ``window`` whose shape is not ``starts``'.
-    """
-    if np.ndim(window):  # one window per run
-        w = np.asarray(window, dtype=np.int64)
-        if w.shape != np.shape(starts) or (w < 1).any():
-            raise ValueError("window: one value >= 1 per run expected")
-        window = np.repeat(w, np.diff(np.r_[starts, n]))
-    elif window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    # the first row of each row's run: starts spread forward by a running maximum
-    run_start = np.zeros(n, dtype=np.int64)
-    run_start[starts] = starts
-    np.maximum.accumulate(run_start, out=run_start)
-    lo = np.arange(1, n + 1) - (window if np.ndim(window) else int(window))
-    np.maximum(lo, run_start, out=lo)
-    return lo
-
-
-def _windowed_mean(y: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """Mean of ``y[lo[i]:i + 1]`` for every ``i`` (windows from :func:`_window_lo`), shape ``(n,)``;
-    a window holding ``+inf`` (``-inf``) is ``+inf`` (``-inf``), both: NaN."""
-    n = y.size
-    finite = np.isfinite(y)
-    cs = np.empty(n + 1)
-    cs[0] = 0.0
-    np.cumsum(y if finite.all() else np.where(finite, y, 0.0), out=cs[1:])
-    out = cs[1:] - cs[lo]
-    out /= np.arange(1, n + 1) - lo
-    if not finite.all():
-        # A window holding +inf (-inf) has mean +inf (-inf), both: NaN; counted apart so an
-        # infinite value never leaks past its own window (a running sum through inf would).
-        pos = np.concatenate([[0], np.cumsum(y == np.inf)])
-        neg = np.concatenate([[0], np.cumsum(y == -np.inf)])
-        p, q = pos[1:] - pos[lo], neg[1:] - neg[lo]
-        out = np.where(p > 0, np.where(q > 0, np.nan, np.inf), np.where(q > 0, -np.inf, out))
-    return out
-
-
-def auto_window(n_points: int) -> int:
-    """The default smoothing window: a tenth of a run's logged points, at least 1.
-
-    ``w = max(1, ceil(n / 10))``. A trailing mean over the last 10% of a run's points makes the
-    curve's last value the run's final score (the final-performance table's "mean of the last 10%
-    of logged steps"), and removes most of the per-step sampling noise of a small batch while
-    keeping trends that span more than a tenth of training.
-
-    Args:
-        n_points: logged points per run (the median over the runs drawn).
-    """
-    return max(1, math.ceil(n_points / 10))
-
-
-def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
-    """Smoothing keywords for :func:`smooth` from a report setting.
-
-    Args:
-        smoothing: ``"auto"`` (:func:`auto_window`), ``None`` or ``"none"`` (raw values),
-            ``{"window": n}`` or ``{"ema": a}``.
-        n_points: logged points per run, for ``"auto"``.
-
-    Returns:
-        ``{}``, ``{"window": n}`` or ``{"ema": a}``.
-
-    Raises:
-        ValueError: (:class:`harness.config.report_section.SmoothingError`) for anything
-            :func:`harness.config.report_section.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
-    """
-    if smoothing is None or (isinstance(smoothing, Mapping) and not smoothing):
-        return {}
-    setting = parse_smoothing(smoothing)
-    if setting == AUTO:
-        w = auto_window(n_points)
-        return {"window": w} if w > 1 else {}
-    if setting == "none":
-        return {}
-    if "window" in setting:
-        return {"window": setting["window"]} if setting["window"] > 1 else {}
-    return dict(setting)
-
-
-def smoothing_caption(
-    kwargs: Mapping[str, Any], smoothing: Any, n_points: int, counts: np.ndarray | None = None
-) -> str:
-    """The sentence that states the smoothing rule of a figure (empty when none was asked for).
-
-    Args:
-        kwargs: the keywords applied (``{"window": n or per-run array}`` / ``{"ema": a}``).
-        smoothing: the setting as given (``"auto"``, ``"none"``, a mapping, or None).
-        n_points: median logged points per run.
-        counts: logged points of each run drawn, for the auto rule's range of windows.
-    """
-    if not kwargs:
-        return "" if smoothing is None else "Raw per-step values (no smoothing)."
-    if "ema" in kwargs:
-        return f"Each run smoothed before averaging: EMA with alpha = {kwargs['ema']:g}."
-    if smoothing == AUTO:
-        ns = np.asarray(counts if counts is not None and len(counts) else [n_points])
-        ws = np.maximum(1, np.ceil(ns / 10)).astype(int)
-        span = f"w = {ws.min()}" if ws.min() == ws.max() else f"w = {ws.min()}-{ws.max()}"
-        pts = f"n = {ns.min()}" if ns.min() == ns.max() else f"n = {ns.min()}-{ns.max()}"
-        return (
-            "Each run smoothed before averaging: trailing mean over the last w = ⌈n/10⌉ of its own n "
-            f"logged points ({span} for {pts}); the last point of a run's curve is its final score."
-        )
-    return f"Each run smoothed before averaging: trailing mean over the last w = {kwargs['window']} logged points."
-
-
 def band_caption(
     ci: str = "t",
     confidence: float = 0.95,
@@ -422,122 +202,6 @@ def band_caption(
         )
         text += f" Each run smoothed before averaging ({what})."
     return text
-
-
-def robust_limits(values: np.ndarray, *, q: float = 0.01, pad: float = 0.06) -> tuple[float, float] | None:
-    """y-limits that hold the bulk of ``values`` whatever a few outliers do.
-
-    From the ``q`` and ``1 - q`` quantiles of the finite values, widened by ``pad`` of their span
-    on each side (a span of 0 becomes ±5% of the value, or ±0.05 around 0).
-
-    Args:
-        values: any shape; NaN and inf are ignored.
-        q: lower quantile in [0, 0.5).
-        pad: fraction of the span added on each side.
-
-    Returns:
-        ``(lo, hi)`` with ``lo < hi``, or None without finite values.
-    """
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return None
-    lo, hi = (float(a) for a in np.quantile(v, [q, 1.0 - q]))
-    span = hi - lo
-    if span <= 0:
-        span = abs(lo) * 0.1 or 0.1
-        return lo - span / 2, hi + span / 2
-    return lo - pad * span, hi + pad * span
-
-
-#: Metrics that are fractions or probabilities: their axis never needs to go beyond [0, 1].
-FRACTION_PREFIXES: tuple[str, ...] = (
-    layout.EVAL_ACCURACY,
-    "clip_ratio/",
-    "cispo_clip_ratio",
-    "frac_",
-    "completions/clipped_ratio",
-)
-
-
-def curve_limits(curves_: Sequence[np.ndarray], bands: Sequence[np.ndarray]) -> tuple[float, float] | None:
-    """y-limits for curves with bands: robust over everything drawn (:func:`robust_limits`), then
-    widened so that every curve's last point, its final value, is inside.
-
-    Args:
-        curves_: each curve's mean values in x order.
-        bands: band values (``lo``, ``hi``), any shapes.
-    """
-    values = [np.ravel(v) for v in (*curves_, *bands)]
-    lim = robust_limits(np.concatenate(values)) if values else None
-    ends = [float(c[np.isfinite(c)][-1]) for c in curves_ if np.isfinite(c).any()]
-    if lim is None or not ends:
-        return lim
-    lo, hi = min(lim[0], min(ends)), max(lim[1], max(ends))
-    pad = 0.04 * (hi - lo) if hi > lo else 0.0
-    return (lo - pad if lo < lim[0] else lo, hi + pad if hi > lim[1] else hi)
-
-
-def clamp_limits(
-    lim: tuple[float, float] | None, metric: str, means: np.ndarray
-) -> tuple[float, float] | None:
-    """Keep y-limits inside a metric's natural range: not below 0 when every mean is >= 0 (a band
-    may dip below, the quantity cannot), not above 1 for a fraction (:data:`FRACTION_PREFIXES`).
-
-    Args:
-        lim: limits from :func:`robust_limits`, or None.
-        metric: the metric's column name.
-        means: the mean values drawn (any shape).
-    """
-    if lim is None:
-        return None
-    m = np.asarray(means, dtype=np.float64)
-    m = m[np.isfinite(m)]
-    lo, hi = lim
-    margin = 0.03 * (hi - lo)
-    if m.size and m.min() >= 0:
-        lo = max(lo, -margin)
-    if metric.startswith(FRACTION_PREFIXES):
-        hi = min(hi, 1.0 + margin)
-    return (lo, hi) if hi > lo else lim
-
-
-def off_policy_rows(df: pd.DataFrame) -> tuple[np.ndarray, str]:
-    """Which rows are steps whose old log-probs came from an earlier policy.
-
-    The harness records ``off_policy`` per step at run time (TRL's own choice of old log-probs,
-    observed). For runs recorded without that column the step is taken as off-policy unless its
-    ``w_seq`` is exactly 1 for every completion (``w_seq/min == w_seq/max == 1``), which happens
-    only when TRL reuses the current log-probs as the old ones.
-
-    Args:
-        df: frame from :func:`analysis.load.load`.
-
-    Returns:
-        ``(mask, how)``: bool array of shape ``(len(df),)``, and ``"recorded"``, ``"inferred"``,
-        ``"mixed"`` (some runs each way) or ``"unknown"`` (no column to tell: every row True).
-    """
-    n = len(df)
-    recorded = (
-        df[layout.OFF_POLICY].to_numpy(dtype=np.float64)
-        if layout.OFF_POLICY in df.columns
-        else np.full(n, np.nan)
-    )
-    have = ~np.isnan(recorded)
-    mask = recorded > 0.5
-    how = "recorded" if have.all() and n else ""
-    if not have.all():
-        if "w_seq/min" in df.columns and "w_seq/max" in df.columns:
-            lo = df["w_seq/min"].to_numpy(dtype=np.float64)
-            hi = df["w_seq/max"].to_numpy(dtype=np.float64)
-            inferred = ~((lo == 1.0) & (hi == 1.0))
-            known = ~np.isnan(lo)
-            mask = np.where(have, mask, np.where(known, inferred, True))
-            how = "mixed" if have.any() else "inferred"
-        else:
-            mask = np.where(have, mask, True)
-            how = "mixed" if have.any() else "unknown"
-    return mask, how
 
 
 @dataclass(frozen=True)
@@ -622,13 +286,13 @@ class RowPlan:
     _lo: dict[Any, np.ndarray] = field(default_factory=dict, repr=False)
 
     def window_lo(self, window: int | np.ndarray) -> np.ndarray:
-        """Where each kept row's trailing window begins (:func:`_window_lo`), for one window or one
-        window per run code (shape ``(n_codes,)``)."""
+        """Where each kept row's trailing window begins (:func:`analysis.smoothing.window_lo`), for
+        one window or one window per run code (shape ``(n_codes,)``)."""
         key = ("runs", np.asarray(window).tobytes()) if np.ndim(window) else ("one", int(window))
         lo = self._lo.get(key)
         if lo is None:
             w = np.asarray(window)[self.r[self.starts]] if np.ndim(window) else window
-            lo = self._lo[key] = _window_lo(self.starts, self.r.size, w)
+            lo = self._lo[key] = window_lo(self.starts, self.r.size, w)
         return lo
 
 
@@ -814,7 +478,7 @@ def curves(
             (:func:`analysis.stats.bootstrap_mean_interval`).
         confidence: two-sided coverage.
         smoothing: ``"auto"``, ``"none"``/None, ``{"ema": alpha}`` or ``{"window": n_points}``
-            (:func:`resolve_smoothing`), applied to each run before averaging.
+            (:func:`analysis.smoothing.resolve_smoothing`), applied to each run before averaging.
         rows: bool mask of shape ``(len(df),)``: only these rows count (e.g. off-policy steps).
         keep_runs: also return the per-run curves.
         n_boot: bootstrap replicates (``ci="bootstrap"`` only).
@@ -901,10 +565,10 @@ GroupMatrix = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _run_smoothing(smoothing: Any, counts: np.ndarray, points: int) -> dict[str, Any]:
-    """The smoothing keywords each run gets (:func:`resolve_smoothing`); ``"auto"`` gives each
-    run its own window, a tenth of its own logged points (``counts``, shape ``(n_codes,)``): its
-    last smoothed point is then exactly its final score, however many points the other runs
-    logged."""
+    """The smoothing keywords each run gets (:func:`analysis.smoothing.resolve_smoothing`);
+    ``"auto"`` gives each run its own window, a tenth of its own logged points (``counts``, shape
+    ``(n_codes,)``): its last smoothed point is then exactly its final score, however many points
+    the other runs logged."""
     skw = resolve_smoothing(smoothing, points)
     if smoothing != AUTO:
         return skw
@@ -920,7 +584,7 @@ def _complete_matrices(ix: FrameIndex, y_all: np.ndarray, skw: dict[str, Any]) -
     w = skw.get("window", 1)
     w = int(np.max(w)) if np.ndim(w) else w  # every run has every step: one window for all
     if w > 1:
-        full = _trailing_mean_rows(full, w)
+        full = trailing_mean_rows(full, w)
     elif skw:
         full = smooth(full.T, **skw).T
     return [(ix.step_grid, full[members].T, members) for members in ix.members]
@@ -936,7 +600,7 @@ def _planned_matrices(
     is smoothed along its own logged points at once and scattered onto the step grid.
     """
     if "window" in skw:
-        yv = _windowed_mean(yv, plan.window_lo(skw["window"]))
+        yv = windowed_mean(yv, plan.window_lo(skw["window"]))
     elif skw:
         starts_, kw = _run_windows(plan.r, skw)
         yv = smooth_runs(yv, starts_, **kw)

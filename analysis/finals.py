@@ -8,7 +8,7 @@
 * :func:`plot_profile`: performance profiles, the fraction of runs whose final score exceeds each
   threshold, each with its stratified-bootstrap 95% band (as rliable's ``create_performance_profile``).
 
-The numbers come from :func:`analysis.tables.final_performance_table` and
+The numbers come from :func:`analysis.scores.final_performance_table` and
 :func:`analysis.stats.performance_profile`; plots return ``(fig, axes)`` and never save.
 """
 
@@ -26,9 +26,10 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from analysis import stats, style
-from analysis.aggregate import robust_limits
-from analysis.curves import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
 from analysis.labels import metric_label
+from analysis.limits import robust_limits
+from analysis.panels import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
+from analysis.scores import bootstrap_reps
 
 __all__ = ["Profile", "plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
 
@@ -53,7 +54,7 @@ def plot_final(
         scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns; an
             optional ``state`` column (:data:`analysis.states.STATES`) draws a diverged run as ×
             and any other run that did not finish (stopped, running, failed) as a hollow triangle.
-        table: :func:`analysis.tables.final_performance_table` over the same labels (``mean``,
+        table: :func:`analysis.scores.final_performance_table` over the same labels (``mean``,
             ``mean_lo``, ``mean_hi``).
         metric: the score's metric (axis label).
         hue, col, row: label columns (None when not used).
@@ -199,7 +200,7 @@ def plot_aggregate(
     """Interval estimates per variant: mean, IQM and P(variant > baseline), each with its interval.
 
     Args:
-        table: :func:`analysis.tables.final_performance_table` rows, in display order.
+        table: :func:`analysis.scores.final_performance_table` rows, in display order.
         metric: the score's metric.
         names: one display name per row of ``table`` (variant and facet).
         colors: one colour per row.
@@ -276,7 +277,7 @@ def profile_frame(
             column, when present, stratifies the bootstrap).
         by: grouping (label) columns.
         points: thresholds, evenly spaced over the range of all scores.
-        reps: bootstrap resamples per group (default :func:`analysis.tables.bootstrap_reps` of all
+        reps: bootstrap resamples per group (default :func:`analysis.scores.bootstrap_reps` of all
             the runs: 50,000 up to 80 runs).
         confidence, seed: the band's coverage and the bootstrap seed.
 
@@ -286,8 +287,6 @@ def profile_frame(
         :func:`analysis.stats.performance_profile_ci`, NaN for a group with one run per task) and
         ``runs``; ``reps`` the resamples (0 without a finite score).
     """
-    from analysis.tables import bootstrap_reps
-
     s = scores["score"].to_numpy(dtype=np.float64)
     s = s[np.isfinite(s)]
     if s.size == 0:

@@ -25,6 +25,8 @@ import pandas as pd
 
 from analysis import stats
 from analysis.aggregate import factorize_runs
+from analysis.scores import REPORT_REPS, bootstrap_reps
+from analysis.tables import Table, fmt
 from harness import layout
 
 __all__ = [
@@ -303,7 +305,7 @@ def verdict(
         direction: ``"higher"`` or ``"lower"``, what the paper finds for the variant.
         confidence: coverage of both intervals.
         power, alpha: of the seeds-needed calculation.
-        reps: bootstrap resamples of P(>) (default :func:`analysis.tables.bootstrap_reps`: 50,000
+        reps: bootstrap resamples of P(>) (default :func:`analysis.scores.bootstrap_reps`: 50,000
             for arms of up to 80 runs); seed: its seed.
 
     Returns:
@@ -318,8 +320,6 @@ def verdict(
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-    from analysis.tables import bootstrap_reps
-
     b = np.asarray(baseline, dtype=np.float64).ravel()
     v = np.asarray(variant, dtype=np.float64).ravel()
     b, v = b[~np.isnan(b)], v[~np.isnan(v)]
@@ -372,7 +372,7 @@ def findings_table(
     confidence: float = 0.95,
     reps: int | None = None,
     seed: int = 0,
-) -> pd.DataFrame:
+) -> Table:
     """One row per finding: each arm's finished runs' window values, and :func:`verdict`.
 
     Args:
@@ -387,11 +387,12 @@ def findings_table(
         confidence, reps, seed: as in :func:`verdict`.
 
     Returns:
-        Columns ``finding``, ``claim``, ``paper``, ``scaled``, ``metric``, ``window_lo``,
+        A :class:`analysis.tables.Table` whose caption is :func:`caption` and whose frame has the
+        columns ``finding``, ``claim``, ``paper``, ``scaled``, ``metric``, ``window_lo``,
         ``window_hi``, ``off_policy_only``, ``direction``, ``baseline``, ``variant`` (the
         selectors as ``key=value`` text), then :func:`verdict`'s keys, then ``left_out`` (the
         arms' runs without a value and why, as text: "" when none) and ``note`` (what else limits
-        the numbers: "" when nothing). ``attrs["caption"]``: :func:`caption`.
+        the numbers: "" when nothing).
     """
     finished = {str(r) for r in finished}
     unfinished = {str(k): str(v) for k, v in (unfinished or {}).items()}
@@ -429,10 +430,12 @@ def findings_table(
         )
     table = pd.DataFrame(rows)
     drawn = sorted({int(n) for n in table.get("reps", []) if n})
-    table.attrs["caption"] = caption(
-        reps=drawn or [_default_reps(reps)], seed=seed, confidence=confidence, finished_runs=len(used)
+    return Table(
+        table,
+        caption=caption(
+            reps=drawn or [_default_reps(reps)], seed=seed, confidence=confidence, finished_runs=len(used)
+        ),
     )
-    return table
 
 
 def _arm_values(
@@ -512,8 +515,6 @@ def _note(baseline: np.ndarray, variant: np.ndarray, out: Mapping[str, Any]) -> 
 
 def _default_reps(reps: int | None) -> int:
     """``reps``, or the report's default resamples for small arms."""
-    from analysis.tables import REPORT_REPS
-
     return REPORT_REPS if reps is None else reps
 
 
@@ -553,16 +554,10 @@ def caption(
     )
 
 
-def _fmt(v: float) -> str:
-    from analysis.tables import _fmt as fmt
-
-    return fmt(v)
-
-
 def _interval(v: float, lo: float, hi: float) -> str:
     if not np.isfinite(v):
         return "–"
-    return _fmt(v) if math.isnan(lo) else f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]"
+    return fmt(v) if math.isnan(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
 
 
 def _shown_interval(r: Mapping[str, Any], key: str) -> str:
@@ -592,29 +587,27 @@ def _paper_text(r: Mapping[str, Any]) -> str:
     return r["paper"] + (f"; scaled: {r['scaled']}" if r["scaled"] else "")
 
 
-def display_table(table: pd.DataFrame) -> pd.DataFrame:
+def display_table(table: Table) -> Table:
     """The report's findings table as text cells (markdown and LaTeX; the CSV keeps
     :func:`findings_table`'s numbers): finding | claim | paper | metric (window) | baseline mean (n)
     | variant mean (n) | effect [95% CI] | P(variant > baseline) [95% CI] | verdict | seeds for 80%
-    power. ``attrs["caption"]`` is kept."""
+    power. ``table``'s caption is kept."""
     rows = [
         {
             "finding": r["finding"],
             "claim": r["claim"],
             "paper": _paper_text(r),
             "metric (window)": _metric_text(r),
-            "baseline mean (n)": f"{_fmt(r['baseline_mean'])} ({r['baseline_n']})",
-            "variant mean (n)": f"{_fmt(r['variant_mean'])} ({r['variant_n']})",
+            "baseline mean (n)": f"{fmt(r['baseline_mean'])} ({r['baseline_n']})",
+            "variant mean (n)": f"{fmt(r['variant_mean'])} ({r['variant_n']})",
             "effect [95% CI]": _shown_interval(r, "effect"),
             "P(variant > baseline) [95% CI]": _shown_interval(r, "p_improve"),
             "verdict": r["verdict"],
             "seeds for 80% power": _seeds(r["seeds_80"]),
         }
-        for r in table.to_dict("records")
+        for r in table.frame.to_dict("records")
     ]
-    out = pd.DataFrame(rows, columns=_DISPLAY_COLUMNS)
-    out.attrs["caption"] = table.attrs.get("caption", "")
-    return out
+    return Table(pd.DataFrame(rows, columns=_DISPLAY_COLUMNS), caption=table.caption)
 
 
 _DISPLAY_COLUMNS = [
@@ -631,11 +624,12 @@ _DISPLAY_COLUMNS = [
 ]
 
 
-def note_lines(table: pd.DataFrame, prefix: str = "") -> list[str]:
-    """One line per finding with runs left out or a note: "F1: left out variant `a` (why); note"
-    (``prefix`` before each, e.g. the results folder); none when every run counted."""
+def note_lines(table: Table, prefix: str = "") -> list[str]:
+    """One line per finding of ``table`` (:func:`findings_table`) with runs left out or a note:
+    "F1: left out variant `a` (why); note" (``prefix`` before each, e.g. the results folder); none
+    when every run counted."""
     out = []
-    for r in table.to_dict("records"):
+    for r in table.frame.to_dict("records"):
         parts = []
         if r.get("left_out"):
             parts.append(f"left out {r['left_out']}")
@@ -647,13 +641,13 @@ def note_lines(table: pd.DataFrame, prefix: str = "") -> list[str]:
     return out
 
 
-def compact_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The findings in six text columns, what ``grpo-harness findings`` prints (and the README's
+def compact_table(table: Table) -> pd.DataFrame:
+    """The findings of ``table`` (:func:`findings_table`) in six text columns, what ``grpo-harness findings`` prints (and the README's
     findings table is pasted from): claim (after the finding's id) | paper (without ``scaled``, which
     the report's table keeps) | metric | effect [95% CI] | P(>) [CI] | verdict;
     a "not resolved" verdict says how many seeds per arm would resolve it (or why no number can)."""
     rows = []
-    for r in table.to_dict("records"):
+    for r in table.frame.to_dict("records"):
         text = r["verdict"]
         if text == NOT_RESOLVED and not math.isnan(r["seeds_80"]):
             text += f" ({_seeds(r['seeds_80'])} seeds/arm for 80% power)"

@@ -363,7 +363,7 @@ def stratified_bootstrap_ci(
     the percentile method): each replicate draws, for every task, as many runs as that task has,
     with replacement; several matrices (e.g. X and Y for :func:`probability_of_improvement`) are
     resampled independently. rliable uses 50,000 replicates, as the report does
-    (:data:`analysis.tables.REPORT_REPS`); at 2,000 the endpoints of a 10-run x 4-task matrix moved
+    (:data:`analysis.scores.REPORT_REPS`); at 2,000 the endpoints of a 10-run x 4-task matrix moved
     by up to 0.022 between bootstrap seeds. :func:`iqm`, :func:`mean_score`, :func:`median_score`,
     :func:`optimality_gap` (at its default ``gamma = 1``) and :func:`probability_of_improvement` are
     evaluated on all replicates at once; any other ``func`` is called once per replicate.

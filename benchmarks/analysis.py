@@ -42,7 +42,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from analysis import load  # noqa: E402
-from analysis.curves import aggregate, plot_curves  # noqa: E402
+from analysis.aggregate import aggregate  # noqa: E402
+from analysis.curves import plot_curves  # noqa: E402
 from analysis.load import flatten_config  # noqa: E402
 from analysis.stats import t_interval_from_moments  # noqa: E402
 from harness import layout  # noqa: E402

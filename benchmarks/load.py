@@ -8,9 +8,9 @@ busy-loop processes beside it. For every arm it prints, per variant against the 
 
 * the speedup from wall time (``time/step_s``) and from CPU time (``time/step_cpu_s``), over every
   step, each with a 95% bootstrap interval over the steps of the runs;
-* the share of steps the run recorded as loaded (:func:`analysis.tables.loaded_steps`);
+* the share of steps the run recorded as loaded (:func:`analysis.timing.loaded_steps`);
 * how many harness runs shared the machine with the variant's run (the report's "runs at once");
-* what the report's timing table says (:func:`analysis.tables.timing_table` grouped as the report
+* what the report's timing table says (:func:`analysis.timing.timing_table` grouped as the report
   groups it, by variant and runs at once): its speedup, or "left out" (loaded, or no baseline
   that ran alike).
 
@@ -74,18 +74,18 @@ def _bootstrap(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, n: int = 
 def arm_rows(grid_dir: Path, by: str, baseline: str, seed: int) -> list[dict]:
     """Per variant of one arm: speedups from wall and CPU time with intervals, the loaded share and
     what the timing table reports."""
-    from analysis import tables
+    from analysis import timing
     from analysis.load import load
-    from analysis.report import AT_ONCE, _at_once
+    from analysis.report import AT_ONCE, runs_at_once
     from harness import layout
 
     df = load(grid_dir)
     df[by] = df[by].astype(str)
     # as the report does: runs compared only with runs that shared the machine alike
-    at_once = _at_once(df)
+    at_once = runs_at_once(df)
     df[AT_ONCE] = df[layout.RUN_ID].astype(str).map(at_once).fillna("unknown")
-    table = tables.timing_table(df, by=[by, AT_ONCE], baseline=baseline, same=[AT_ONCE])
-    loaded = tables.loaded_steps(df)
+    table = timing.timing_table(df, by=[by, AT_ONCE], baseline=baseline, same=[AT_ONCE]).frame
+    loaded = timing.loaded_steps(df)
     rng = np.random.default_rng(seed)
     base = df[df[by] == baseline]
     rows = []

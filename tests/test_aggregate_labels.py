@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import aggregate, labels, stats, tables
+from analysis import aggregate, labels, limits, offpolicy, scores, smoothing, stats, timing
 from harness import layout
 
 
@@ -27,14 +27,14 @@ def _frame(values: dict[str, list[float]], **extra) -> pd.DataFrame:
 
 
 def test_auto_window_is_a_tenth_of_the_points():
-    assert [aggregate.auto_window(n) for n in (1, 9, 10, 11, 225, 1000)] == [1, 1, 1, 2, 23, 100]
+    assert [smoothing.auto_window(n) for n in (1, 9, 10, 11, 225, 1000)] == [1, 1, 1, 2, 23, 100]
 
 
 def test_smooth_runs_never_reaches_into_the_previous_run():
     y = np.array([1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 40.0])
-    out = aggregate.smooth_runs(y, np.array([0, 3]), window=2)
+    out = smoothing.smooth_runs(y, np.array([0, 3]), window=2)
     assert np.allclose(out, [1.0, 1.5, 2.5, 10.0, 15.0, 25.0, 35.0])
-    ema = aggregate.smooth_runs(y, np.array([0, 3]), ema=0.5)
+    ema = smoothing.smooth_runs(y, np.array([0, 3]), ema=0.5)
     assert np.allclose(ema, [1.0, 1.5, 2.25, 10.0, 15.0, 22.5, 31.25])
 
 
@@ -65,26 +65,26 @@ def test_median_center_for_ratios():
 
 def test_off_policy_rows_recorded_inferred_mixed():
     recorded = _frame({"a": [0.1, 0.2]}, **{layout.OFF_POLICY: [0.0, 1.0]})
-    assert list(aggregate.off_policy_rows(recorded)[0]) == [False, True]
-    assert aggregate.off_policy_rows(recorded)[1] == "recorded"
+    assert list(offpolicy.off_policy_rows(recorded)[0]) == [False, True]
+    assert offpolicy.off_policy_rows(recorded)[1] == "recorded"
     old = _frame({"a": [0.1, 0.2]}, **{"w_seq/min": [1.0, 0.9], "w_seq/max": [1.0, 1.1]})
-    assert list(aggregate.off_policy_rows(old)[0]) == [False, True]
-    assert aggregate.off_policy_rows(old)[1] == "inferred"
+    assert list(offpolicy.off_policy_rows(old)[0]) == [False, True]
+    assert offpolicy.off_policy_rows(old)[1] == "inferred"
     both = pd.concat([recorded, old], ignore_index=True)
-    mask, how = aggregate.off_policy_rows(both.assign(**{"w_seq/min": 1.0, "w_seq/max": 1.0}))
+    mask, how = offpolicy.off_policy_rows(both.assign(**{"w_seq/min": 1.0, "w_seq/max": 1.0}))
     assert how == "mixed" and list(mask[:2]) == [False, True]
-    assert aggregate.off_policy_rows(_frame({"a": [0.1]}))[1] == "unknown"
+    assert offpolicy.off_policy_rows(_frame({"a": [0.1]}))[1] == "unknown"
 
 
 def test_robust_limits_ignore_one_outlier_and_clamp_to_the_metric_range():
     v = np.r_[np.linspace(0.2, 0.4, 1000), 50.0]
-    lo, hi = aggregate.robust_limits(v)
+    lo, hi = limits.robust_limits(v)
     assert 0.18 < lo < 0.2 and 0.4 < hi < 0.42
-    assert aggregate.robust_limits(np.array([np.nan])) is None
-    lo, hi = aggregate.robust_limits(np.array([1.0, 1.0]))
+    assert limits.robust_limits(np.array([np.nan])) is None
+    lo, hi = limits.robust_limits(np.array([1.0, 1.0]))
     assert lo < 1.0 < hi
-    assert aggregate.clamp_limits((-0.5, 1.5), "eval/accuracy", np.array([0.2, 0.8])) == (-0.06, 1.06)
-    assert aggregate.clamp_limits((-0.5, 1.5), "loss", np.array([-0.2, 0.8])) == (-0.5, 1.5)
+    assert limits.clamp_limits((-0.5, 1.5), "eval/accuracy", np.array([0.2, 0.8])) == (-0.06, 1.06)
+    assert limits.clamp_limits((-0.5, 1.5), "loss", np.array([-0.2, 0.8])) == (-0.5, 1.5)
 
 
 def test_performance_profile_by_hand():
@@ -130,16 +130,16 @@ def test_timing_compares_runs_executed_alike():
         at_once={"a": "1", "b": "1", "c": "2"},
         **{layout.STEP_WALL_S: {"a": 1.0, "b": 0.5, "c": 2.0}},
     )
-    t = tables.timing_table(df, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
-    t = t.set_index(["loss_type", "at_once"])
+    t = timing.timing_table(df, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
+    t = t.frame.set_index(["loss_type", "at_once"])
     assert t.loc[("grpo", "1"), "s_per_step"] == 1.0 and t.loc[("grpo", "2"), "s_per_step"] == 2.0
     assert t.loc[("dapo", "1"), "speedup"] == 2.0  # against grpo run alone, not against the shared run
     assert t.loc[("grpo", "2"), "speedup"] == 1.0
     # a variant that ran alone where the baseline never did has no speedup: no like to compare with
     alone = df[df[layout.RUN_ID] != "a"].copy()
     alone[layout.RUN_ID] = alone[layout.RUN_ID].cat.remove_unused_categories()
-    t = tables.timing_table(alone, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
-    assert np.isnan(t.set_index(["loss_type", "at_once"]).loc[("dapo", "1"), "speedup"])
+    t = timing.timing_table(alone, by=["loss_type", "at_once"], baseline="grpo", same=["at_once"])
+    assert np.isnan(t.frame.set_index(["loss_type", "at_once"]).loc[("dapo", "1"), "speedup"])
 
 
 def test_probability_of_improvement_within_each_panel():
@@ -153,8 +153,8 @@ def test_probability_of_improvement_within_each_panel():
         hue={k: v[0] for k, v in rows.items()},
         mu={k: v[1] for k, v in rows.items()},
     )
-    t = tables.final_performance_table(df, "reward", by=["hue", "mu"], baseline="base", reps=200)
-    t = t.set_index(["hue", "mu"])
+    t = scores.final_performance_table(df, "reward", by=["hue", "mu"], baseline="base", reps=200)
+    t = t.frame.set_index(["hue", "mu"])
     assert t.loc[("var", "1"), "p_improve"] == pytest.approx(0.5)  # identical scores in panel mu=1
     assert t.loc[("var", "2"), "p_improve"] == 1.0
 
@@ -189,8 +189,8 @@ def test_auto_window_is_each_runs_own():
     c = aggregate.curves(df, "reward", by=["loss_type"], smoothing="auto")
     assert list(c.smoothing["window"]) == [4, 1]
     last = c.mean.groupby("loss_type", observed=True)["mean"].last()
-    scores = tables.final_scores(df, "reward")
-    assert last["x"] == pytest.approx(scores["a"]) and last["y"] == pytest.approx(scores["b"])
+    finals = scores.final_scores(df, "reward")
+    assert last["x"] == pytest.approx(finals["a"]) and last["y"] == pytest.approx(finals["b"])
     assert "(w = 1-4 for n = 10-40)" in c.caption
 
 
@@ -210,19 +210,18 @@ def test_a_baseline_is_borrowed_across_panels_only_from_a_panel_of_its_own():
         )
 
     # baseline only in panel μ=1, which it shares: panel μ=2 has no baseline, and borrows none
-    shared = tables.final_performance_table(
+    shared = scores.final_performance_table(
         grid("μ=1"), "reward", by=["hue", "panel"], baseline="base", reps=100
     )
-    shared = shared.set_index(["hue", "panel"])
+    shared = shared.frame.set_index(["hue", "panel"])
     assert shared.loc[("var", "μ=1"), "p_improve"] == 1.0 and np.isnan(
         shared.loc[("var", "μ=2"), "p_improve"]
     )
-    timing = tables.timing_table(grid("μ=1"), by=["hue", "panel"], baseline="base").set_index(
-        ["hue", "panel"]
-    )
-    assert timing.loc[("var", "μ=1"), "speedup"] == 2.0 and np.isnan(timing.loc[("var", "μ=2"), "speedup"])
+    costs = timing.timing_table(grid("μ=1"), by=["hue", "panel"], baseline="base").frame
+    costs = costs.set_index(["hue", "panel"])
+    assert costs.loc[("var", "μ=1"), "speedup"] == 2.0 and np.isnan(costs.loc[("var", "μ=2"), "speedup"])
     # baseline in a panel of its own ("no sync"): every panel is compared with it
-    own = tables.final_performance_table(
+    own = scores.final_performance_table(
         grid("no sync"), "reward", by=["hue", "panel"], baseline="base", reps=100
-    )
+    ).frame
     assert (own.set_index(["hue", "panel"]).loc["var", "p_improve"] == 1.0).all()

@@ -3,6 +3,7 @@ on every replicate, the performance profile's band, and the power line under the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ from analysis_helpers import synthetic_grid
 from matplotlib.collections import PolyCollection
 from scipy import stats as st
 
-from analysis import finals, report, stats, tables
+from analysis import finals, report, scores, stats, tables
 from analysis.load import load
 from harness import layout
 
@@ -43,9 +44,9 @@ def endpoint_spread(df: pd.DataFrame, reps: int | None) -> float:
     """The largest move of any interval endpoint of the final-performance table over seeds 0-4."""
     ends = []
     for seed in range(5):
-        table = tables.final_performance_table(
+        table = scores.final_performance_table(
             df, "reward", by="loss_type", baseline="grpo", seed=seed, reps=reps
-        )
+        ).frame
         ends.append(table[[c for c in table.columns if c.endswith(("_lo", "_hi"))]].to_numpy(dtype=float))
     ends = np.array(ends)
     finite = np.isfinite(ends).all(axis=0)
@@ -55,25 +56,25 @@ def endpoint_spread(df: pd.DataFrame, reps: int | None) -> float:
 @pytest.mark.slow
 def test_report_interval_endpoints_move_less_than_0_005_across_bootstrap_seeds():
     df = fixed_matrix()
-    table = tables.final_performance_table(df, "reward", by="loss_type", baseline="grpo")
-    assert table.attrs["reps"] == 50_000 == tables.REPORT_REPS
-    assert "50,000 resamples" in table.attrs["caption"]
+    table = scores.final_performance_table(df, "reward", by="loss_type", baseline="grpo")
+    assert table.reps == 50_000 == scores.REPORT_REPS
+    assert "50,000 resamples" in table.caption
     assert endpoint_spread(df, None) < 0.005
     assert endpoint_spread(df, 2000) > 0.005  # what 2,000 resamples did on the same matrix
 
 
 def test_resamples_fall_with_the_runs_and_the_caption_says_so():
-    assert tables.bootstrap_reps(80) == 50_000
-    assert tables.bootstrap_reps(1000) == 4000
-    assert tables.bootstrap_reps(100_000) == 2000
+    assert scores.bootstrap_reps(80) == 50_000
+    assert scores.bootstrap_reps(1000) == 4000
+    assert scores.bootstrap_reps(100_000) == 2000
     rng = np.random.default_rng(1)
     df = frame_of({("grpo", "t"): list(rng.random(60)), ("dapo", "t"): list(rng.random(60))})
-    table = tables.final_performance_table(df, "reward", by="loss_type", baseline="grpo")
-    assert table.attrs["reps"] == 4_000_000 // 120
-    caption = table.attrs["caption"]
+    table = scores.final_performance_table(df, "reward", by="loss_type", baseline="grpo")
+    assert table.reps == 4_000_000 // 120
+    caption = table.caption
     assert "33,333 resamples" in caption and "fewer than rliable's 50,000" in caption
-    assert f"Monte Carlo error of the endpoints at most {table.attrs['mc_error']:.2g}" in caption
-    assert 0 < table.attrs["mc_error"] < 0.01
+    assert f"Monte Carlo error of the endpoints at most {table.mc_error:.2g}" in caption
+    assert 0 < table.mc_error < 0.01
 
 
 def test_monte_carlo_error_of_a_percentile_matches_its_asymptotic_value():
@@ -139,15 +140,15 @@ def test_profile_figure_draws_each_variant_s_band(tmp_path):
 
 
 def test_resolvable_differences_per_panel_by_hand():
-    scores = pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "score": [1.0, 2.0, 3.0, 2.0, 4.0, 6.0, 0.0, 1.0, 5.0],
             "variant": ["a", "a", "a", "b", "b", "b", "a", "a", "b"],
             "panel": ["p"] * 6 + ["q"] * 3,
         }
     )
-    table = tables.resolvable_differences(scores, "variant", ["panel"])
-    p, q = table.to_dict("records")
+    resolvable = scores.resolvable_differences(frame, "variant", ["panel"])
+    p, q = resolvable.frame.to_dict("records")
     # panel p: SDs 1 and 2 with 3 runs each: pooled sqrt((2 * 1 + 2 * 4) / 4)
     assert (p["n_min"], p["n_max"], p["variants"]) == (3, 3, 2)
     assert p["pooled_sd"] == pytest.approx(math.sqrt(2.5))
@@ -155,8 +156,8 @@ def test_resolvable_differences_per_panel_by_hand():
     # panel q: b has one run, so nothing is resolvable; a alone gives the spread
     assert (q["n_min"], q["n_max"]) == (1, 2) and q["pooled_sd"] == pytest.approx(math.sqrt(0.5))
     assert math.isnan(q["resolvable"])
-    assert (table.attrs["power"], table.attrs["alpha"]) == (0.8, 0.05)
-    overall = tables.resolvable_differences(scores.iloc[:6], "variant")
+    assert (resolvable.power, resolvable.alpha) == (0.8, 0.05)
+    overall = scores.resolvable_differences(frame.iloc[:6], "variant").frame
     assert list(overall.columns) == ["variants", "n_min", "n_max", "pooled_sd", "resolvable"]
 
 
@@ -172,43 +173,35 @@ def test_every_report_has_the_power_line_under_the_final_table(tmp_path):
     assert line.endswith("(80% power, two-sided 5% t test, pooled SD " + line.split("pooled SD ")[1])
     assert "over the variants' final scores" in line
     # s and X recomputed from the per-run final scores: X has 80% power at 3 seeds per variant
-    finals_ = tables.final_scores(load(g), "reward")
+    finals_ = scores.final_scores(load(g), "reward")
     by_variant = [finals_[finals_.index.str.startswith(v)].to_numpy() for v in ("grpo-", "dapo-")]
     sd = stats.pooled_sd(*by_variant)
     x = stats.min_detectable_effect(3, sd)
-    assert f"pooled SD {tables._fmt(sd)} over" in line and f"smaller than {tables._fmt(x)} cannot" in line
+    assert f"pooled SD {tables.fmt(sd)} over" in line and f"smaller than {tables.fmt(x)} cannot" in line
     crit, nc = st.t.ppf(0.975, 4), (x / sd) * math.sqrt(3 / 2)
     assert st.nct.sf(crit, 4, nc) + st.nct.cdf(-crit, 4, nc) == pytest.approx(0.8, abs=1e-3)
     assert line in (out / "final_performance.md").read_text()
 
 
 def test_power_line_per_panel_and_for_single_seeds():
-    data = report.ReportData(
-        title="t", settings=report.ReportSettings(), lines=[], left_out=[], runs=pd.DataFrame()
-    )
-    data.col = "panel"
-    data.resolvable = pd.DataFrame(
+    frame = pd.DataFrame(
         [
             {"panel": "μ=1", "variants": 2, "n_min": 3, "n_max": 3, "pooled_sd": 1.0, "resolvable": 3.07},
-            {
-                "panel": "μ=2",
-                "variants": 2,
-                "n_min": 1,
-                "n_max": 2,
-                "pooled_sd": 0.5,
-                "resolvable": float("nan"),
-            },
+            {"panel": "μ=2", "variants": 2, "n_min": 1, "n_max": 2, "pooled_sd": 0.5, "resolvable": math.nan},
+            {"panel": "μ=4", "variants": 2, "n_min": 2, "n_max": 2, "pooled_sd": 0.0, "resolvable": 0.0},
         ]
     )
-    data.resolvable.loc[2] = {
-        "panel": "μ=4",
-        "variants": 2,
-        "n_min": 2,
-        "n_max": 2,
-        "pooled_sd": 0.0,
-        "resolvable": 0.0,
-    }
-    data.resolvable.attrs.update(power=0.9, alpha=0.01)
+    data = report.ReportData(
+        title="t",
+        settings=report.ReportSettings(),
+        lines=[],
+        left_out=[],
+        runs=pd.DataFrame(),
+        col="panel",
+        resolvable=scores.Resolvable(frame, power=0.9, alpha=0.01),
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        data.col = "other"  # built once by compute_report, read by the drawing
     assert report.power_lines(data)[0].endswith(
         "(90% power, two-sided 1% t test, pooled SD 1 over the variants' final scores)."
     )
@@ -216,7 +209,7 @@ def test_power_line_per_panel_and_for_single_seeds():
         "Panel μ=4: with 2 seeds per variant, final reward does not vary within any variant (pooled SD 0), so a "
         "t test gives no resolution limit."
     )
-    data.resolvable.attrs.clear()
+    data = dataclasses.replace(data, resolvable=scores.Resolvable(frame))  # 80% power, 5% level
     assert report.power_lines(data)[:2] == [
         "Panel μ=1: with 3 seeds per variant, differences in final reward smaller than 3.07 cannot be resolved "
         "(80% power, two-sided 5% t test, pooled SD 1 over the variants' final scores).",

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import curves, style
+from analysis import dynamics, style
 from harness import layout
 
 METRICS = ["vespo/phi_seq_mean", "entropy", layout.EVAL_ACCURACY, "completions/mean_length"]
@@ -47,7 +47,7 @@ def vespo_like_frame(steps: int = 12) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_dynamics_y_labels_of_neighbouring_rows_do_not_overlap(tmp_path):
-    fig, axes = curves.plot_panels(vespo_like_frame(), METRICS, hue="variant", col="panel")
+    fig, axes = dynamics.plot_panels(vespo_like_frame(), METRICS, hue="variant", col="panel")
     assert axes.shape == (4, 3)
     seen = []  # the first column's y labels as the saved PNG draws them (style.save: 200 dpi)
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from analysis import aggregate, stats, tables
+from analysis import aggregate, grouping, smoothing, stats
 from harness import layout
 
 
@@ -74,7 +74,7 @@ def test_metrics_on_the_same_rows_share_one_plan_and_stay_exact():
     n_points = int(
         np.median(df[df["clip_ratio/region_mean"].notna() & off].groupby(layout.RUN_ID, observed=True).size())
     )
-    want = _by_hand(df, "clip_ratio/region_mean", aggregate.auto_window(n_points), rows=off)
+    want = _by_hand(df, "clip_ratio/region_mean", smoothing.auto_window(n_points), rows=off)
     assert np.allclose(
         a.mean["mean"].to_numpy(), want.sort_values(["loss_type", "x"], key=_order)["mean"].to_numpy()
     )
@@ -123,7 +123,7 @@ def test_rows_by_group_holds_each_groups_rows(shuffled):
         if shuffled:
             codes = rng.permutation(codes)
         group_of_run = rng.integers(-1, 3, lengths.size)
-        rows, bounds = tables._rows_by_group(codes, group_of_run)
+        rows, bounds = grouping.rows_by_group(codes, group_of_run)
         for g in range(int(group_of_run.max()) + 1):
             want = np.flatnonzero(group_of_run[codes] == g) if codes.size else np.zeros(0, int)
             assert sorted(rows[bounds[g] : bounds[g + 1]]) == list(want)
@@ -132,6 +132,6 @@ def test_rows_by_group_holds_each_groups_rows(shuffled):
 
 def test_joined_keys():
     frame = pd.DataFrame({"a": ["x", "y"], "b": [1, 2.5]})
-    assert list(tables.joined_keys(frame, ["a"])) == ["x", "y"]
-    assert list(tables.joined_keys(frame, ["a", "b"])) == ["x\x1f1.0", "y\x1f2.5"]
-    assert list(tables.joined_keys(frame, [])) == ["", ""]
+    assert list(grouping.joined_keys(frame, ["a"])) == ["x", "y"]
+    assert list(grouping.joined_keys(frame, ["a", "b"])) == ["x\x1f1.0", "y\x1f2.5"]
+    assert list(grouping.joined_keys(frame, [])) == ["", ""]

@@ -14,6 +14,7 @@ from scipy import stats as st
 
 from analysis import findings as fm
 from analysis import report, stats
+from analysis.tables import Table
 from harness import cli, layout
 
 # --- the statistics ---------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def test_findings_table_counts_finished_runs_of_each_arm(tmp_path):
     g = tmp_path / "g"
     arms = write_findings_grid(g, stopped=("variant-s2",))
     table = report.findings_results(g)
-    (row,) = table.to_dict("records")
+    (row,) = table.frame.to_dict("records")
     # second half (steps 11-20): baseline 1 - 0.01 * 15.5 + 0.01 s; the variant 0.1 higher
     assert (row["baseline_n"], row["variant_n"]) == (3, 2)  # the stopped run is not counted
     assert row["baseline_mean"] == pytest.approx(0.845 + 0.01)
@@ -218,8 +219,8 @@ def test_findings_table_counts_finished_runs_of_each_arm(tmp_path):
     assert row["effect"] == pytest.approx(0.095)
     assert row["verdict"] == "reproduced"
     assert row["finding"] == "F1" and row["baseline"] == "epsilon_high=0.2"
-    assert "Welch" in table.attrs["caption"] and "undercovers" in table.attrs["caption"]
-    assert "50,000 resamples" in table.attrs["caption"]
+    assert "Welch" in table.caption and "undercovers" in table.caption
+    assert "50,000 resamples" in table.caption
     assert arms["variant"][2] == "variant-s2"
 
 
@@ -310,7 +311,7 @@ def test_findings_command_refuses_a_folder_without_findings(tmp_path, capsys):
 
 
 def test_not_resolved_shows_the_seeds_needed(tmp_path):
-    table = pd.DataFrame(
+    frame = pd.DataFrame(
         [
             {
                 "finding": "F",
@@ -326,16 +327,19 @@ def test_not_resolved_shows_the_seeds_needed(tmp_path):
             }
         ]
     )
-    shown = fm.display_table(table).iloc[0]
+    table = Table(frame, caption="the findings")
+    shown_table = fm.display_table(table)
+    assert shown_table.caption == "the findings"  # the caption stays with the text cells
+    shown = shown_table.frame.iloc[0]
     assert shown["paper"] == "p; scaled: 60 steps"
     assert shown["metric (window)"] == "kl (0-100% of steps, off-policy)"
     assert shown["verdict"] == "not resolved" and shown["seeds for 80% power"] == "64"
     assert shown["baseline mean (n)"] == "2 (3)"
     compact = fm.compact_table(table).iloc[0]
     assert compact["verdict"] == "not resolved (64 seeds/arm for 80% power)"
-    same = table.assign(**fm.verdict(BASE3, BASE3, "lower"))
+    same = table.with_frame(frame.assign(**fm.verdict(BASE3, BASE3, "lower")))
     assert fm.compact_table(same).iloc[0]["verdict"] == "not resolved (the arms' means are equal)"
-    assert fm.display_table(same).iloc[0]["seeds for 80% power"] == "—"
+    assert fm.display_table(same).frame.iloc[0]["seeds for 80% power"] == "—"
 
 
 # --- what a verdict leaves out, and why ---------------------------------------------------------------
@@ -365,15 +369,15 @@ def test_each_run_a_finding_leaves_out_is_named_with_why(tmp_path, capsys):
     rewrite_run(g, "baseline-s3", entropy=None)  # never logs the metric
     rewrite_run(g, "variant-s1", entropy=[np.nan] * 20)  # logs it, never finite
     table = report.findings_results(g)
-    (row,) = table.to_dict("records")
+    (row,) = table.frame.to_dict("records")
     assert (row["baseline_n"], row["variant_n"]) == (3, 1)
     left = row["left_out"]
     assert "baseline `baseline-s3` (no finite entropy at any of its 20 logged step(s))" in left
     assert "variant `variant-s1` (no finite entropy at any of its 20 logged step(s))" in left
     assert "variant `variant-s2` (diverged at step 20 (loss))" in left
     assert "variant `variant-s3` (stopped at step 20 of 20" in left
-    assert "(4 runs in all)" in table.attrs["caption"]  # runs with a value, not runs finished
-    assert "listed under the table" in table.attrs["caption"]
+    assert "(4 runs in all)" in table.caption  # runs with a value, not runs finished
+    assert "listed under the table" in table.caption
     # the report shows the same under its findings table, in index.md and findings.md
     out = report.make_report(g)
     index = (out / "index.md").read_text()
@@ -401,7 +405,7 @@ def test_a_window_that_holds_no_logged_step_says_so():
         direction="higher",
         arms={"baseline": ("a", "b"), "variant": ("c", "d")},
     )
-    (row,) = fm.findings_table(df, [f], finished=["a", "b", "c", "d"]).to_dict("records")
+    (row,) = fm.findings_table(df, [f], finished=["a", "b", "c", "d"]).frame.to_dict("records")
     assert row["verdict"].startswith("not enough runs (baseline 0, variant 0")
     assert row["left_out"] == (
         "baseline `a`, `b` (its 1 logged step(s) put none in the window (50-100% of its steps)); "
@@ -419,7 +423,7 @@ def test_a_window_that_holds_no_logged_step_says_so():
         }
     )
     g = fm.Finding(**{**f.__dict__, "arms": {"baseline": ("a",), "variant": ("b",)}, "off_policy_only": True})
-    (row,) = fm.findings_table(df, [g], finished=["a", "b"]).to_dict("records")
+    (row,) = fm.findings_table(df, [g], finished=["a", "b"]).frame.to_dict("records")
     assert (
         "baseline `a` (no finite m in the window (50-100% of its steps: 2 step(s)); it has one at 1 of its 4"
         in row["left_out"]
@@ -447,7 +451,7 @@ def test_findings_do_not_depend_on_the_report_s_score_metric(tmp_path, capsys):
     record = json.loads((g / layout.GRID_FILE).read_text())
     record["report"]["metric"] = "eval/accuracy"  # no run logs it
     (g / layout.GRID_FILE).write_text(json.dumps(record))
-    (row,) = report.findings_results(g).to_dict("records")
+    (row,) = report.findings_results(g).frame.to_dict("records")
     assert (row["baseline_n"], row["variant_n"], row["verdict"]) == (3, 3, "reproduced")
     assert row["left_out"] == ""
     assert cli.main(["findings", str(g)]) == 0
@@ -532,7 +536,7 @@ def test_arms_without_any_spread_get_a_note_not_just_a_zero_width_interval():
         arms={"baseline": ("a", "b", "c"), "variant": ("d", "e", "f")},
     )
     table = fm.findings_table(df, [f], finished=list("abcdef"))
-    assert "no run-to-run spread" in table.loc[0, "note"]
+    assert "no run-to-run spread" in table.frame.loc[0, "note"]
     assert fm.note_lines(table)[0].startswith("F: every run of each arm has the same value")
 
 
@@ -577,8 +581,8 @@ def test_an_arm_with_one_run_shows_no_effect_only_the_means(tmp_path, capsys):
     g = tmp_path / "g"
     write_findings_grid(g, stopped=("variant-s1", "variant-s2"))
     table = report.findings_results(g)
-    assert table.loc[0, "effect"] == pytest.approx(0.945 - 0.855)  # the CSV keeps the number
-    shown = fm.display_table(table).iloc[0]
+    assert table.frame.loc[0, "effect"] == pytest.approx(0.945 - 0.855)  # the CSV keeps the number
+    shown = fm.display_table(table).frame.iloc[0]
     assert shown["variant mean (n)"] == "0.945 (1)"
     assert shown["effect [95% CI]"] == "–" and shown["P(variant > baseline) [95% CI]"] == "–"
     compact = fm.compact_table(table).iloc[0]

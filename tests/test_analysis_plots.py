@@ -11,7 +11,9 @@ import pytest
 from analysis_helpers import synthetic_grid
 
 from analysis import load, style
-from analysis.curves import plot_curves, plot_panels, plot_wseq
+from analysis.curves import plot_curves
+from analysis.dynamics import plot_panels
+from analysis.wseq import plot_wseq
 
 VARIANTS = ("grpo", "dapo", None)
 LABELS = {"grpo", "dapo", "(none)"}

@@ -174,7 +174,7 @@ def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path)
     ``<name>/ratio...`` (the naming rule) only over off-policy steps, like TRL's clip_ratio."""
     from analysis_helpers import write_grid
 
-    from analysis import aggregate
+    from analysis import offpolicy
 
     g = tmp_path / "results" / "toy"
     steps = list(range(1, 9))
@@ -195,8 +195,8 @@ def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path)
     assert {"my_pg/ratio_mean", "my_pg/logp"} <= set(df.columns)
     data = report.compute_report(inputs, settings)
     assert list(data.dynamics) == ["entropy", "my_pg/logp", "my_pg/ratio_mean"]
-    assert aggregate.is_ratio_metric("my_pg/ratio_mean") and aggregate.is_ratio_metric("gmpo/clip_ratio/high")
-    assert not aggregate.is_ratio_metric("my_pg/logp") and not aggregate.is_ratio_metric(
+    assert offpolicy.is_ratio_metric("my_pg/ratio_mean") and offpolicy.is_ratio_metric("gmpo/clip_ratio/high")
+    assert not offpolicy.is_ratio_metric("my_pg/logp") and not offpolicy.is_ratio_metric(
         "completions/clipped_ratio"
     )
     ratio = data.dynamics["my_pg/ratio_mean"]

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis import stats
-from analysis.aggregate import curves
-from analysis.curves import aggregate, smooth, variant_labels
+from analysis.aggregate import aggregate, curves, variant_labels
+from analysis.smoothing import smooth
 from harness import layout
 
 # Student-t 0.975 quantile with 2 degrees of freedom. For df = 2 the quantile has the closed form

@@ -1,4 +1,5 @@
-"""analysis.tables on small frames with hand-computed values."""
+"""The tables (analysis.timing, analysis.learning_check, analysis.time_to_target, analysis.scores)
+on small frames with hand-computed values, and their rendering (analysis.tables)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 from analysis_helpers import md_rows
 
-from analysis import tables
+from analysis import learning_check, scores, tables, time_to_target, timing
 from harness import layout
 
 
@@ -39,7 +40,7 @@ def timing_frame():
 
 
 def test_timing_table_by_hand(timing_frame):
-    t = tables.timing_table(timing_frame).set_index("loss_type")
+    t = timing.timing_table(timing_frame).frame.set_index("loss_type")
     assert t.loc["grpo", "runs"] == 2
     assert t.loc["grpo", "s_per_step"] == pytest.approx(3.0)  # mean of 2 and 4
     assert t.loc["grpo", "total_s"] == pytest.approx(6.0)  # mean of 4 and 8
@@ -53,9 +54,9 @@ def test_timing_table_by_hand(timing_frame):
 
 
 def test_timing_table_without_baseline_or_columns(timing_frame):
-    t = tables.timing_table(timing_frame, baseline="nope")
+    t = timing.timing_table(timing_frame, baseline="nope").frame
     assert t["speedup"].isna().all()
-    t = tables.timing_table(timing_frame.drop(columns=[layout.TOKENS_TRAINED]))
+    t = timing.timing_table(timing_frame.drop(columns=[layout.TOKENS_TRAINED])).frame
     assert t["trained_tokens_per_s"].isna().all()
 
 
@@ -66,11 +67,11 @@ def test_learning_check_by_hand():
             "b": ("grpo", 1, {"reward": [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]}),
         }
     )
-    check = tables.learning_check(df).set_index("run_id")
+    check = learning_check.learning_check(df).frame.set_index("run_id")
     assert check.loc["a", "first"] == 0.5 and check.loc["a", "last"] == 8.5 and check.loc["a", "diff"] == 8.0
     assert check.loc["b", "diff"] == -1.0
     assert check.loc["a", "seed"] == 0
-    s = tables.learning_summary(tables.learning_check(df)).iloc[0]
+    s = learning_check.learning_summary(learning_check.learning_check(df)).frame.iloc[0]
     assert s["diff_mean"] == pytest.approx(3.5)
     assert s["diff_std"] == pytest.approx(math.sqrt(2 * 4.5**2))
     assert s["improved"] == 1 and s["runs"] == 2
@@ -85,7 +86,7 @@ def test_time_to_target_by_hand():
             "d1": ("dapo", 1, {"reward": [0.0, 0.0, 0.0, 0.0], layout.ELAPSED_S: [0.5, 1.0, 1.5, 2.0], layout.TOKENS_GENERATED_TOTAL: [10.0, 20.0, 30.0, 40.0]}),
         }
     )  # fmt: skip
-    t = tables.time_to_target_table(df, 1.0).set_index("loss_type")
+    t = time_to_target.time_to_target_table(df, 1.0).frame.set_index("loss_type")
     assert t.loc["grpo", "reached"] == 2 and t.loc["dapo", "reached"] == 1
     assert (
         t.loc["grpo", "steps"] == 3.5 and t.loc["grpo", "seconds"] == 3.5 and t.loc["grpo", "tokens"] == 35.0
@@ -100,27 +101,28 @@ def test_final_performance_by_hand():
     for k, v in enumerate([1.0, 2.0, 4.0]):
         spec[f"g{k}"] = ("grpo", k, {"reward": [0.0] * 9 + [v]})  # last 10% of 10 steps = last step
         spec[f"d{k}"] = ("dapo", k, {"reward": [0.0] * 9 + [v + 10]})
-    t = tables.final_performance_table(_frame(spec), reps=200).set_index("loss_type")
+    t = scores.final_performance_table(_frame(spec), reps=200).frame.set_index("loss_type")
     assert t.loc["grpo", "mean"] == pytest.approx(7 / 3)
     assert t.loc["grpo", "iqm"] == pytest.approx(7 / 3)
     assert t.loc["grpo", "mean_lo"] <= 7 / 3 <= t.loc["grpo", "mean_hi"]
     assert t.loc["dapo", "p_improve"] == 1.0
     assert math.isnan(t.loc["grpo", "p_improve"])
-    again = tables.final_performance_table(_frame(spec), reps=200).set_index("loss_type")
+    again = scores.final_performance_table(_frame(spec), reps=200).frame.set_index("loss_type")
     pd.testing.assert_frame_equal(t, again)
-    t2 = tables.final_performance_table(_frame(spec), last_k=10, reps=50).set_index("loss_type")
+    t2 = scores.final_performance_table(_frame(spec), last_k=10, reps=50).frame.set_index("loss_type")
     assert t2.loc["grpo", "mean"] == pytest.approx(0.7 / 3)
 
 
 def test_final_performance_eval_accuracy_uses_last_eval():
     df = _frame({"g0": ("grpo", 0, {layout.EVAL_ACCURACY: [0.1, None, 0.3, None]})})
-    t = tables.final_performance_table(df, layout.EVAL_ACCURACY, reps=10)
+    t = scores.final_performance_table(df, layout.EVAL_ACCURACY, reps=10).frame
     assert t.loc[0, "mean"] == pytest.approx(0.3)
 
 
 def test_rendering(timing_frame, tmp_path):
-    t = tables.timing_table(timing_frame)
-    md = tables.to_markdown(t)
+    table = timing.timing_table(timing_frame)
+    t = table.frame
+    md = tables.to_markdown(table)
     header, align, *rows = md_rows(md)
     assert header[:3] == ["loss_type", "runs", "steps"] and "s/step" in header
     assert align[0] == ":" + "-" * (len(align[0]) - 1) and all(a.endswith(":") for a in align[1:])
@@ -129,11 +131,11 @@ def test_rendering(timing_frame, tmp_path):
         rows[0][1] == str(t.loc[0, "runs"])
         and rows[0][header.index("s/step")] == f"{t.loc[0, 's_per_step']:.3g}"
     )
-    tex = tables.to_latex(t, caption="50% of runs_x")
+    tex = tables.to_latex(table, caption="50% of runs_x")
     assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
     assert "50\\% of runs\\_x" in tex and "\\begin{tabular}{l" + "r" * (len(header) - 1) + "}" in tex
     assert "loss\\_type & runs & steps" in tex and f"\n{rows[0][0]} & {rows[0][1]} & " in tex
-    paths = tables.write_table(t, tmp_path / "timing")
+    paths = tables.write_table(table, tmp_path / "timing")
     assert [p.name for p in paths] == ["timing.md", "timing.csv", "timing.tex"]
     back = pd.read_csv(paths[1])
     assert back["s_per_step"].tolist() == pytest.approx(t["s_per_step"].tolist())
@@ -145,8 +147,10 @@ def test_interval_columns_render_as_brackets():
 
 
 def test_cells_are_escaped_and_missing_values_are_dashes():
-    t = pd.DataFrame({"v": ["a|b_c", "t~u^v<w>&%"], "mean": [1234.5, float("nan")], "ok": [True, False]})
-    t.attrs["display"] = {"mean": "mean (s)"}
+    t = tables.Table(
+        pd.DataFrame({"v": ["a|b_c", "t~u^v<w>&%"], "mean": [1234.5, float("nan")], "ok": [True, False]}),
+        display={"mean": "mean (s)"},
+    )
     header, align, *rows = md_rows(tables.to_markdown(t))
     assert header == ["v", "mean (s)", "ok"]
     assert [a[0] + a[-1] for a in align] == [":-", "-:", ":-"]

@@ -185,7 +185,7 @@ def test_runs_without_a_counterpart_are_left_out_and_listed(tmp_path):
     lines = "\n".join(across.report_lines(c))
     assert "Matched on the values the folders share" in lines
     assert "Seeds differ between the folders: trainer.seed = 0, 1, 2 in a; 0, 1 in b." in lines
-    final = data.final
+    final = data.final.frame
     assert set(final["variant"]) == {"grpo", "dapo"}
     assert dict(zip(final["panel"] + "/" + final["variant"], final["runs"], strict=True)) == {
         "tiny/grpo": 3,
@@ -213,9 +213,9 @@ def test_folders_with_the_same_settings_are_pooled_or_compared_as_folders(tmp_pa
     fake_grid(b, "tiny", seeds=(3, 4))
     c, data = computed([a, b])
     assert c.title == "a + b (pooled)" and "their runs are pooled" in "\n".join(across.report_lines(c))
-    assert list(data.final["runs"]) == [5, 5] and data.col is None
+    assert list(data.final.frame["runs"]) == [5, 5] and data.col is None
     c, data = computed([a, b], across=[FOLDER])
-    assert sorted(zip(data.final["panel"], data.final["runs"], strict=True)) == [
+    assert sorted(zip(data.final.frame["panel"], data.final.frame["runs"], strict=True)) == [
         ("folder=a", 3),
         ("folder=a", 3),
         ("folder=b", 2),

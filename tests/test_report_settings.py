@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from analysis import aggregate, report
+from analysis import report, smoothing
 from harness.config import report_check, report_section
 from harness.config.report_section import ReportError, ReportSettings, SmoothingError
 
@@ -43,7 +43,7 @@ def test_one_smoothing_parser_refuses_the_same_settings_everywhere(bad):
     with pytest.raises(SmoothingError):
         report_section.parse_smoothing(bad)
     with pytest.raises(ValueError):
-        aggregate.resolve_smoothing(bad, 10)
+        smoothing.resolve_smoothing(bad, 10)
     with pytest.raises(ReportError):
         ReportSettings.merged({"smoothing": bad})
     problems: list[str] = []

@@ -207,12 +207,12 @@ def test_final_figure_marks_runs_that_did_not_finish(broken):
     assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "stopped": 1}
     from analysis import finals
 
-    fig, axes = finals.plot_final(data.scores, data.final, metric="reward", **data.panels())
+    fig, axes = finals.plot_final(data.scores, data.final.frame, metric="reward", **data.panels())
     assert len(axes[0, 0].collections) == 4  # grpo: finished, diverged; dapo: finished, unfinished
     texts = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
     assert {"diverged run (included)", "run not finished (included)"} <= texts
     done = data.scores[data.scores["state"] == "done"]
-    fig, axes = finals.plot_final(done, data.final, metric="reward", **data.panels())
+    fig, axes = finals.plot_final(done, data.final.frame, metric="reward", **data.panels())
     assert len(axes[0, 0].collections) == 2
     assert "diverged run (included)" not in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
 
@@ -277,15 +277,13 @@ def test_seeds_draw_each_run_and_wseq_splits_by_reuse_index(broken):
     assert set(runs[layout.RUN_ID]) == {f"{lt}-{s}" for lt in ("grpo", "dapo") for s in range(3)} | {
         "grpo-nosignal"
     }
-    from analysis import curves
+    from analysis import curves, wseq
 
     fig, axes = curves.plot_curve_set(data.curve_sets["reward"], hue=data.hue, colors=data.colors, seeds=True)
     faint = [line for line in axes[0, 0].get_lines() if line.get_alpha() == 0.35]
     assert len(faint) == 7
     assert set(data.wseq[layout.REUSE_INDEX]) == {"2"}  # only the off-policy (second) passes
-    fig, _ = curves.plot_wseq(
-        bands=data.wseq, hue=data.hue, split=layout.REUSE_INDEX, hue_order=data.hue_order
-    )
+    fig, _ = wseq.plot_wseq(bands=data.wseq, hue=data.hue, split=layout.REUSE_INDEX, hue_order=data.hue_order)
     assert "reuse_index 2" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import report, tables
+from analysis import report, timing
 from harness import layout
 from harness.layout import read_metrics
 from harness.train import metrics, recorder
@@ -119,8 +119,8 @@ def test_loaded_steps_compare_other_work_with_the_cores_the_harness_left_free():
         }
     )
     # free cores: 0, 0, 1, 1; loaded above free + LOAD_MARGIN_CPUS (0.5); unknown: not loaded
-    assert tables.LOAD_MARGIN_CPUS == 0.5
-    assert tables.loaded_steps(df).tolist() == [False, True, False, True, False]
+    assert timing.LOAD_MARGIN_CPUS == 0.5
+    assert timing.loaded_steps(df).tolist() == [False, True, False, True, False]
 
 
 def _timed(cpu_g, cpu_d, other_g, other_d, wall=(1.0, 1.0)):
@@ -136,41 +136,45 @@ def _timed(cpu_g, cpu_d, other_g, other_d, wall=(1.0, 1.0)):
 def test_speedup_is_from_cpu_time_over_quiet_steps():
     # dapo's wall time is 4x grpo's, its CPU time half: the speedup follows CPU time; grpo's loaded
     # second step (CPU 9.0) is left out of its mean, and grpo keeps half its steps: it stays in
-    t = tables.timing_table(_timed([1.0, 9.0], [0.5, 0.5], [0.0, 1.5], [0.0, 0.0])).set_index("loss_type")
-    assert t.attrs["measure"] == layout.STEP_CPU_S and t.attrs["load_known"]
+    table = timing.timing_table(_timed([1.0, 9.0], [0.5, 0.5], [0.0, 1.5], [0.0, 0.0]))
+    t = table.frame.set_index("loss_type")
+    assert table.measure == layout.STEP_CPU_S and table.load_known
     assert t.loc["dapo", "speedup"] == pytest.approx(2.0)
-    assert t.loc["grpo", "loaded"] == pytest.approx(0.5) and t.attrs["left_out"] == []
+    assert t.loc["grpo", "loaded"] == pytest.approx(0.5) and table.left_out == ()
     assert t.loc["grpo", "cpu_s_per_step"] == pytest.approx(5.0)  # the shown mean keeps every step
-    assert t.attrs["display"]["speedup"] == "speedup vs grpo (CPU time)"
+    assert table.display["speedup"] == "speedup vs grpo (CPU time)"
 
 
 def test_rows_measured_mostly_under_load_get_no_speedup():
-    t = tables.timing_table(_timed([1.0, 1.0], [0.5, 0.5], [0.0, 0.0], [1.5, 1.5])).set_index("loss_type")
+    table = timing.timing_table(_timed([1.0, 1.0], [0.5, 0.5], [0.0, 0.0], [1.5, 1.5]))
+    t = table.frame.set_index("loss_type")
     assert math.isnan(t.loc["dapo", "speedup"]) and t.loc["grpo", "speedup"] == 1.0
-    assert t.attrs["left_out"] == [("dapo", 1.0)]
-    caption = report._load_caption(t)
+    assert table.left_out == (("dapo", 1.0),)
+    caption = report._load_caption(table)
     assert "Left out of the speedup" in caption and "dapo (100% of its steps loaded)" in caption
     # a loaded baseline takes every speedup of its panel with it
-    t = tables.timing_table(_timed([1.0, 1.0], [0.5, 0.5], [1.5, 1.5], [0.0, 0.0])).set_index("loss_type")
+    t = timing.timing_table(_timed([1.0, 1.0], [0.5, 0.5], [1.5, 1.5], [0.0, 0.0])).frame
     assert t["speedup"].isna().all()
 
 
 def test_older_results_fall_back_to_wall_time_with_a_note():
     df = _timed([1.0, 1.0], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0], wall=(2.0, 2.0))
     old = df.drop(columns=[layout.STEP_CPU_S, layout.OTHER_CPUS, layout.CPUS, layout.RUN_THREADS])
-    t = tables.timing_table(old).set_index("loss_type")
-    assert t.attrs["measure"] == layout.STEP_WALL_S and not t.attrs["load_known"]
+    table = timing.timing_table(old)
+    t = table.frame.set_index("loss_type")
+    assert table.measure == layout.STEP_WALL_S and not table.load_known
     assert t.loc["dapo", "speedup"] == pytest.approx(0.5)  # 2.0 / 4.0 wall
     assert "cpu_s_per_step" not in t.columns and "loaded" not in t.columns
-    assert "from wall time" in report._load_caption(t)
+    assert "from wall time" in report._load_caption(table)
 
 
 def test_gpu_time_is_the_measure_when_recorded():
     df = _timed([1.0, 1.0], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0])
     df[layout.STEP_GPU_S] = np.where(df["loss_type"] == "grpo", 3.0, 1.0)
-    t = tables.timing_table(df).set_index("loss_type")
-    assert t.attrs["measure"] == layout.STEP_GPU_S and t.loc["dapo", "speedup"] == pytest.approx(3.0)
-    assert "GPU time" in report._load_caption(t)
+    table = timing.timing_table(df)
+    t = table.frame.set_index("loss_type")
+    assert table.measure == layout.STEP_GPU_S and t.loc["dapo", "speedup"] == pytest.approx(3.0)
+    assert "GPU time" in report._load_caption(table)
 
 
 def test_background_parts_are_written_in_order_and_flush_waits(tmp_path):

@@ -22,24 +22,26 @@ section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`
 
 The modules, in the order a report is made:
 
-=================  ==========================================================================
-``settings``       :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
-``inputs``         reading a results folder: metrics, states, ``grid.json``, findings
-``across``         several results folders as one: runs matched by settings, what differs named
-``runs``           one row per run, its labels and panels, and the runs left out
-``baseline``       the baseline variant and the variants table
-``compute``        every number of the report (:func:`compute_report`), no drawing
-``data``           :class:`ReportData`, what ``compute`` hands to ``render``
-``render``         the figures and ``index.md`` (:func:`render_report`)
-``render_tables``  the table and findings sections of ``index.md`` and their captions
-``api``            :func:`make_report` and the command line
-=================  ==========================================================================
+==================  ==============================================================================
+``settings``        :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
+``inputs``          reading a results folder: metrics, states, ``grid.json``, findings
+``across``          several results folders as one: runs matched by settings, what differs named
+``runs``            one row per run, its labels and panels, and the runs left out
+``baseline``        the baseline variant and the variants table
+``compute``         every number of the report (:func:`compute_report`), no drawing
+``compute_tables``  the report's tables as numbers: display names, unfinished runs, runs at once
+``data``            :class:`ReportData` (frozen, built once), what ``compute`` hands to ``render``
+``render``          the figures and ``index.md`` (:func:`render_report`)
+``render_tables``   the table and findings sections of ``index.md`` and their captions
+``api``             :func:`make_report` and the command line
+==================  ==============================================================================
 """
 
 from __future__ import annotations
 
 from analysis.report.api import add_arguments, main, make_report
-from analysis.report.compute import _at_once, compute_report, merge_plugin_metrics, plugin_metrics
+from analysis.report.compute import compute_report, merge_plugin_metrics, plugin_metrics
+from analysis.report.compute_tables import runs_at_once
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, REPORT_SUFFIXES, VARIANT, ReportData, ReportInputs
 from analysis.report.inputs import TRL_LOSS_TYPES, findings_results, load_report_inputs, report_columns
 from analysis.report.render import render_report
@@ -65,7 +67,6 @@ __all__ = [
     "ReportError",
     "ReportInputs",
     "ReportSettings",
-    "_at_once",
     "_load_caption",
     "add_arguments",
     "check_section",
@@ -84,4 +85,5 @@ __all__ = [
     "power_lines",
     "render_report",
     "report_columns",
+    "runs_at_once",
 ]

@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis import labels, states
 from analysis.load import LoadInfo
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, ReportData
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Layout
 from analysis.report.runs import _dotted, _resolve_column
 from analysis.report.settings import ReportError, _baseline_pairs
 
@@ -22,18 +22,20 @@ def _baseline_label(
     df: pd.DataFrame,
     hue: str | None,
     text: str | None,
-    lines: list[str],
     label_keys: Sequence[str] = (),
     *,
     info: LoadInfo,
     runs: pd.DataFrame | None = None,
     strict: bool = False,
-) -> str | None:
+) -> tuple[str | None, list[str]]:
     """The variant label of the baseline runs among the included runs, or None (with a note).
 
     ``text`` None is the default, ``loss_type=grpo``, which says nothing when no run matches in a
     grid that does not compare loss types; a baseline the user gave always says why it was not
     found.
+
+    Returns:
+        ``(label or None, the report's notes on the choice, one line each)``.
 
     Raises:
         ReportError: ``strict`` (typed on the command line) and ``text`` names no variant, no key or
@@ -42,16 +44,16 @@ def _baseline_label(
     explicit = text is not None
     text = text if explicit else "loss_type=grpo"
     if hue is None or inc.empty:
-        return None
+        return None, []
     every = inc if runs is None else runs
     pairs = _baseline_pairs(text)
     if pairs is None:
-        return _baseline_by_name(text, inc, every, lines, strict=strict)
-    matched = _match_baseline(
-        text, pairs, inc, every, df, lines, label_keys, info=info, strict=strict, explicit=explicit
+        return _baseline_by_name(text, inc, every, strict=strict)
+    matched, notes = _match_baseline(
+        text, pairs, inc, every, df, label_keys, info=info, strict=strict, explicit=explicit
     )
     if matched is None:
-        return None
+        return None, notes
     match, match_any = matched
     hit = inc.loc[match, VARIANT].astype(str)
     if hit.empty:
@@ -64,43 +66,43 @@ def _baseline_label(
                 + " in these runs"
             )
         if explicit or "loss_type" in df.columns:  # the default is news only where loss types vary
-            _note(lines, f"no finished run has {text}; no baseline")
-        return None
+            return None, [_note(f"no finished run has {text}; no baseline")]
+        return None, []
     other = [k for k, _ in pairs if _dotted(info, _resolve_column(df, k, info)) not in label_keys]
     if other:
-        _note(
-            lines,
-            f"baseline keys {', '.join(other)} do not name a variant (they are panels or constant), so they only "
-            "choose its label; each panel compares with that label in the same panel",
+        notes.append(
+            _note(
+                f"baseline keys {', '.join(other)} do not name a variant (they are panels or constant), so they "
+                "only choose its label; each panel compares with that label in the same panel",
+            )
         )
     counts = hit.value_counts()
     value = pairs[0][1] if len(pairs) == 1 else None
     if value is not None and value in counts.index:
-        return value
+        return value, notes
     if len(counts) > 1:
-        _note(lines, f"baseline {text} spans {len(counts)} variants; using {counts.index[0]!r}")
-    return str(counts.index[0])
+        notes.append(_note(f"baseline {text} spans {len(counts)} variants; using {counts.index[0]!r}"))
+    return str(counts.index[0]), notes
 
 
 def _baseline_by_name(
-    text: str, inc: pd.DataFrame, every: pd.DataFrame, lines: list[str], *, strict: bool
-) -> str | None:
+    text: str, inc: pd.DataFrame, every: pd.DataFrame, *, strict: bool
+) -> tuple[str | None, list[str]]:
     """A baseline given as a variant label: ``text`` if an included run has it, else None with a
-    note.
+    note; returns ``(label or None, notes)``.
 
     Raises:
         ReportError: ``strict`` and no run of ``every`` has that label.
     """
     if text in {str(v) for v in inc[VARIANT].astype(str).unique()}:
-        return text
+        return text, []
     if strict and text not in set(every[VARIANT].astype(str)):
         raise ReportError(
             f"--baseline {text!r} names no variant; give one of "
             + ", ".join(repr(v) for v in every[VARIANT].astype(str).unique())
             + " or KEY=VALUE (e.g. loss_type=grpo)"
         )
-    _note(lines, f"no finished variant is labelled {text!r}; no baseline")
-    return None
+    return None, [_note(f"no finished variant is labelled {text!r}; no baseline")]
 
 
 def _match_baseline(
@@ -109,16 +111,15 @@ def _match_baseline(
     inc: pd.DataFrame,
     every: pd.DataFrame,
     df: pd.DataFrame,
-    lines: list[str],
     label_keys: Sequence[str],
     *,
     info: LoadInfo,
     strict: bool,
     explicit: bool,
-) -> tuple[np.ndarray, np.ndarray] | None:
+) -> tuple[tuple[np.ndarray, np.ndarray] | None, list[str]]:
     """Which included runs (``inc``) and which runs of ``every`` have every ``KEY=VALUE`` of
     ``pairs``: two bool arrays, or None (with a note when ``explicit``) when a key is not a
-    setting of these runs.
+    setting of these runs; and the notes.
 
     Raises:
         ReportError: ``strict`` and a key is not a setting of these runs.
@@ -137,11 +138,11 @@ def _match_baseline(
                     + (", ".join(_dotted(info, k) for k in label_keys) or "none")
                 )
             if explicit:
-                _note(lines, f"baseline key {key!r} is not a setting of these runs; no baseline")
-            return None
+                return None, [_note(f"baseline key {key!r} is not a setting of these runs; no baseline")]
+            return None, []
         match &= inc[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
         match_any &= every[col].map(lambda v, t=value: _value_matches(v, t)).to_numpy(dtype=bool)
-    return match, match_any
+    return (match, match_any), []
 
 
 def _value_matches(v: Any, text: str) -> bool:
@@ -164,17 +165,18 @@ def _value_matches(v: Any, text: str) -> bool:
     return False
 
 
-def _note(lines: list[str], text: str) -> None:
+def _note(text: str) -> str:
+    """A note on the baseline: printed on stderr, and returned as the report's line."""
     print(f"report: {text}; pick one with --baseline KEY=VALUE", file=sys.stderr)
-    lines.append(f"Note: {text} (pick one with `--baseline KEY=VALUE`).")
+    return f"Note: {text} (pick one with `--baseline KEY=VALUE`)."
 
 
 def _variants_table(
-    runs: pd.DataFrame, keys: list[str], data: ReportData, placed: pd.DataFrame
+    runs: pd.DataFrame, keys: list[str], layout: Layout, placed: pd.DataFrame
 ) -> pd.DataFrame | None:
     """Each (variant, facet) label with the full values of the keys behind it, its finished runs
     and the others (runs with metrics that did not finish, and ``placed`` runs without metrics)."""
-    if not keys and not data.col and not data.row:
+    if not keys and not layout.col and not layout.row:
         return None
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
     done = ((runs["state"] == states.DONE) & (runs["problem"] == "")).to_numpy()

@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis import aggregate as agg_mod
-from analysis import curves, finals, labels, states, tables
+from analysis import curves, labels, states, wseq
 from analysis import findings as findings_mod
-from analysis.aggregate import Curves, off_policy_rows, x_values
+from analysis.aggregate import Curves, x_values
+from analysis.grouping import joined_keys
 from analysis.load import LoadInfo
+from analysis.offpolicy import is_ratio_metric, off_policy_rows
 from analysis.report.baseline import _baseline_label, _variants_table
-from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, VARIANT, ReportData, ReportInputs, _Keys
+from analysis.report.compute_tables import finish_tables, table_jobs, with_at_once
+from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, VARIANT, Layout, ReportData, ReportInputs, _Keys
 from analysis.report.inputs import TRL_LOSS_TYPES
 from analysis.report.runs import (
     _check_axes,
     _compared_lines,
-    _display_names,
     _included_rows,
     _label_variants,
     _left_out_and_notes,
@@ -73,62 +76,137 @@ def compute_report(
     s = settings
     if s.x not in REPORT_X:
         raise ReportError(f"x must be one of {REPORT_X}, got {s.x!r}")
-    data = ReportData(title=title, settings=s, lines=[], left_out=[], runs=pd.DataFrame())
-    info, run_states = inputs.load, inputs.states
-    df, unreadable, without = _runs_without_metrics(inputs.frame, run_states, info, inputs.requested_runs)
-    if df.empty:
-        data.left_out.extend(f"`{rid}`: {what}" for rid, what in without.items())
-        data.empty = True
-        if findings:
-            data.findings = findings_mod.findings_table(df, findings, [], unfinished=without)
-        return data
-    _check_axes(df, s)
-    runs, first, flags = _run_table(df, run_states, s)
-    labelled = _label_variants(df, info, runs, first, s, strict_keys)
-    runs, keys = labelled.runs, labelled.keys
-    for note in labelled.notes:
-        _say(data, note)
-    data.hue, data.col, data.row = labelled.hue, labelled.col, labelled.row
-    data.legend_title = labelled.legend_title
-    placed = _place_runs_without_metrics(inputs, runs, keys, without, data)
-    notes = _left_out_and_notes(df, runs, data, unreadable)
-    data.runs = runs
-    inc = runs[runs["included"]]
-    work = _included_rows(df, runs)
-    _orders(data, runs, inc)
-    data.baseline = _baseline_label(
-        inc,
-        df,
-        data.hue,
-        s.baseline,
-        data.lines,
-        keys.label,
-        info=info,
-        runs=runs,
-        strict="baseline" in given,
+    lines: list[str] = []
+    df, unreadable, without = _runs_without_metrics(
+        inputs.frame, inputs.states, inputs.load, inputs.requested_runs
     )
-    _compared_lines(df, info, inc, data, keys, notes)
-    data.variants = _variants_table(runs, keys.label, data, placed)
-    if findings:
-        finished, why = findings_runs(runs, without)
-        data.findings = findings_mod.findings_table(
-            df, findings, finished, unfinished=why, logged=logged_metrics
+    if df.empty:
+        return ReportData(
+            title=title,
+            settings=s,
+            lines=lines,
+            left_out=[f"`{rid}`: {what}" for rid, what in without.items()],
+            runs=pd.DataFrame(),
+            findings=findings_mod.findings_table(df, findings, [], unfinished=without) if findings else None,
+            empty=True,
         )
-    if work.empty:
-        data.empty = True
-        return data
-    _check_wseq_split(work, data, strict="wseq_split" in given)
-    off = _on_policy_panels(work, inc, data)
-    _numbers(work, df, info, runs, flags, off, data, keys)
-    return data
+    _check_axes(df, s)
+    c = _count_runs(df, inputs, s, without, unreadable, strict_keys, strict_baseline="baseline" in given)
+    found = None
+    if findings:
+        finished, why = findings_runs(c.runs, without)
+        found = findings_mod.findings_table(c.df, findings, finished, unfinished=why, logged=logged_metrics)
+    head = {
+        "title": title,
+        "settings": s,
+        "left_out": c.left_out,
+        "variants": _variants_table(c.runs, c.keys.label, c.layout, c.placed),
+        "findings": found,
+        **c.layout.layout_fields(),
+    }
+    lines += c.lines
+    if c.work.empty:
+        return ReportData(**head, lines=lines, runs=c.runs, empty=True)
+    lines += _check_wseq_split(c.work, s, strict="wseq_split" in given)
+    off, off_policy_how, on_policy = _on_policy_panels(c.work, c.inc, c.layout)
+    work, runs, at_once = with_at_once(c.work, c.runs)
+    numbers, number_lines = _numbers(
+        work, c.df, inputs.load, runs, c.flags, off, at_once, c.layout, s, c.keys
+    )
+    return ReportData(
+        **head,
+        **numbers,
+        runs=runs,
+        lines=[*lines, *number_lines],
+        on_policy=on_policy,
+        off_policy_how=off_policy_how,
+    )
 
 
-def _check_wseq_split(work: pd.DataFrame, data: ReportData, *, strict: bool) -> None:
-    """Note (or, ``strict``: raise :class:`ReportError` naming the choices) a w_seq split by a
-    column that no counted run recorded."""
-    split = data.settings.wseq_split
+@dataclass(frozen=True)
+class _Counted:
+    """The runs as the report counts and labels them (:func:`_count_runs`).
+
+    Attributes:
+        df: the metrics (categorical run ids), with an all-missing column for each key the layout
+            names that no run sets.
+        runs: one row per run with metrics (index ``run_id``): labels, state, ``included``
+            (:func:`analysis.report.runs._run_table`), a diverged run's step where it went
+            non-finite.
+        flags: :func:`analysis.states.signal_flags` per run.
+        inc: the rows of ``runs`` the report counts.
+        work: the metric rows of the counted runs, with their label columns.
+        keys: the config columns behind the labels.
+        layout: the figures' layout, the baseline included.
+        placed: the runs without metrics placed under a variant (one row each: their labels).
+        lines: the report's opening lines so far: notes on the layout and the baseline, and what
+            is compared.
+        left_out: one line per run the report does not count (those without metrics first).
+    """
+
+    df: pd.DataFrame
+    runs: pd.DataFrame
+    flags: pd.DataFrame
+    inc: pd.DataFrame
+    work: pd.DataFrame
+    keys: _Keys
+    layout: Layout
+    placed: pd.DataFrame
+    lines: list[str]
+    left_out: list[str]
+
+
+def _count_runs(
+    df: pd.DataFrame,
+    inputs: ReportInputs,
+    s: ReportSettings,
+    without: dict[str, str],
+    unreadable: dict[str, int],
+    strict_keys: Collection[str],
+    *,
+    strict_baseline: bool,
+) -> _Counted:
+    """Which runs the report counts, their labels and panels, the baseline, and the lines on what
+    is compared and on the runs left out (``df``: the metrics of the runs with any; ``without``:
+    the requested runs without, with why; ``unreadable``: metrics files per run that could not be
+    read)."""
+    info = inputs.load
+    runs, first, flags = _run_table(df, inputs.states, s)
+    labelled = _label_variants(df, info, runs, first, s, strict_keys)
+    if labelled.missing:  # keys no run sets: every run has them missing
+        df = df.assign(**dict.fromkeys(labelled.missing, np.nan))
+    keys = labelled.keys
+    placed, left_without = _place_runs_without_metrics(inputs, labelled.runs, keys, without, labelled)
+    runs, left_with, notes = _left_out_and_notes(df, labelled.runs, labelled, unreadable)
+    inc = runs[runs["included"]]
+    baseline, baseline_notes = _baseline_label(
+        inc, df, labelled.hue, s.baseline, keys.label, info=info, runs=runs, strict=strict_baseline
+    )
+    layout_ = replace(_orders(labelled, runs, inc), baseline=baseline)
+    return _Counted(
+        df=df,
+        runs=runs,
+        flags=flags,
+        inc=inc,
+        work=_included_rows(df, runs),
+        keys=keys,
+        layout=layout_,
+        placed=placed,
+        lines=[
+            *(_say(note) for note in labelled.notes),
+            *baseline_notes,
+            *_compared_lines(df, info, inc, layout_, s, keys, notes),
+        ],
+        left_out=[*left_without, *left_with],
+    )
+
+
+def _check_wseq_split(work: pd.DataFrame, s: ReportSettings, *, strict: bool) -> list[str]:
+    """The note (or, ``strict``: raise :class:`ReportError` naming the choices) on a w_seq split by
+    a column that no counted run recorded; none when a run recorded it."""
+    split = s.wseq_split
     if not split or (split in work.columns and work[split].notna().any()):
-        return
+        return []
     if strict:
         choices = [
             c for c in (layout.REUSE_INDEX, layout.POLICY_LAG) if c in work.columns and work[c].notna().any()
@@ -137,27 +215,30 @@ def _check_wseq_split(work: pd.DataFrame, data: ReportData, *, strict: bool) -> 
             f"--wseq-split {split!r}: no counted run recorded it; "
             + (f"split by {' or '.join(choices)}" if choices else "these runs recorded no reuse index")
         )
-    data.lines.append(f"Note: no run recorded `{split}`, so the w_seq figure is not split by it.")
+    return [f"Note: no run recorded `{split}`, so the w_seq figure is not split by it."]
 
 
-def _on_policy_panels(work: pd.DataFrame, inc: pd.DataFrame, data: ReportData) -> np.ndarray:
-    """Which rows are off-policy steps (returned), and which panels have none (``data.on_policy``)."""
-    off, data.off_policy_how = off_policy_rows(work)
-    facet_cols = [c for c in (data.col, data.row) if c]
+def _on_policy_panels(
+    work: pd.DataFrame, inc: pd.DataFrame, layout_: Layout
+) -> tuple[np.ndarray, str, list[tuple[Any, Any]]]:
+    """Which rows are off-policy steps (bool, shape ``(len(work),)``), how that was told
+    (:func:`analysis.offpolicy.off_policy_rows`), and the panels ``(col value, row value)`` that
+    have none."""
+    off, how = off_policy_rows(work)
+    facet_cols = [c for c in (layout_.col, layout_.row) if c]
     if not facet_cols:
-        if not off.any():
-            data.on_policy.append((None, None))
-        return off
+        return off, how, [] if off.any() else [(None, None)]
     # facets are per run: whether each run has an off-policy step, then any per facet
     rid_cats = work[layout.RUN_ID].cat.categories
     n_off = np.bincount(work[layout.RUN_ID].cat.codes.to_numpy()[off], minlength=len(rid_cats))
     run_off = pd.Series(n_off > 0, index=pd.Index([str(c) for c in rid_cats], dtype=object))
-    any_off = run_off.reindex(inc.index, fill_value=False).groupby(tables.joined_keys(inc, facet_cols)).any()
+    any_off = run_off.reindex(inc.index, fill_value=False).groupby(joined_keys(inc, facet_cols)).any()
+    on_policy = []
     for key, is_off in any_off.items():
         if not is_off:
             parts = key.split("\x1f") if len(facet_cols) > 1 else [key]
-            data.on_policy.append((parts[0] if data.col else None, parts[-1] if data.row else None))
-    return off
+            on_policy.append((parts[0] if layout_.col else None, parts[-1] if layout_.row else None))
+    return off, how, on_policy
 
 
 def plugin_metrics(work: pd.DataFrame) -> list[str]:
@@ -198,16 +279,19 @@ def merge_plugin_metrics(listed: Sequence[str], found: Sequence[str]) -> list[st
     return out
 
 
-def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> tuple[list[str], list[str]]:
-    """The curve and dynamics metrics the runs logged (returned), with a note on each asked-for
-    metric or split that none did, and on runs without the x axis's values."""
-    s, lines = data.settings, data.lines
+def _metric_notes(
+    work: pd.DataFrame, runs: pd.DataFrame, s: ReportSettings
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The curve and dynamics metrics the runs logged, the dynamics metrics asked for that none
+    did, and the notes: on each asked-for curve metric that no run logged, and on runs without the
+    x axis's values."""
+    lines: list[str] = []
     curve_metrics = [m for m in (list(s.curves) or [s.metric]) if m in work.columns]
     for m in list(s.curves) or [s.metric]:
         if m not in work.columns:
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
-    data.dynamics_missing = [m for m in s.metrics if m not in dyn_metrics]
+    dyn_missing = [m for m in s.metrics if m not in dyn_metrics]
     dyn_metrics = merge_plugin_metrics(dyn_metrics, plugin_metrics(work))
     if s.x != "step":
         x_missing = runs.index[runs["included"]].difference(
@@ -220,7 +304,7 @@ def _metric_notes(work: pd.DataFrame, runs: pd.DataFrame, data: ReportData) -> t
                 + (" ..." if len(x_missing) > 10 else "")
                 + "."
             )
-    return curve_metrics, dyn_metrics
+    return curve_metrics, dyn_metrics, dyn_missing, lines
 
 
 def _numbers(
@@ -230,16 +314,22 @@ def _numbers(
     runs: pd.DataFrame,
     flags: pd.DataFrame,
     off: np.ndarray,
-    data: ReportData,
+    at_once: bool,
+    layout_: Layout,
+    s: ReportSettings,
     keys: _Keys,
-) -> None:
-    """Every curve, band and table of ``data``, computed on a thread pool: they are independent of
-    each other, and numpy and pandas release the GIL in their loops."""
-    s = data.settings
-    curve_metrics, dyn_metrics = _metric_notes(work, runs, data)
-    by = [c for c in (data.hue, data.col, data.row) if c]
-    dyn_by = [b for b in (data.hue, data.col) if b]
-    timing_by = [*by, AT_ONCE] if _add_at_once(work, runs) else list(by)
+) -> tuple[dict[str, Any], list[str]]:
+    """Every curve, band and table of the report, computed on a thread pool: they are independent
+    of each other, and numpy and pandas release the GIL in their loops.
+
+    Returns:
+        ``(fields, lines)``: the :class:`ReportData` fields of the curves, marks, dynamics, w_seq
+        bands and tables, and the notes on metrics the runs did not log.
+    """
+    curve_metrics, dyn_metrics, dyn_missing, lines = _metric_notes(work, runs, s)
+    by = [c for c in (layout_.hue, layout_.col, layout_.row) if c]
+    dyn_by = [b for b in (layout_.hue, layout_.col) if b]
+    timing_by = [*by, AT_ONCE] if at_once else list(by)
     split = s.wseq_split if s.wseq_split in work.columns and work[s.wseq_split].notna().any() else None
 
     from concurrent.futures import ThreadPoolExecutor
@@ -253,42 +343,37 @@ def _numbers(
     ):
         curve_index = pool.submit(agg_mod.frame_index, work, by, s.x)
         dyn_index = curve_index if dyn_by == by else pool.submit(agg_mod.frame_index, work, dyn_by, s.x)
-        jobs = _table_jobs(pool, work, data, by, timing_by, flags)
+        jobs = table_jobs(pool, work, s, layout_.baseline, by, timing_by, flags)
         ci_, di_ = curve_index.result(), dyn_index.result()
         jobs["wseq"] = pool.submit(
-            curves.wseq_bands, work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=di_
+            wseq.wseq_bands, work, by=dyn_by, x=s.x, rows=off, smoothing=s.smoothing, split=split, index=di_
         )
         curve_jobs = {m: pool.submit(_curves_of, work, m, s, off, by, ci_, s.seeds) for m in curve_metrics}
         dyn_jobs = {m: pool.submit(_curves_of, work, m, s, off, dyn_by, di_) for m in dyn_metrics}
         absent_jobs = (
-            {m: pool.submit(_not_logged, work, m, data.hue_order) for m in dyn_metrics} if data.hue else {}
+            {m: pool.submit(_not_logged, work, m, layout_.hue_order) for m in dyn_metrics}
+            if layout_.hue
+            else {}
         )
         diverged = runs[(runs["state"] == states.DIVERGED)]
-        for m, job in curve_jobs.items():
-            data.curve_sets[m] = job.result()
-            data.marks[m], data.mark_runs[m] = _divergence_marks(df, runs, diverged, m, data)
-        data.dynamics = {m: job.result() for m, job in dyn_jobs.items()}
-        data.dynamics_absent = {m: absent for m, job in absent_jobs.items() if (absent := job.result())}
+        curve_sets = {m: job.result() for m, job in curve_jobs.items()}
+        marked = {m: _divergence_marks(df, runs, diverged, m, s, layout_) for m in curve_sets}
+        dynamics = {m: job.result() for m, job in dyn_jobs.items()}
+        dynamics_absent = {m: absent for m, job in absent_jobs.items() if (absent := job.result())}
         results = {k: job.result() for k, job in jobs.items()}
     inc = runs[runs["included"]]
-    data.syncs = _sync_marks(inc, data, int(work[layout.STEP].max())) if s.x == "step" else {}
-    data.wseq = results["wseq"]
-    _finish_tables(data, results, info, runs, by, timing_by, keys)
-
-
-def _add_at_once(work: pd.DataFrame, runs: pd.DataFrame) -> bool:
-    """Add the :data:`AT_ONCE` column (how many runs shared the machine, a label per run) to
-    ``work`` (per row) and ``runs`` (per run id) in place, when the runs recorded it; returns
-    whether they did."""
-    at_once = _at_once(work)
-    if at_once is None:
-        return False
-    per_run = pd.Categorical(at_once.reindex(work[layout.RUN_ID].cat.categories).fillna("unknown"))
-    work[AT_ONCE] = pd.Categorical.from_codes(
-        np.asarray(per_run.codes)[work[layout.RUN_ID].cat.codes.to_numpy()], categories=per_run.categories
-    )
-    runs[AT_ONCE] = at_once.reindex(runs.index).fillna("unknown")
-    return True
+    fields = {
+        "curve_sets": curve_sets,
+        "marks": {m: marks for m, (marks, _) in marked.items()},
+        "mark_runs": {m: own for m, (_, own) in marked.items()},
+        "syncs": _sync_marks(inc, layout_, int(work[layout.STEP].max())) if s.x == "step" else {},
+        "dynamics": dynamics,
+        "dynamics_missing": dyn_missing,
+        "dynamics_absent": dynamics_absent,
+        "wseq": results["wseq"],
+        **finish_tables(results, info, runs, by, timing_by, keys, s, layout_),
+    }
+    return fields, lines
 
 
 def _curves_of(
@@ -309,45 +394,10 @@ def _curves_of(
         by=group_by,
         ci=s.ci,
         smoothing=s.smoothing,
-        rows=off if agg_mod.is_ratio_metric(metric) else None,
+        rows=off if is_ratio_metric(metric) else None,
         keep_runs=keep_runs,
         index=index,
     )
-
-
-def _table_jobs(
-    pool: Any, work: pd.DataFrame, data: ReportData, by: list[str], timing_by: list[str], flags: pd.DataFrame
-) -> dict[str, Any]:
-    """The report's tables submitted to ``pool`` (a ``concurrent.futures`` executor): futures of
-    ``timing``, ``final`` (the table and the per-run scores), ``check`` and, with a target,
-    ``ttt``."""
-    s = data.settings
-    jobs = {
-        "timing": pool.submit(
-            tables.timing_table, work, by=timing_by, baseline=data.baseline, same=[AT_ONCE]
-        ),
-        "final": pool.submit(_final_tables, work, s.metric, by, data.baseline),
-        "check": pool.submit(tables.learning_check, work, s.metric, by=by, signal=flags),
-    }
-    if s.target is not None:
-        jobs["ttt"] = pool.submit(
-            tables.time_to_target_table,
-            work,
-            s.target,
-            metric=s.metric,
-            by=by,
-            baseline=data.baseline,
-            smoothing=s.smoothing,
-        )
-    return jobs
-
-
-def _final_tables(
-    work: pd.DataFrame, metric: str, by: list[str], baseline: str | None
-) -> tuple[pd.DataFrame, pd.Series]:
-    """The final-performance table and the per-run scores it rests on."""
-    scores = tables.final_scores(work, metric)
-    return tables.final_performance_table(work, metric, by=by, baseline=baseline, scores=scores), scores
 
 
 def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[str]:
@@ -359,83 +409,23 @@ def _not_logged(work: pd.DataFrame, metric: str, hue_order: list[str]) -> list[s
     return [v for v in hue_order if v not in logged]
 
 
-def _finish_tables(
-    data: ReportData,
-    results: dict[str, Any],
-    info: LoadInfo,
-    runs: pd.DataFrame,
-    by: list[str],
-    timing_by: list[str],
-    keys: _Keys,
-) -> None:
-    """The tables with display names (and unfinished runs marked, per row of each: the timing
-    table's rows also split by runs at once), the final scores per run and the performance
-    profile."""
-    s = data.settings
-    names = _display_names(data, info, keys.col, keys.row)
-    (data.final, scores), data.timing, data.check = results["final"], results["timing"], results["check"]
-    data.summary = tables.learning_summary(data.check, by=by)
-    for t in (data.timing, data.final, data.summary):
-        t.attrs.setdefault("display", {}).update(names)
-    if s.include_unfinished:
-        for t, t_by in ((data.timing, timing_by), (data.final, by), (data.summary, by)):
-            _mark_unfinished(t, runs, t_by)
-        data.check.insert(1, "state", data.check[layout.RUN_ID].map(runs["state"]))
-    if s.target is not None:
-        data.ttt = results["ttt"]
-        data.ttt.attrs.setdefault("display", {}).update(names)
-    scores.index = scores.index.astype(object)
-    sc = runs.loc[runs["included"], list(by)].copy()
-    for b in by:
-        sc[b] = sc[b].astype(str)
-    sc["score"] = scores.reindex(sc.index)
-    sc["state"] = runs.loc[sc.index, "state"].astype(str)
-    data.scores = sc.dropna(subset=["score"])
-    data.profile = finals.profile_frame(data.scores, [b for b in (data.hue, data.col) if b])
-    data.resolvable = tables.resolvable_differences(
-        data.scores, data.hue, [b for b in (data.col, data.row) if b]
-    )
-
-
-def _mark_unfinished(table: pd.DataFrame, runs: pd.DataFrame, by: list[str]) -> None:
-    """Add a column counting the included runs that did not finish, per table row."""
-    if table is None or table.empty or not by:
-        return
-    inc = runs[runs["included"]]
-    unfinished = (inc["state"] != states.DONE).groupby(tables.joined_keys(inc, by)).sum()
-    tkey = pd.Series(tables.joined_keys(table, by))
-    table["not_finished"] = tkey.map(unfinished).fillna(0).astype(int).to_numpy()
-    table.attrs.setdefault("display", {})["not_finished"] = "of which not finished"
-
-
-def _at_once(work: pd.DataFrame) -> pd.Series | None:
-    """Per run: how many runs shared its CPUs/GPU while it trained (mean over its steps, rounded)."""
-    column = layout.CONCURRENT_RUNS
-    if column not in work.columns or work[column].isna().all():
-        return None
-    codes = work[layout.RUN_ID].cat.codes.to_numpy()
-    v = work[column].to_numpy(dtype=np.float64)
-    ok = ~np.isnan(v)
-    n = len(work[layout.RUN_ID].cat.categories)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.bincount(codes[ok], weights=v[ok], minlength=n) / np.bincount(codes[ok], minlength=n)
-    labels_ = ["unknown" if np.isnan(m) else str(int(round(m))) for m in mean]
-    return pd.Series(labels_, index=work[layout.RUN_ID].cat.categories)
-
-
 def _divergence_marks(
-    df: pd.DataFrame, runs: pd.DataFrame, diverged: pd.DataFrame, metric: str, data: ReportData
+    df: pd.DataFrame,
+    runs: pd.DataFrame,
+    diverged: pd.DataFrame,
+    metric: str,
+    s: ReportSettings,
+    layout_: Layout,
 ) -> tuple[list[curves.Mark], pd.DataFrame | None]:
     """A mark per diverged run at the step it diverged, and its own curve up to there."""
     if diverged.empty or metric not in df.columns:
         return [], None
-    s = data.settings
     ids = set(diverged.index)
     part = df[df[layout.RUN_ID].astype(object).isin(ids).to_numpy()].copy()
     for name in (VARIANT, PANEL, PANEL_ROW):
         if name in runs.columns:
             part[name] = part[layout.RUN_ID].astype(object).map(runs[name].astype(str))
-    by = [b for b in (data.hue, data.col, data.row) if b]
+    by = [b for b in (layout_.hue, layout_.col, layout_.row) if b]
     c = agg_mod.curves(part, metric, x=s.x, by=by, smoothing=s.smoothing, keep_runs=True)
     xs = x_values(part, s.x)
     marks = []
@@ -447,9 +437,9 @@ def _divergence_marks(
         y = float(own["y"].iloc[-1]) if len(own) else float("nan")
         marks.append(
             curves.Mark(
-                hue=str(r[VARIANT]) if data.hue else None,
-                col=str(r[PANEL]) if data.col else None,
-                row=str(r[PANEL_ROW]) if data.row else None,
+                hue=str(r[VARIANT]) if layout_.hue else None,
+                col=str(r[PANEL]) if layout_.col else None,
+                row=str(r[PANEL_ROW]) if layout_.row else None,
                 x=x,
                 y=y,
             )
@@ -457,7 +447,7 @@ def _divergence_marks(
     return marks, c.runs
 
 
-def _sync_marks(inc: pd.DataFrame, data: ReportData, last: int) -> dict[tuple[Any, Any], list[float]]:
+def _sync_marks(inc: pd.DataFrame, layout_: Layout, last: int) -> dict[tuple[Any, Any], list[float]]:
     """Per facet: the steps at which TRL syncs the reference model, when every run there syncs alike.
 
     TRL's ``SyncRefModelCallback`` copies (``ref_model_mixup_alpha`` = 1) or mixes the policy into the
@@ -478,7 +468,7 @@ def _sync_marks(inc: pd.DataFrame, data: ReportData, last: int) -> dict[tuple[An
         n = periods.pop()
         if n <= 0:
             continue
-        cv = str(key[0]) if data.col else None
-        rv = str(key[-1]) if data.row else None
+        cv = str(key[0]) if layout_.col else None
+        rv = str(key[-1]) if layout_.row else None
         out[(cv, rv)] = [float(k) for k in range(n, last + 1, n)]
     return out

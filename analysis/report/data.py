@@ -3,6 +3,7 @@ the names of the label columns the report adds."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,9 @@ from analysis import curves, finals
 from analysis.aggregate import Curves
 from analysis.load import LoadInfo
 from analysis.report.settings import ReportSettings
+from analysis.scores import FinalTable, Resolvable
+from analysis.tables import Table
+from analysis.timing import TimingTable
 
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
 REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
@@ -53,9 +57,42 @@ class ReportInputs:
         return iter((self.frame, self.states, self.grid_info, self.run_set))
 
 
-@dataclass
-class ReportData:
+@dataclass(frozen=True)
+class Layout:
+    """How a report lays its runs out in every figure and table: the label columns, their labels
+    in display order, the colours and the baseline.
+
+    Attributes:
+        hue, col, row: label column names in the frames (``variant``, ``panel``, ``panel row``;
+            None when not used).
+        legend_title: the variants' legend title (the keys behind the labels; None without).
+        hue_order, col_values, row_values: labels in display order (``[None]`` for a facet not
+            used).
+        colors: ``{variant label: colour}`` (hex).
+        baseline: the baseline's variant label, or None.
+    """
+
+    hue: str | None = None
+    col: str | None = None
+    row: str | None = None
+    legend_title: str | None = None
+    hue_order: list[str] = field(default_factory=list)
+    col_values: list[Any] = field(default_factory=lambda: [None])
+    row_values: list[Any] = field(default_factory=lambda: [None])
+    colors: dict[str, str] = field(default_factory=dict)
+    baseline: str | None = None
+
+    def layout_fields(self) -> dict[str, Any]:
+        """``{field: value}`` of :class:`Layout`'s fields alone (no copies), to build a
+        :class:`ReportData` from."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Layout)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportData(Layout):
     """Every number a report shows, computed by :func:`compute_report`, drawn by :func:`render_report`.
+
+    Frozen, and built once by :func:`compute_report`; the layout's fields are :class:`Layout`'s.
 
     Attributes:
         title: the grid's name.
@@ -64,22 +101,24 @@ class ReportData:
         left_out: one line per run the tables and figures leave out (state and step).
         runs: one row per run with metrics (index ``run_id``): labels, state, last step,
             ``max_steps``, ``no_signal``, ``included``.
-        hue, col, row: label column names in the frames (None when not used).
-        hue_order, col_values, row_values: labels in display order.
-        colors: ``{variant label: colour}``.
-        baseline: the baseline's variant label, or None.
+        hue, col, row, legend_title, hue_order, col_values, row_values, colors, baseline: the
+            :class:`Layout`.
         variants: one row per (variant, facet) with the full key values.
         curve_sets: ``{metric: Curves}`` of the curve figures, in order.
         marks, mark_runs: diverged runs to mark per curve metric.
         syncs: reference-model sync steps per facet.
         on_policy: facets whose runs are on-policy throughout.
         dynamics: ``{metric: Curves}`` of the dynamics panels.
-        wseq: :func:`analysis.curves.wseq_bands` of the included runs' off-policy steps.
-        off_policy_how: how off-policy steps were told (see :func:`analysis.aggregate.off_policy_rows`).
+        wseq: :func:`analysis.wseq.wseq_bands` of the included runs' off-policy steps.
+        off_policy_how: how off-policy steps were told (see :func:`analysis.offpolicy.off_policy_rows`).
         scores: final score per included run, with labels.
-        timing, final, check, summary, ttt: tables.
+        timing: :func:`analysis.timing.timing_table` (split by runs at once when recorded).
+        final: :func:`analysis.scores.final_performance_table`.
+        check, summary: :func:`analysis.learning_check.learning_check` (one row per run) and
+            :func:`analysis.learning_check.learning_summary` (per variant).
+        ttt: :func:`analysis.time_to_target.time_to_target_table` (None without a target).
         profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
-        resolvable: :func:`analysis.tables.resolvable_differences` of the final scores per panel.
+        resolvable: :func:`analysis.scores.resolvable_differences` of the final scores per panel.
         findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
     """
 
@@ -88,15 +127,6 @@ class ReportData:
     lines: list[str]
     left_out: list[str]
     runs: pd.DataFrame
-    hue: str | None = None
-    col: str | None = None
-    row: str | None = None
-    hue_order: list[str] = field(default_factory=list)
-    col_values: list[Any] = field(default_factory=lambda: [None])
-    row_values: list[Any] = field(default_factory=lambda: [None])
-    colors: dict[str, str] = field(default_factory=dict)
-    baseline: str | None = None
-    legend_title: str | None = None
     variants: pd.DataFrame | None = None
     curve_sets: dict[str, Curves] = field(default_factory=dict)
     marks: dict[str, list[curves.Mark]] = field(default_factory=dict)
@@ -109,14 +139,14 @@ class ReportData:
     wseq: pd.DataFrame | None = None
     off_policy_how: str = ""
     scores: pd.DataFrame | None = None
-    timing: pd.DataFrame | None = None
-    final: pd.DataFrame | None = None
-    check: pd.DataFrame | None = None
-    summary: pd.DataFrame | None = None
-    ttt: pd.DataFrame | None = None
+    timing: TimingTable | None = None
+    final: FinalTable | None = None
+    check: Table | None = None
+    summary: Table | None = None
+    ttt: Table | None = None
     profile: finals.Profile | None = None
-    resolvable: pd.DataFrame | None = None
-    findings: pd.DataFrame | None = None
+    resolvable: Resolvable | None = None
+    findings: Table | None = None
     empty: bool = False
 
     def panels(self) -> dict[str, Any]:
@@ -145,6 +175,8 @@ class Labelled:
         hue, col, row: the label columns the figures use (None when not used).
         legend_title: the variants' legend title (None without variants).
         notes: what the layout could not do as asked, one sentence each.
+        missing: the config keys the layout names that no run sets (every run has TRL's default):
+            columns the metrics frame lacks, to be added all-missing (NaN).
     """
 
     runs: pd.DataFrame
@@ -154,9 +186,10 @@ class Labelled:
     row: str | None
     legend_title: str | None
     notes: tuple[str, ...]
+    missing: tuple[str, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Keys:
     """The config columns behind the labels: panels (``col``, ``row``), variants (``label``), and
     every column the panels tell apart (``faceted``, dotted and as given)."""

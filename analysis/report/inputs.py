@@ -13,12 +13,13 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import curves, states
 from analysis import findings as findings_mod
+from analysis import states, wseq
 from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
 from analysis.report.data import ReportInputs
 from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
 from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
+from analysis.tables import Table
 from harness import layout
 
 
@@ -47,7 +48,7 @@ def report_columns(settings: ReportSettings) -> list[str]:
         layout.TOKENS_GENERATED_TOTAL,
         layout.PEAK_MEMORY_MB,
         layout.ELAPSED_S,
-        *curves.WSEQ_Q,
+        *wseq.WSEQ_Q,
         "w_seq/min",
         "w_seq/max",
         *([settings.wseq_split] if settings.wseq_split else []),
@@ -234,7 +235,7 @@ def _grid_findings(grid_dir: Path) -> list[findings_mod.Finding]:
         ) from e
 
 
-def findings_results(grid_dir: str | Path) -> pd.DataFrame:
+def findings_results(grid_dir: str | Path) -> Table:
     """The verdicts on a results folder's findings, as its report computes them
     (:func:`analysis.findings.findings_table` over the grid's finished runs).
 
@@ -242,7 +243,7 @@ def findings_results(grid_dir: str | Path) -> pd.DataFrame:
         grid_dir: ``results/<grid>``, whose ``grid.json`` records a ``findings:`` section.
 
     Returns:
-        The findings table.
+        The findings table (:func:`analysis.findings.findings_table`: the frame and its caption).
 
     Raises:
         FileNotFoundError: no ``runs/`` folder.

@@ -11,7 +11,8 @@ import pandas as pd
 from filelock import FileLock
 
 from analysis import aggregate as agg_mod
-from analysis import curves, finals, labels, states, style
+from analysis import curves, dynamics, finals, labels, states, style, wseq
+from analysis.offpolicy import is_ratio_metric
 from analysis.report.data import REPORT_SUFFIXES, ReportData
 from analysis.report.render_tables import (
     _findings_section,
@@ -116,7 +117,7 @@ def _curve_sections(data: ReportData, out: Path) -> list[str]:
             extra += " Dotted verticals: reference-model syncs."
         if s.seeds:
             extra += " Faint lines: each run."
-        if agg_mod.is_ratio_metric(m):
+        if is_ratio_metric(m):
             extra += " Off-policy steps only."
         if data.hue and not data.col and not data.row and len(data.hue_order) > curves.MAX_LINES:
             extra += (
@@ -144,7 +145,7 @@ def _final_section(data: ReportData, out: Path) -> list[str]:
         return lines
     fig, _ = finals.plot_final(
         data.scores,
-        data.final,
+        data.final.frame,
         metric=s.metric,
         **data.panels(),
     )
@@ -187,7 +188,7 @@ def _dynamics_section(data: ReportData, out: Path) -> list[str]:
     s = data.settings
     lines: list[str] = []
     if data.dynamics:
-        fig, _ = curves.plot_panels(
+        fig, _ = dynamics.plot_panels(
             _frame_for_panels(data),
             list(data.dynamics),
             x=s.x,
@@ -198,7 +199,7 @@ def _dynamics_section(data: ReportData, out: Path) -> list[str]:
             legend_title=data.legend_title,
             aggs=data.dynamics,
         )
-        ratio = [m for m in data.dynamics if agg_mod.is_ratio_metric(m)]
+        ratio = [m for m in data.dynamics if is_ratio_metric(m)]
         _figure_section(
             lines,
             fig,
@@ -227,7 +228,7 @@ def _wseq_section(data: ReportData, out: Path) -> list[str]:
     """The w_seq figure."""
     s = data.settings
     lines: list[str] = []
-    fig, _ = curves.plot_wseq(
+    fig, _ = wseq.plot_wseq(
         bands=data.wseq,
         hue=data.hue,
         x=s.x,
@@ -271,10 +272,10 @@ def _aggregate_sections(data: ReportData, out: Path) -> list[str]:
     """The rliable-style aggregate estimates and the performance profile."""
     s = data.settings
     lines: list[str] = []
-    if data.final is None or data.final.empty:
+    if data.final is None or data.final.frame.empty:
         return lines
     by = [b for b in (data.hue, data.col, data.row) if b]
-    table = _in_panel_order(data.final, data)
+    table = _in_panel_order(data.final.frame, data)
     names = [" · ".join(str(r[b]) for b in by) or "all" for _, r in table.iterrows()]
     colors = [data.colors.get(str(r[data.hue]), "0.3") if data.hue else "0.3" for _, r in table.iterrows()]
     fig, _ = finals.plot_aggregate(table, metric=s.metric, names=names, colors=colors, baseline=data.baseline)
@@ -336,7 +337,7 @@ def _aggregate_caption(data: ReportData) -> str:
         + ("; the baseline's own row in the last panel is empty" if data.baseline else "")
         + (
             "; with fewer than 4 runs per variant nothing is trimmed, so the IQM equals the mean"
-            if data.final is not None and len(data.final) and data.final["runs"].max() < 4
+            if data.final is not None and len(data.final.frame) and data.final.frame["runs"].max() < 4
             else ""
         )
         + ". "

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import findings as findings_mod
-from analysis import states, stats, tables
+from analysis import states, stats, tables, timing
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, ReportData
+from analysis.tables import Table, fmt
 from harness import layout
 
 
@@ -22,15 +23,15 @@ def _section(lines: list[str], title: str, what: str) -> None:
 def power_lines(data: ReportData) -> list[str]:
     """The line under the final-performance table, one per panel (or one overall): which
     differences of final score the runs' seeds cannot resolve (``data.resolvable``, from
-    :func:`analysis.tables.resolvable_differences`, whose power and level it states)."""
-    table = data.resolvable
-    if table is None or table.empty:
+    :func:`analysis.scores.resolvable_differences`, whose power and level it states)."""
+    resolvable = data.resolvable
+    if resolvable is None or resolvable.frame.empty:
         return []
     metric = data.settings.metric
-    power, alpha = table.attrs.get("power", 0.8), table.attrs.get("alpha", 0.05)
+    power, alpha = resolvable.power, resolvable.alpha
     facets = [c for c in (data.col, data.row) if c]
     out = []
-    for r in table.to_dict("records"):
+    for r in resolvable.frame.to_dict("records"):
         where = ", ".join(str(r[c]) for c in facets)
         head = f"Panel {where}: with" if facets else "With"
         lo, hi = int(r["n_min"]), int(r["n_max"])
@@ -56,9 +57,9 @@ def power_lines(data: ReportData) -> list[str]:
             continue
         at = f" (at the smallest, {lo})" if lo != hi else ""
         out.append(
-            f"{head} {seeds}, differences in final {metric} smaller than {tables._fmt(r['resolvable'])} cannot be "
+            f"{head} {seeds}, differences in final {metric} smaller than {fmt(r['resolvable'])} cannot be "
             f"resolved{at} ({100 * power:g}% power, two-sided {100 * alpha:g}% t test, pooled SD "
-            f"{tables._fmt(r['pooled_sd'])} over the variants' final scores).{unfinished}"
+            f"{fmt(r['pooled_sd'])} over the variants' final scores).{unfinished}"
         )
     return out
 
@@ -114,20 +115,20 @@ def _among_the_others(
         )
     x = stats.min_detectable_effect(lo, sd, power, alpha)
     return head + (
-        f"differences in final {metric} smaller than {tables._fmt(x)} cannot be resolved ({100 * power:g}% power, two-sided "
-        f"{100 * alpha:g}% t test, pooled SD {tables._fmt(sd)} over their final scores)."
+        f"differences in final {metric} smaller than {fmt(x)} cannot be resolved ({100 * power:g}% power, two-sided "
+        f"{100 * alpha:g}% t test, pooled SD {fmt(sd)} over their final scores)."
     )
 
 
 def _findings_section(data: ReportData, out: Path) -> list[str]:
     """The findings table, near the top of the report."""
-    if data.findings is None or data.findings.empty:
+    if data.findings is None or data.findings.frame.empty:
         return []
     shown = findings_mod.display_table(data.findings)
     notes = findings_mod.note_lines(data.findings)
-    tables.write_table(shown, out / "findings", raw=data.findings, notes=notes)
+    tables.write_table(shown, out / "findings", raw=data.findings.frame, notes=notes)
     lines: list[str] = []
-    _section(lines, "Findings", shown.attrs["caption"])
+    _section(lines, "Findings", shown.caption)
     lines.extend(
         [tables.to_markdown(shown), *(f"{line}\n" for line in notes), "Files: findings.md/.csv/.tex", ""]
     )
@@ -138,8 +139,9 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
     """The tables, written as markdown, CSV and LaTeX and shown in the index."""
     s = data.settings
     lines: list[str] = []
-    caption = _timing_caption(data.baseline, AT_ONCE in data.timing.columns) + _load_caption(data.timing)
-    if "speedup" in data.timing.columns and (data.timing["runs"] == 1).any():
+    timing_frame = data.timing.frame
+    caption = _timing_caption(data.baseline, AT_ONCE in timing_frame.columns) + _load_caption(data.timing)
+    if "speedup" in timing_frame.columns and (timing_frame["runs"] == 1).any():
         caption += (
             " Rows with runs = 1 rest on a single run: their speedup is one measurement with no spread "
             "(run more seeds before quoting it)."
@@ -149,12 +151,12 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
     lines.extend([tables.to_markdown(data.timing), "Files: timing.md, timing.csv, timing.tex", ""])
     power = power_lines(data)
     tables.write_table(data.final, out / "final_performance", notes=power)
-    _section(lines, "Final performance", data.final.attrs["caption"])
+    _section(lines, "Final performance", data.final.caption)
     lines.extend([tables.to_markdown(data.final), *(f"{line}\n" for line in power)])
     lines.extend(["Files: final_performance.md/.csv/.tex", ""])
     tables.write_table(data.summary, out / "learning_check", extra_md={"Per run": data.check})
-    data.check.to_csv(out / "learning_check_runs.csv", index=False)
-    _section(lines, "Learning check", "Did each variant learn at all? " + data.summary.attrs["caption"])
+    data.check.frame.to_csv(out / "learning_check_runs.csv", index=False)
+    _section(lines, "Learning check", "Did each variant learn at all? " + data.summary.caption)
     lines.extend(
         [tables.to_markdown(data.summary), "Files: learning_check.md/.csv/.tex, learning_check_runs.csv", ""]
     )
@@ -163,17 +165,19 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
         _section(
             lines,
             f"Time to {s.metric} >= {s.target:g}",
-            "Compares how fast each variant gets there. " + data.ttt.attrs.get("caption", ""),
+            "Compares how fast each variant gets there. " + data.ttt.caption,
         )
         lines.extend([tables.to_markdown(data.ttt), "Files: time_to_target.md/.csv/.tex", ""])
     if data.variants is not None and len(data.variants):
-        v = data.variants.copy()
-        v.attrs["display"] = {
-            PANEL: "panel",
-            PANEL_ROW: "panel row",
-            "finished": "runs finished",
-            "other": "runs not finished",
-        }
+        v = Table(
+            data.variants,
+            display={
+                PANEL: "panel",
+                PANEL_ROW: "panel row",
+                "finished": "runs finished",
+                "other": "runs not finished",
+            },
+        )
         tables.write_table(
             v, out / "variants", caption="Each label of the figures and tables with the settings behind it."
         )
@@ -185,7 +189,7 @@ def _table_sections(data: ReportData, out: Path) -> list[str]:
 
 
 def _frame_for_panels(data: ReportData) -> pd.DataFrame:
-    """A small frame that carries the label columns in display order, for :func:`analysis.curves.plot_panels`."""
+    """A small frame that carries the label columns in display order, for :func:`analysis.dynamics.plot_panels`."""
     cols = {}
     n = max(len(data.hue_order), len(data.col_values), 1)
     if data.hue:
@@ -241,13 +245,13 @@ def _timing_caption(baseline: str | None, at_once: bool) -> str:
     )
 
 
-def _load_caption(timing: pd.DataFrame) -> str:
+def _load_caption(timing_table: timing.TimingTable) -> str:
     """What the timing table's speedup is computed from, and which rows it leaves out for load
-    (:func:`analysis.tables.timing_table`'s ``attrs``)."""
-    measure = timing.attrs.get("measure")
-    if measure is None or "speedup" not in timing.columns:
+    (:func:`analysis.timing.timing_table`'s :class:`analysis.timing.TimingTable`)."""
+    measure = timing_table.measure
+    if "speedup" not in timing_table.frame.columns:
         return ""
-    name = tables.MEASURE_NAMES[measure]
+    name = timing.MEASURE_NAMES[measure]
     if measure == layout.STEP_WALL_S:
         text = (
             " These runs recorded no CPU or GPU time (results older than those columns): the speedup is "
@@ -263,15 +267,15 @@ def _load_caption(timing: pd.DataFrame) -> str:
         )
         text += (
             ", over the steps measured while no other work ran beyond the cores the harness's runs "
-            f"left free (machine/other_cpus; margin {tables.LOAD_MARGIN_CPUS:g} cores)."
-            if timing.attrs.get("load_known")
+            f"left free (machine/other_cpus; margin {timing.LOAD_MARGIN_CPUS:g} cores)."
+            if timing_table.load_known
             else "; these runs recorded no machine load, so no step is left out."
         )
-    left = timing.attrs.get("left_out") or []
+    left = timing_table.left_out
     if left:
         rows = "; ".join(f"{label} ({share:.0%} of its steps loaded)" for label, share in left)
         text += (
-            f" Left out of the speedup, because fewer than {tables.MIN_QUIET_SHARE:.0%} of their steps ran "
+            f" Left out of the speedup, because fewer than {timing.MIN_QUIET_SHARE:.0%} of their steps ran "
             f"on a quiet machine (or their baseline's did not): {rows}."
         )
     return text

@@ -13,7 +13,7 @@ import pandas as pd
 from analysis import labels, states, style
 from analysis.aggregate import x_values
 from analysis.load import NONE_LABEL, LoadInfo, seed_column
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Labelled, ReportData, ReportInputs, _Keys
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Labelled, Layout, ReportInputs, _Keys
 from analysis.report.settings import ReportError, ReportSettings
 from harness import layout
 
@@ -37,14 +37,14 @@ def _resolve_column(df: pd.DataFrame, name: str | None, info: LoadInfo | None = 
 
 
 def _key_column(df: pd.DataFrame, key: str, strict: bool, info: LoadInfo) -> str:
-    """The frame column holding config key ``key``; a key no run sets becomes an all-NaN column
-    unless ``strict`` (a key typed on the command line must exist)."""
+    """The frame column holding config key ``key``; a key no run sets is ``key`` itself, a column
+    the frame lacks (:attr:`Labelled.missing`: every run has it missing), unless ``strict`` (a key
+    typed on the command line must exist)."""
     try:
         return _resolve_column(df, key, info)
     except ReportError:
         if strict:
             raise
-        df[key] = np.nan
         return key
 
 
@@ -144,13 +144,14 @@ def _runs_without_metrics(
 
 
 def _place_runs_without_metrics(
-    inputs: ReportInputs, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], data: ReportData
-) -> pd.DataFrame:
-    """List each run without metrics in ``data.left_out``, under its variant (and panel) when its
-    values in ``grid.json`` match a labelled run's on every key the labels and panels use.
+    inputs: ReportInputs, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], labelled: Labelled
+) -> tuple[pd.DataFrame, list[str]]:
+    """Each run without metrics, under its variant (and panel) when its values in ``grid.json``
+    match a labelled run's on every key the labels and panels use.
 
     Returns:
-        One row per placed run: index ``run_id``, the label columns of ``runs``.
+        ``(placed, left_out)``: one row per placed run (index ``run_id``, the label columns of
+        ``runs``), and one line per run without metrics for the report's runs left out.
     """
     grid_runs = inputs.grid_runs
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
@@ -160,6 +161,7 @@ def _place_runs_without_metrics(
         for _, r in runs.drop_duplicates(cols).iterrows():
             known.setdefault(tuple(_norm(r[k]) for k in key_cols), r[cols])
     placed = {}
+    left_out = []
     for rid, what in without.items():
         values = grid_runs.get(rid)
         where = None
@@ -171,12 +173,13 @@ def _place_runs_without_metrics(
                     break
         if where is not None:
             placed[rid] = where
-            data.left_out.append(f"`{rid}` ({_where(where, data)}): {what}")
+            left_out.append(f"`{rid}` ({_where(where, labelled)}): {what}")
         else:
-            data.left_out.append(f"`{rid}`: {what}")
-    return (
+            left_out.append(f"`{rid}`: {what}")
+    frame = (
         pd.DataFrame.from_dict(placed, orient="index", columns=cols) if placed else pd.DataFrame(columns=cols)
     )
+    return frame, left_out
 
 
 _UNKNOWN = object()
@@ -260,8 +263,8 @@ def _label_variants(
     strict_keys: Collection[str],
 ) -> Labelled:
     """Each run's variant (hue), panel (col) and panel row (row) label, the label columns' names,
-    the legend title, and notes on what the layout could not do as asked. ``runs`` is not changed:
-    the labelled runs are a copy (:class:`Labelled`)."""
+    the legend title, the keys no run sets, and notes on what the layout could not do as asked.
+    Neither ``df`` nor ``runs`` is changed: the labelled runs are a copy (:class:`Labelled`)."""
     runs = runs.copy()
     notes: list[str] = []
     col_keys = [_key_column(df, k, k in strict_keys, info) for k in s.col]
@@ -275,7 +278,11 @@ def _label_variants(
     differing = _differing_keys(runs, config_cols, faceted)
     if col_keys or row_keys:
         differing = _split_within_panels(runs, differing, [*col_keys, *row_keys])
-    hue_keys, explicit = _hue_keys(df, info, runs, first, s, strict_keys, differing)
+    hue_columns, explicit = _hue_columns(df, info, runs, s, strict_keys, differing)
+    for k in hue_columns if s.hue is not None else ():
+        if k not in runs.columns:
+            runs[k] = first[k] if k in first.columns else np.nan
+    hue_keys = [_dotted(info, k) if _dotted(info, k) in runs.columns else k for k in hue_columns]
     also_panels = [k for k in hue_keys if k in faceted]
     if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
         hue_keys = [k for k in hue_keys if k not in faceted]
@@ -304,13 +311,14 @@ def _label_variants(
         row=PANEL_ROW if row_keys else None,
         legend_title=labels.titles(hue_keys or extra) if label_keys else None,
         notes=tuple(notes),
+        missing=tuple(dict.fromkeys(k for k in (*col_keys, *row_keys, *hue_columns) if k not in df.columns)),
     )
 
 
-def _say(data: ReportData, note: str) -> None:
-    """A note on the layout, on stderr and in the report."""
+def _say(note: str) -> str:
+    """A note on the layout: printed on stderr, and returned as the report's line."""
     print(f"report: {note}", file=sys.stderr)
-    data.lines.append(f"Note: {note}.")
+    return f"Note: {note}."
 
 
 def _split_within_panels(runs: pd.DataFrame, keys: list[str], panel_keys: list[str]) -> list[str]:
@@ -328,35 +336,37 @@ def _split_within_panels(runs: pd.DataFrame, keys: list[str], panel_keys: list[s
     return [k for k in keys if splits(k)]
 
 
-def _hue_keys(
+def _hue_columns(
     df: pd.DataFrame,
     info: LoadInfo,
     runs: pd.DataFrame,
-    first: pd.DataFrame,
     s: ReportSettings,
     strict_keys: Collection[str],
     differing: list[str],
 ) -> tuple[list[str], bool]:
-    """The columns that colour the variants, and whether the layout named them."""
+    """The frame columns that colour the variants (:func:`_key_column` of each hue key, which may
+    be a column no run has), and whether the layout named them."""
     if s.hue is None:
         # The loss type names a variant even when it does not vary (a grid over other keys then
         # reads "dapo, ε 0.2/0.28" rather than "all runs").
         lt = "trainer.loss_type" if "trainer.loss_type" in runs.columns else None
-        hue_keys = [lt] if lt else list(differing)
-    else:
-        hue_keys = [_key_column(df, k, k in strict_keys, info) for k in s.hue]
-        for k in hue_keys:
-            if k not in runs.columns:
-                runs[k] = first[k] if k in first.columns else np.nan
-    return [_dotted(info, k) if _dotted(info, k) in runs.columns else k for k in hue_keys], s.hue is not None
+        return ([lt] if lt else list(differing)), False
+    return [_key_column(df, k, k in strict_keys, info) for k in s.hue], True
 
 
 def _left_out_and_notes(
-    df: pd.DataFrame, runs: pd.DataFrame, data: ReportData, unreadable: dict[str, int]
-) -> list[str]:
-    """List every run the report does not count in ``data.left_out``, one line with its state and
-    step (a diverged run's step and metric written back into ``runs``); return the notes on the
-    counted runs (unreadable files, missing steps, no learning signal)."""
+    df: pd.DataFrame, runs: pd.DataFrame, labelled: Labelled, unreadable: dict[str, int]
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """Every run the report does not count, one line each with its state and step, and the notes
+    on the counted runs (unreadable files, missing steps, no learning signal).
+
+    Returns:
+        ``(runs, left_out, notes)``: a copy of ``runs`` with each diverged run's step and metric
+        (``marker_step``, ``diverged_metric``) where its metrics went non-finite
+        (:func:`analysis.states.divergence_point`), and the lines.
+    """
+    runs = runs.copy()
+    left_out = []
     for rid, r in runs[(runs["state"] != states.DONE) | (runs["problem"] != "")].iterrows():
         step = None if pd.isna(r["last_step"]) else int(r["last_step"])
         if r["state"] == states.DIVERGED:
@@ -373,11 +383,11 @@ def _left_out_and_notes(
             text = f"done, but {r['problem']}: not counted"
         else:
             text = states.describe(r["state"], step=step, max_steps=r["max_steps"])
-        data.left_out.append(
-            f"`{rid}` ({_where(r, data)}): {text}" + ("; included, marked" if r["included"] else "")
+        left_out.append(
+            f"`{rid}` ({_where(r, labelled)}): {text}" + ("; included, marked" if r["included"] else "")
         )
     notes = [
-        f"`{rid}` ({_where(runs.loc[rid], data)}): {unreadable[rid]} metrics file(s) unreadable (see Files "
+        f"`{rid}` ({_where(runs.loc[rid], labelled)}): {unreadable[rid]} metrics file(s) unreadable (see Files "
         "not loaded), so some of its steps are missing from its numbers"
         for rid in runs.index[runs["included"]]
         if rid in unreadable
@@ -385,15 +395,15 @@ def _left_out_and_notes(
     for rid, r in runs[runs["included"] & ((runs["missing_steps"] > 0) | runs["no_signal"])].iterrows():
         if r["missing_steps"]:
             notes.append(
-                f"`{rid}` ({_where(r, data)}): {r['missing_steps']} step(s) without metrics "
+                f"`{rid}` ({_where(r, labelled)}): {r['missing_steps']} step(s) without metrics "
                 "(a metrics file was unreadable and set aside)"
             )
         if r["no_signal"]:
             why = "zero reward variance in every group" if r["zero_variance"] else "grad_norm 0 on every step"
             notes.append(
-                f"`{rid}` ({_where(r, data)}): no learning signal ({why}); never counted as improved"
+                f"`{rid}` ({_where(r, labelled)}): no learning signal ({why}); never counted as improved"
             )
-    return notes
+    return runs, left_out, notes
 
 
 def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -416,43 +426,56 @@ def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return work
 
 
-def _orders(data: ReportData, runs: pd.DataFrame, inc: pd.DataFrame) -> None:
-    """The variants, panels and panel rows that counted runs use, in label order, and the colours."""
+def _orders(labelled: Labelled, runs: pd.DataFrame, inc: pd.DataFrame) -> Layout:
+    """The layout of the figures: the label columns of ``labelled``, the variants, panels and
+    panel rows that counted runs (``inc``) use, in label order, and the colours (no baseline yet)."""
 
     def used_labels(name: str) -> list[str]:
         used = set(inc[name].astype(str))
         return [str(c) for c in runs[name].cat.categories if str(c) in used]
 
-    data.hue_order = used_labels(VARIANT) if data.hue else []
-    data.col_values = used_labels(PANEL) if data.col else [None]
-    data.row_values = used_labels(PANEL_ROW) if data.row else [None]
-    data.colors = style.variant_colors(data.hue_order or ["all"])
+    hue_order = used_labels(VARIANT) if labelled.hue else []
+    return Layout(
+        hue=labelled.hue,
+        col=labelled.col,
+        row=labelled.row,
+        legend_title=labelled.legend_title,
+        hue_order=hue_order,
+        col_values=used_labels(PANEL) if labelled.col else [None],
+        row_values=used_labels(PANEL_ROW) if labelled.row else [None],
+        colors=style.variant_colors(hue_order or ["all"]),
+    )
 
 
 def _compared_lines(
-    df: pd.DataFrame, info: LoadInfo, inc: pd.DataFrame, data: ReportData, keys: _Keys, notes: list[str]
-) -> None:
+    df: pd.DataFrame,
+    info: LoadInfo,
+    inc: pd.DataFrame,
+    layout_: Layout,
+    s: ReportSettings,
+    keys: _Keys,
+    notes: Sequence[str],
+) -> list[str]:
     """The report's opening lines: what is compared, against which baseline, over how many runs."""
     curve_keys = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in inc.columns]
     per_variant = inc.groupby(curve_keys, observed=True).size() if curve_keys else pd.Series([len(inc)])
     seeds = seed_column(df)
-    lines = data.lines
-    lines.append(
+    lines = [
         "Compared: "
-        + (f"{data.legend_title} ({' | '.join(data.hue_order)})" if data.hue else "all runs")
+        + (f"{layout_.legend_title} ({' | '.join(layout_.hue_order)})" if layout_.hue else "all runs")
         + (f", in panels by {labels.titles([_dotted(info, k) for k in keys.col])}" if keys.col else "")
         + (f" and rows by {labels.titles([_dotted(info, k) for k in keys.row])}" if keys.row else "")
-        + (f"; baseline {data.baseline}" if data.baseline else "; no baseline")
+        + (f"; baseline {layout_.baseline}" if layout_.baseline else "; no baseline")
         + (
-            f"; {_count_range(per_variant)} {'' if data.settings.include_unfinished else 'finished '}run(s) per curve"
+            f"; {_count_range(per_variant)} {'' if s.include_unfinished else 'finished '}run(s) per curve"
             if len(inc)
             else "; no finished run"
         )
         + (f" (differing in {seeds})." if seeds and len(per_variant) and per_variant.max() > 1 else ".")
-    )
+    ]
     if len(inc) and per_variant.max() < 2:
         lines.append("With one run per curve there are no confidence intervals.")
-    if data.settings.include_unfinished and (inc["state"] != states.DONE).any():
+    if s.include_unfinished and (inc["state"] != states.DONE).any():
         lines.append(
             f"{int((inc['state'] != states.DONE).sum())} run(s) that did not finish are included "
             '(`--include-unfinished`), marked in the tables ("of which not finished") and on the final-score '
@@ -466,6 +489,7 @@ def _compared_lines(
             f"`--col {task}` draws them apart."
         )
     lines.extend(f"Note: {n}." for n in notes)
+    return lines
 
 
 def _done_problems(runs: pd.DataFrame, metric: str | None) -> list[str]:
@@ -515,19 +539,24 @@ def _count_range(counts: pd.Series) -> str:
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
-def _where(r: pd.Series, data: ReportData) -> str:
+def _where(r: pd.Series, facets: Labelled | Layout) -> str:
+    """Where run ``r`` (a row with its label columns) sits: its variant, panel and panel row
+    labels, those ``facets`` uses, joined by "; " ("all runs" without any)."""
     parts = [
         str(r[c])
         for c in (VARIANT, PANEL, PANEL_ROW)
-        if c in r.index and getattr(data, {VARIANT: "hue", PANEL: "col", PANEL_ROW: "row"}[c])
+        if c in r.index and getattr(facets, {VARIANT: "hue", PANEL: "col", PANEL_ROW: "row"}[c])
     ]
     return "; ".join(parts) if parts else "all runs"
 
 
-def _display_names(data: ReportData, info: LoadInfo, col_keys, row_keys) -> dict[str, str]:
+def _display_names(
+    layout_: Layout, info: LoadInfo, col_keys: Sequence[str], row_keys: Sequence[str]
+) -> dict[str, str]:
+    """The tables' headers of the panel and panel-row label columns: the titles of their keys."""
     out = {}
-    if data.col:
+    if layout_.col:
         out[PANEL] = labels.titles([_dotted(info, k) for k in col_keys])
-    if data.row:
+    if layout_.row:
         out[PANEL_ROW] = labels.titles([_dotted(info, k) for k in row_keys])
     return out
