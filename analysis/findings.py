@@ -25,6 +25,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.aggregate import factorize_runs
+from analysis.power import pooled_sd, seeds_for_power, welch_interval
 from analysis.scores import REPORT_REPS, bootstrap_reps
 from analysis.tables import Table, fmt
 from harness import layout
@@ -287,7 +288,7 @@ def verdict(
     """The verdict on one finding from each arm's per-run values.
 
     - effect = mean(variant) - mean(baseline), with the Welch t interval
-      (:func:`analysis.stats.welch_interval`; deterministic, and it keeps its coverage at 3-5
+      (:func:`analysis.power.welch_interval`; deterministic, and it keeps its coverage at 3-5
       seeds, where a percentile bootstrap undercovers);
     - P(variant > baseline): rliable's probability of improvement (Mann-Whitney U / nm,
       :func:`analysis.stats.probability_of_improvement`) with its stratified percentile bootstrap
@@ -297,7 +298,7 @@ def verdict(
       ``"not enough runs (...)"`` when an arm has fewer than 2 values;
     - for "not resolved", the seeds per arm at which a two-sided ``alpha`` two-sample t test
       detects the observed effect with ``power``, at the observed pooled SD
-      (:func:`analysis.stats.seeds_for_power`, noncentral t; NaN when the effect or the spread is 0).
+      (:func:`analysis.power.seeds_for_power`, noncentral t; NaN when the effect or the spread is 0).
 
     Args:
         baseline: the baseline arm's values, shape ``(n_b,)``; NaNs (runs without a value) dropped.
@@ -335,13 +336,13 @@ def verdict(
         "p_improve": nan,
         "p_improve_lo": nan,
         "p_improve_hi": nan,
-        "pooled_sd": stats.pooled_sd(b, v),
+        "pooled_sd": pooled_sd(b, v),
         "verdict": "",
         "seeds_80": nan,
         "reps": 0,
     }
     if b.size and v.size:
-        out["effect"], out["effect_lo"], out["effect_hi"] = stats.welch_interval(v, b, confidence)
+        out["effect"], out["effect_lo"], out["effect_hi"] = welch_interval(v, b, confidence)
         out["p_improve"] = stats.probability_of_improvement(v, b)
     if b.size < 2 or v.size < 2:
         out["effect_lo"] = out["effect_hi"] = nan
@@ -356,7 +357,7 @@ def verdict(
     side = "higher" if lo > 0 else ("lower" if hi < 0 else None)
     if side is None:
         out["verdict"] = NOT_RESOLVED
-        out["seeds_80"] = stats.seeds_for_power(out["effect"], out["pooled_sd"], power, alpha)
+        out["seeds_80"] = seeds_for_power(out["effect"], out["pooled_sd"], power, alpha)
     else:
         out["verdict"] = REPRODUCED if side == direction else OPPOSITE
     return out

@@ -27,6 +27,7 @@ from analysis.grouping import (
     per_run,
     variant_groups,
 )
+from analysis.power import min_detectable_effect, pooled_sd
 from analysis.tables import Table
 from harness import layout
 
@@ -237,9 +238,9 @@ def resolvable_differences(
 ) -> Resolvable:
     """Per panel, the smallest difference of final scores that its seeds can resolve.
 
-    With ``n`` runs per variant and the variants' pooled SD ``s`` (:func:`analysis.stats.pooled_sd`
+    With ``n`` runs per variant and the variants' pooled SD ``s`` (:func:`analysis.power.pooled_sd`
     over each variant's final scores), a two-sided two-sample t test at level ``alpha`` detects a
-    difference of means with probability ``power`` only from :func:`analysis.stats.min_detectable_effect`
+    difference of means with probability ``power`` only from :func:`analysis.power.min_detectable_effect`
     ``(n, s)`` on (noncentral t, Cohen 1988 ch. 2); smaller differences cannot be told from noise.
     Where variants have different run counts, ``n`` is the smallest (what the least-run variant
     supports).
@@ -267,7 +268,7 @@ def resolvable_differences(
             else [part["score"].to_numpy(dtype=np.float64)]
         )
         sizes = [g.size for g in groups]
-        sd = stats.pooled_sd(*groups)
+        sd = pooled_sd(*groups)
         n_min = min(sizes, default=0)
         rows.append(
             {
@@ -276,7 +277,7 @@ def resolvable_differences(
                 "n_min": n_min,
                 "n_max": max(sizes, default=0),
                 "pooled_sd": sd,
-                "resolvable": stats.min_detectable_effect(n_min, sd, power, alpha),
+                "resolvable": min_detectable_effect(n_min, sd, power, alpha),
             }
         )
     out = pd.DataFrame(rows, columns=[*facets, "variants", "n_min", "n_max", "pooled_sd", "resolvable"])

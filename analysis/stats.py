@@ -1,5 +1,8 @@
 """Interval estimates and aggregate scores over a handful of runs.
 
+Two arms compared by a t test (Welch's interval, power, seeds needed, the smallest resolvable
+difference) are :mod:`analysis.power`'s.
+
 Small pure functions over numpy arrays. Score matrices follow rliable's convention: shape
 ``(n_runs, n_tasks)``, one column per task, one row per run (seed). A NaN entry marks a run that
 does not exist for that task (tasks with fewer seeds than others); every function here ignores
@@ -27,21 +30,16 @@ __all__ = [
     "median_score",
     "nan_moments",
     "optimality_gap",
-    "min_detectable_effect",
     "performance_profile",
     "percentile_interval",
     "percentile_mc_error",
     "performance_profile_ci",
-    "pooled_sd",
     "probability_of_improvement",
-    "seeds_for_power",
     "stratified_bootstrap_ci",
     "stratified_bootstrap_cis",
     "stratified_bootstrap_replicates",
     "t_interval",
     "t_interval_from_moments",
-    "t_test_power",
-    "welch_interval",
 ]
 
 
@@ -675,159 +673,3 @@ def performance_profile_ci(
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(above[:, steps] / values.size, [alpha, 1.0 - alpha], axis=0)
     return profile, lo[inverse], hi[inverse]
-
-
-def welch_interval(
-    variant: np.ndarray, baseline: np.ndarray, confidence: float = 0.95
-) -> tuple[float, float, float]:
-    """Difference of means ``mean(variant) - mean(baseline)`` with its Welch t interval.
-
-    Welch (1947), "The generalization of Student's problem when several different population
-    variances are involved", Biometrika 34: ``d ± t_{(1+c)/2, ν} · se`` with
-    ``se = sqrt(s_v²/n_v + s_b²/n_b)`` and the Welch-Satterthwaite degrees of freedom
-    ``ν = se⁴ / ((s_v²/n_v)²/(n_v-1) + (s_b²/n_b)²/(n_b-1))``; computed by
-    ``scipy.stats.ttest_ind(variant, baseline, equal_var=False).confidence_interval``. Welch rather
-    than Student's pooled interval because two arms of a grid need not have equal spread; rather
-    than a bootstrap because it is deterministic (a verdict cannot flip with a resampling seed)
-    and keeps its coverage at 3-5 seeds per arm, where a percentile bootstrap undercovers (its
-    resamples hold at most n distinct values).
-
-    Args:
-        variant: the variant's per-run values, shape ``(n_v,)``; NaNs are dropped.
-        baseline: the baseline's per-run values, shape ``(n_b,)``; NaNs are dropped.
-        confidence: two-sided coverage in (0, 1).
-
-    Returns:
-        ``(difference, lo, hi)``. ``lo``/``hi`` are NaN when an arm has fewer than two values (no
-        spread estimate), and equal the difference when both arms have zero spread.
-
-    Raises:
-        ValueError: if ``confidence`` is not in (0, 1).
-    """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    v = np.asarray(variant, dtype=np.float64).ravel()
-    b = np.asarray(baseline, dtype=np.float64).ravel()
-    v, b = v[~np.isnan(v)], b[~np.isnan(b)]
-    if v.size == 0 or b.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    diff = float(v.mean() - b.mean())
-    if v.size < 2 or b.size < 2:
-        return diff, float("nan"), float("nan")
-    if v.var(ddof=1) == 0 and b.var(ddof=1) == 0:
-        return diff, diff, diff
-    ci = _st.ttest_ind(v, b, equal_var=False).confidence_interval(confidence)
-    return diff, float(ci.low), float(ci.high)
-
-
-def pooled_sd(*groups: np.ndarray) -> float:
-    """Pooled standard deviation of several groups: ``sqrt(Σ (n_i - 1) s_i² / Σ (n_i - 1))``.
-
-    The within-group spread of a one-way layout (e.g. Cohen 1988, Eq. 2.3.2 for two groups); a
-    group with fewer than two values adds nothing.
-
-    Args:
-        *groups: each a 1-D array of values; NaNs are dropped.
-
-    Returns:
-        The pooled SD, NaN when no group has two values.
-    """
-    ss, dof = 0.0, 0
-    for g in groups:
-        g = np.asarray(g, dtype=np.float64).ravel()
-        g = g[~np.isnan(g)]
-        if g.size >= 2:
-            ss += float(np.sum((g - g.mean()) ** 2))
-            dof += g.size - 1
-    return math.sqrt(ss / dof) if dof else float("nan")
-
-
-def t_test_power(effect_size: float, n: int, alpha: float = 0.05) -> float:
-    """Power of the two-sided two-sample Student t test with ``n`` runs per group.
-
-    Cohen (1988), "Statistical Power Analysis for the Behavioral Sciences", ch. 2: with a
-    standardised effect ``d = |difference| / SD``, the t statistic follows a noncentral t with
-    ``2n - 2`` degrees of freedom and noncentrality ``d · sqrt(n / 2)``; the power is
-    ``P(T > t_crit) + P(T < -t_crit)``, ``t_crit = t_{1 - alpha/2, 2n-2}``, from
-    ``scipy.stats.nct`` (exact, not a normal approximation, which overstates power at few seeds).
-
-    Args:
-        effect_size: the standardised difference ``d`` (its sign does not matter).
-        n: runs per group, at least 2.
-        alpha: two-sided significance level in (0, 1).
-
-    Returns:
-        The power in [alpha, 1]; NaN for ``n < 2`` or a non-finite ``effect_size``.
-    """
-    if n < 2 or not math.isfinite(effect_size):
-        return float("nan")
-    dof = 2 * n - 2
-    crit = _st.t.ppf(1.0 - alpha / 2.0, dof)
-    nc = abs(effect_size) * math.sqrt(n / 2.0)
-    return float(_st.nct.sf(crit, dof, nc) + _st.nct.cdf(-crit, dof, nc))
-
-
-def seeds_for_power(
-    effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, max_n: int = 1_000_000
-) -> float:
-    """Fewest runs per group at which a two-sided two-sample t test detects ``effect`` with ``power``.
-
-    The smallest ``n >= 2`` with :func:`t_test_power` ``(|effect| / sd, n, alpha) >= power``
-    (power grows with ``n``: found by doubling, then bisection), at the spread ``sd`` taken as
-    known (e.g. the observed pooled SD, :func:`pooled_sd`).
-
-    Args:
-        effect: the difference of means to detect (units of the metric).
-        sd: the common standard deviation of a run's value (same units).
-        power: the power wanted, in (alpha, 1).
-        alpha: two-sided significance level.
-        max_n: the largest ``n`` searched.
-
-    Returns:
-        ``n`` as a float (a whole number); ``inf`` when even ``max_n`` runs are not enough; NaN when
-        ``effect`` or ``sd`` is 0 or not finite (no effect to detect, or no spread to scale it).
-    """
-    if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0 or sd <= 0:
-        return float("nan")
-    d = abs(effect) / sd
-    if t_test_power(d, 2, alpha) >= power:
-        return 2.0
-    lo, hi = 2, 4
-    while t_test_power(d, hi, alpha) < power:
-        if hi >= max_n:
-            return float("inf")
-        lo, hi = hi, min(2 * hi, max_n)
-    while hi - lo > 1:  # power(lo) < power <= power(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if t_test_power(d, mid, alpha) >= power else (mid, hi)
-    return float(hi)
-
-
-def min_detectable_effect(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float:
-    """Smallest difference of means that a two-sided two-sample t test with ``n`` runs per group
-    detects with ``power``: ``d* · sd``, where ``d*`` solves :func:`t_test_power` ``(d*, n, alpha) =
-    power`` (``scipy.optimize.brentq`` on the noncentral t power, Cohen 1988 ch. 2).
-
-    Differences smaller than this cannot be resolved by ``n`` seeds per variant at that spread.
-
-    Args:
-        n: runs per group.
-        sd: the common standard deviation of a run's value (e.g. :func:`pooled_sd`).
-        power: the power wanted, in (alpha, 1).
-        alpha: two-sided significance level.
-
-    Returns:
-        The difference, in the units of ``sd``; NaN for ``n < 2`` or a non-finite ``sd``; 0 when
-        ``sd`` is 0.
-    """
-    if n < 2 or not math.isfinite(sd) or sd < 0:
-        return float("nan")
-    if sd == 0:
-        return 0.0
-    from scipy.optimize import brentq
-
-    hi = 1.0
-    while t_test_power(hi, n, alpha) < power:
-        hi *= 2.0
-    d = brentq(lambda x: t_test_power(x, n, alpha) - power, 0.0, hi, xtol=1e-10)
-    return float(d * sd)

@@ -15,6 +15,7 @@ from scipy import stats as st
 
 from analysis import finals, report, scores, stats, tables
 from analysis.load import load
+from analysis.power import min_detectable_effect, pooled_sd
 from harness import layout
 
 
@@ -152,7 +153,7 @@ def test_resolvable_differences_per_panel_by_hand():
     # panel p: SDs 1 and 2 with 3 runs each: pooled sqrt((2 * 1 + 2 * 4) / 4)
     assert (p["n_min"], p["n_max"], p["variants"]) == (3, 3, 2)
     assert p["pooled_sd"] == pytest.approx(math.sqrt(2.5))
-    assert p["resolvable"] == pytest.approx(stats.min_detectable_effect(3, math.sqrt(2.5)))
+    assert p["resolvable"] == pytest.approx(min_detectable_effect(3, math.sqrt(2.5)))
     # panel q: b has one run, so nothing is resolvable; a alone gives the spread
     assert (q["n_min"], q["n_max"]) == (1, 2) and q["pooled_sd"] == pytest.approx(math.sqrt(0.5))
     assert math.isnan(q["resolvable"])
@@ -175,8 +176,8 @@ def test_every_report_has_the_power_line_under_the_final_table(tmp_path):
     # s and X recomputed from the per-run final scores: X has 80% power at 3 seeds per variant
     finals_ = scores.final_scores(load(g), "reward")
     by_variant = [finals_[finals_.index.str.startswith(v)].to_numpy() for v in ("grpo-", "dapo-")]
-    sd = stats.pooled_sd(*by_variant)
-    x = stats.min_detectable_effect(3, sd)
+    sd = pooled_sd(*by_variant)
+    x = min_detectable_effect(3, sd)
     assert f"pooled SD {tables.fmt(sd)} over" in line and f"smaller than {tables.fmt(x)} cannot" in line
     crit, nc = st.t.ppf(0.975, 4), (x / sd) * math.sqrt(3 / 2)
     assert st.nct.sf(crit, 4, nc) + st.nct.cdf(-crit, 4, nc) == pytest.approx(0.8, abs=1e-3)

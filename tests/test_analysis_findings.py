@@ -13,7 +13,8 @@ from analysis_helpers import md_rows, write_run
 from scipy import stats as st
 
 from analysis import findings as fm
-from analysis import report, stats
+from analysis import report
+from analysis.power import min_detectable_effect, pooled_sd, seeds_for_power, welch_interval
 from analysis.tables import Table
 from harness import cli, layout
 
@@ -23,7 +24,7 @@ from harness import cli, layout
 def test_welch_interval_is_scipy_s_and_the_textbook_formula():
     v = np.array([1.0, 2.0, 3.0, 4.5])
     b = np.array([0.0, 0.5, 1.2])
-    diff, lo, hi = stats.welch_interval(v, b)
+    diff, lo, hi = welch_interval(v, b)
     ci = st.ttest_ind(v, b, equal_var=False).confidence_interval(0.95)
     assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
     # by hand: se and Welch-Satterthwaite dof
@@ -33,8 +34,8 @@ def test_welch_interval_is_scipy_s_and_the_textbook_formula():
     q = st.t.ppf(0.975, dof)
     assert diff == pytest.approx(2.625 - 1.7 / 3)
     assert (lo, hi) == pytest.approx((diff - q * se, diff + q * se), rel=1e-12)
-    assert stats.welch_interval([1.0, 1.0], [0.0, 0.0]) == (1.0, 1.0, 1.0)  # no spread: the difference
-    d, lo, hi = stats.welch_interval([1.0, np.nan, 2.0], [0.0])
+    assert welch_interval([1.0, 1.0], [0.0, 0.0]) == (1.0, 1.0, 1.0)  # no spread: the difference
+    d, lo, hi = welch_interval([1.0, np.nan, 2.0], [0.0])
     assert d == 1.5 and math.isnan(lo) and math.isnan(hi)
 
 
@@ -47,31 +48,31 @@ def power_by_hand(d: float, n: int) -> float:
 
 
 def test_min_detectable_effect_has_80_percent_power_at_n():
-    x = stats.min_detectable_effect(3, 1.0)
+    x = min_detectable_effect(3, 1.0)
     assert power_by_hand(x, 3) == pytest.approx(0.80, abs=1e-3)
     assert x == pytest.approx(3.07, abs=0.01)  # Cohen's tables: d = 3.07 for n = 3 per group
-    assert stats.min_detectable_effect(3, 2.0) == pytest.approx(2 * x)  # scales with the SD
-    assert power_by_hand(stats.min_detectable_effect(10, 1.0), 10) == pytest.approx(0.80, abs=1e-3)
-    assert math.isnan(stats.min_detectable_effect(1, 1.0))
-    assert stats.min_detectable_effect(5, 0.0) == 0.0
+    assert min_detectable_effect(3, 2.0) == pytest.approx(2 * x)  # scales with the SD
+    assert power_by_hand(min_detectable_effect(10, 1.0), 10) == pytest.approx(0.80, abs=1e-3)
+    assert math.isnan(min_detectable_effect(1, 1.0))
+    assert min_detectable_effect(5, 0.0) == 0.0
 
 
 def test_seeds_for_power_is_the_smallest_n_with_80_percent_power():
-    assert stats.seeds_for_power(0.5, 1.0) == 64  # the classic d = 0.5: 64 per group
-    n = int(stats.seeds_for_power(0.3, 0.25))  # d = 1.2
+    assert seeds_for_power(0.5, 1.0) == 64  # the classic d = 0.5: 64 per group
+    n = int(seeds_for_power(0.3, 0.25))  # d = 1.2
     assert power_by_hand(1.2, n) >= 0.8 > power_by_hand(1.2, n - 1)
-    assert stats.seeds_for_power(-0.3, 0.25) == n  # the sign does not matter
-    assert stats.seeds_for_power(10.0, 1.0) == 2
-    assert math.isnan(stats.seeds_for_power(0.0, 1.0))
-    assert math.isnan(stats.seeds_for_power(1.0, 0.0))
-    assert stats.seeds_for_power(1e-6, 1.0) == math.inf
+    assert seeds_for_power(-0.3, 0.25) == n  # the sign does not matter
+    assert seeds_for_power(10.0, 1.0) == 2
+    assert math.isnan(seeds_for_power(0.0, 1.0))
+    assert math.isnan(seeds_for_power(1.0, 0.0))
+    assert seeds_for_power(1e-6, 1.0) == math.inf
 
 
 def test_pooled_sd_by_hand():
     a, b = [1.0, 2.0, 3.0], [2.0, 4.0]
-    assert stats.pooled_sd(a, b) == pytest.approx(math.sqrt((2.0 + 2.0) / 3))
-    assert stats.pooled_sd([1.0], [5.0, np.nan, 7.0]) == pytest.approx(math.sqrt(2.0))
-    assert math.isnan(stats.pooled_sd([1.0], [2.0]))
+    assert pooled_sd(a, b) == pytest.approx(math.sqrt((2.0 + 2.0) / 3))
+    assert pooled_sd([1.0], [5.0, np.nan, 7.0]) == pytest.approx(math.sqrt(2.0))
+    assert math.isnan(pooled_sd([1.0], [2.0]))
 
 
 # --- windows and verdicts -----------------------------------------------------------------------------

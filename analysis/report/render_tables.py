@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import findings as findings_mod
-from analysis import states, stats, tables, timing
+from analysis import states, tables, timing
+from analysis.power import min_detectable_effect, pooled_sd
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, ReportData
 from analysis.tables import Table, fmt
 from harness import layout
@@ -101,7 +102,7 @@ def _among_the_others(
     if len(multi) < 2 or single.empty:
         return ""
     groups = [part.loc[part[data.hue] == v, "score"].to_numpy(dtype=np.float64) for v in multi.index]
-    sd = stats.pooled_sd(*groups)
+    sd = pooled_sd(*groups)
     lo, hi = int(multi.min()), int(multi.max())
     n = f"{lo}" if lo == hi else f"{lo}-{hi}"
     head = (
@@ -113,7 +114,7 @@ def _among_the_others(
             head
             + f"final {metric} does not vary within any variant (pooled SD 0), so a t test gives no limit."
         )
-    x = stats.min_detectable_effect(lo, sd, power, alpha)
+    x = min_detectable_effect(lo, sd, power, alpha)
     return head + (
         f"differences in final {metric} smaller than {fmt(x)} cannot be resolved ({100 * power:g}% power, two-sided "
         f"{100 * alpha:g}% t test, pooled SD {fmt(sd)} over their final scores)."
