@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
+import pandas as pd
 import pytest
 from analysis_helpers import config_for, md_rows, synthetic_grid, write_run
 
@@ -220,3 +222,20 @@ def test_unlisted_plugin_metrics_sit_beside_their_plugins_listed_ones():
         "kl_cov/cov_mean", "kl_cov/selected_frac", "entropy", "my_pg/logp",
     ]  # fmt: skip
     assert report.merge_plugin_metrics([], found) == found
+
+
+def test_compute_report_changes_none_of_its_inputs_and_builds_a_frozen_record(grid):
+    """A layout key no run sets is an all-missing column of the report's own frame, not of the
+    loaded one; the unfinished runs' marks and the runs at once are added to copies."""
+    settings = report.ReportSettings(
+        hue=("trainer.loss_type",), col=("trainer.sync_ref_model",), include_unfinished=True, target=0.2
+    )
+    inputs = report.load_report_inputs(grid, settings=settings)
+    frame, states = inputs.frame.copy(), inputs.states.copy()
+    data = report.compute_report(inputs, settings)
+    pd.testing.assert_frame_equal(inputs.frame, frame)
+    pd.testing.assert_frame_equal(inputs.states, states)
+    assert data.col == report.PANEL and data.col_values == ["(none)"]  # every run has it missing
+    assert "not_finished" in data.final.frame.columns and data.final.display["not_finished"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        data.baseline = "dapo"

@@ -168,3 +168,21 @@ def test_a_table_without_rows_keeps_its_header_and_alignment():
     header, align, *rows = md_rows(tables.to_markdown(t))
     assert header == ["v", "mean"] and [a[0] + a[-1] for a in align] == [":-", "-:"] and rows == []
     assert "v & mean \\\\\n\\midrule\n\\bottomrule" in tables.to_latex(t)
+
+
+def test_a_table_record_keeps_its_headers_read_only_and_beside_the_frame(tmp_path):
+    frame = pd.DataFrame({"v": ["a"], "mean": [1.0]})
+    t = tables.Table(frame, caption="Means.", display={"mean": "mean (s)"})
+    with pytest.raises(TypeError):
+        t.display["v"] = "variant"  # type: ignore[index]
+    more = t.with_headers({"v": "variant"})
+    assert dict(t.display) == {"mean": "mean (s)"} and dict(more.display) == {
+        "mean": "mean (s)",
+        "v": "variant",
+    }
+    assert more.frame is frame and more.caption == "Means." and not frame.attrs
+    md, csv, tex = tables.write_table(more, tmp_path / "t")
+    assert md.read_text().startswith("Means.\n\n| variant ") and "\\caption{Means.}" in tex.read_text()
+    assert csv.read_text().splitlines()[0] == "v,mean"  # the CSV keeps the frame's own names
+    plain = tables.write_table(frame, tmp_path / "p")[0].read_text()
+    assert plain.startswith("| v ")  # a plain frame: no caption, its own headers
