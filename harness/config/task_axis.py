@@ -96,6 +96,8 @@ def axis_conflicts(where: str, keys: Sequence[str], task_entries: Sequence[Mappi
     """Problems of other keys beside a ``task`` axis in one place (``where``: ``grid``, a zip group,
     a sub-grid): ``task.name`` and ``task.kwargs...`` belong to the entries, and another field may
     be an axis of its own only when no entry sets it."""
+    if not task_entries:
+        return []
     out = []
     set_by_entries = {k for e in task_entries for k in e}
     for key in keys:
