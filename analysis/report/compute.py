@@ -14,6 +14,7 @@ import pandas as pd
 from analysis import aggregate as agg_mod
 from analysis import curves, labels, states, wseq
 from analysis import findings as findings_mod
+from analysis import scores as scores_mod
 from analysis.aggregate import Curves, x_values
 from analysis.grouping import joined_keys
 from analysis.load import LoadInfo
@@ -36,6 +37,7 @@ from analysis.report.runs import (
     findings_runs,
 )
 from analysis.report.settings import ReportError, ReportSettings
+from analysis.report.tasks import task_layout, task_section
 from harness import layout
 from harness.config.report_section import REPORT_X
 
@@ -73,10 +75,10 @@ def compute_report(
     Raises:
         ReportError: ``x``, a layout key or the metric does not fit the results.
     """
-    s = settings
+    s, task_note = task_layout(inputs.frame, settings)
     if s.x not in REPORT_X:
         raise ReportError(f"x must be one of {REPORT_X}, got {s.x!r}")
-    lines: list[str] = []
+    lines = [_say(task_note)] if task_note else []
     df, unreadable, without = _runs_without_metrics(
         inputs.frame, inputs.states, inputs.load, inputs.requested_runs
     )
@@ -120,6 +122,7 @@ def compute_report(
         lines=[*lines, *number_lines],
         on_policy=on_policy,
         off_policy_how=off_policy_how,
+        tasks=_tasks(work, runs, inputs, s, c.layout),
     )
 
 
@@ -198,6 +201,27 @@ def _count_runs(
             *_compared_lines(df, info, inc, layout_, s, keys, notes),
         ],
         left_out=[*left_without, *left_with],
+    )
+
+
+def _tasks(
+    work: pd.DataFrame, runs: pd.DataFrame, inputs: ReportInputs, s: ReportSettings, layout_: Layout
+) -> Any:
+    """:func:`analysis.report.tasks.task_section` of the counted runs (None unless the runs are on
+    several tasks)."""
+    return task_section(
+        work,
+        runs,
+        inputs,
+        metric=s.metric,
+        hue=layout_.hue,
+        col=layout_.col,
+        row=layout_.row,
+        hue_order=layout_.hue_order,
+        baseline=layout_.baseline,
+        normalise=s.normalise,
+        final_scores=scores_mod.final_scores,
+        reps_of=scores_mod.bootstrap_reps,
     )
 
 

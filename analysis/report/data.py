@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,6 +17,9 @@ from analysis.report.settings import ReportSettings
 from analysis.scores import FinalTable, Resolvable
 from analysis.tables import Table
 from analysis.timing import TimingTable
+
+if TYPE_CHECKING:
+    from analysis.report.tasks import TaskSection
 
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
 REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
@@ -42,6 +45,8 @@ class ReportInputs:
             (damaged runs' too; empty without).
         load: :class:`analysis.load.LoadInfo`: skipped files, missing and damaged runs, the config
             columns, varying keys and aliases.
+        start_evals: ``{run_id: greedy accuracy}`` of the starting policy, for each requested run
+            that measured it before its first step (:func:`harness.layout.read_start_eval`).
     """
 
     frame: pd.DataFrame
@@ -51,6 +56,7 @@ class ReportInputs:
     requested_runs: tuple[str, ...]
     grid_runs: Mapping[str, Mapping[str, Any]]
     load: LoadInfo
+    start_evals: Mapping[str, float] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Any]:
         """``frame, states, grid_info, run_set = inputs``."""
@@ -120,6 +126,8 @@ class ReportData(Layout):
         profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
         resolvable: :func:`analysis.scores.resolvable_differences` of the final scores per panel.
         findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
+        tasks: :func:`analysis.report.tasks.task_section`: the normalised scores aggregated over
+            tasks, when the runs are on several (None otherwise).
     """
 
     title: str
@@ -147,6 +155,7 @@ class ReportData(Layout):
     profile: finals.Profile | None = None
     resolvable: Resolvable | None = None
     findings: Table | None = None
+    tasks: TaskSection | None = None
     empty: bool = False
 
     def panels(self) -> dict[str, Any]:

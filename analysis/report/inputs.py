@@ -114,7 +114,19 @@ def load_report_inputs(
         requested_runs=tuple(ids),
         grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
         load=loaded.info,
+        start_evals=start_evals(grid_dir, [r for r in ids if r in present]),
     )
+
+
+def start_evals(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, float]:
+    """``{run_id: the starting policy's greedy accuracy}`` of the runs that measured it
+    (:func:`harness.layout.read_start_eval`)."""
+    out = {}
+    for rid in run_ids:
+        value = layout.read_start_eval(layout.run_dir(grid_dir, rid))
+        if value is not None:
+            out[rid] = value
+    return out
 
 
 def read_run_set(

@@ -13,6 +13,7 @@ from filelock import FileLock
 from analysis import aggregate as agg_mod
 from analysis import curves, dynamics, finals, labels, states, style, wseq
 from analysis.offpolicy import is_ratio_metric
+from analysis.report import render_tasks
 from analysis.report.data import REPORT_SUFFIXES, ReportData
 from analysis.report.render_tables import (
     _findings_section,
@@ -61,6 +62,7 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         _findings_section,
         first,
         then,
+        _tasks_section,
         _dynamics_section,
         _wseq_section,
         _aggregate_sections,
@@ -181,6 +183,12 @@ def _scores_note(data: ReportData, *, marked: bool = False) -> str:
             + "."
         )
     return text
+
+
+def _tasks_section(data: ReportData, out: Path) -> list[str]:
+    """The normalised scores across tasks (:mod:`analysis.report.render_tasks`), when the runs are
+    on several tasks."""
+    return render_tasks.task_sections(data.tasks, out, data.colors)
 
 
 def _dynamics_section(data: ReportData, out: Path) -> list[str]:

@@ -14,6 +14,7 @@ from harness.config.report_section import (
     ReportError,
     ReportSettings,
     SmoothingError,
+    parse_normalise,
     parse_smoothing,
     parse_smoothing_text,
 )
@@ -40,6 +41,12 @@ def check_section(section: Any, where: str) -> list[str]:
     for key, value in section.items():
         if key == "smoothing":
             problems += _smoothing_problems(value, where)
+            continue
+        if key == "normalise":
+            try:
+                parse_normalise(value)
+            except ValueError as e:
+                problems.append(f"{where}: report.normalise = {value!r}: {e}")
             continue
         ok = {
             "hue": names(value) and bool(value),

@@ -101,8 +101,7 @@ def task_section(
     row: str | None,
     hue_order: Sequence[str],
     baseline: str | None,
-    stated_low: float | Mapping[str, float] | None = None,
-    stated_high: float | Mapping[str, float] | None = None,
+    normalise: Mapping[str, Any] | None = None,
     final_scores: Any = None,
     reps_of: Any = None,
 ) -> TaskSection | None:
@@ -116,13 +115,15 @@ def task_section(
         hue, col, row: the label columns (None when not used).
         hue_order: the variants in display order.
         baseline: the baseline's variant label (None: no P(>) column).
-        stated_low, stated_high: the stated ends of the range (one number or ``{task: number}``).
+        normalise: the layout's ``normalise`` setting, the stated ends of the range (``low`` and
+            ``high``, each one number or ``{task: number}``; :func:`harness.config.report_section.parse_normalise`).
         final_scores: :func:`analysis.scores.final_scores` (a run's score from its metric rows).
         reps_of: :func:`analysis.scores.bootstrap_reps` (resamples for a number of runs).
 
     Returns:
         A :class:`TaskSection`, or None.
     """
+    stated_low, stated_high = (normalise or {}).get("low"), (normalise or {}).get("high")
     planned = {rid: _planned_task(v) for rid, v in inputs.grid_runs.items()}
     task_of = _run_tasks(work, runs, planned)
     all_tasks = sorted({t for t in (*task_of.values(), *planned.values()) if t is not None})

@@ -170,6 +170,15 @@ def check_report(
     return {k: out[k] for k in REPORT_KEYS if k in out}
 
 
+def _report_normalise(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """``normalise``: :func:`harness.config.report_section.parse_normalise`'s setting, or None (a problem)."""
+    try:
+        return report_section.parse_normalise(value)
+    except ValueError as e:
+        problems.append(f"{where} = {value!r}: {e}.")
+        return None
+
+
 def _report_seeds(value: Any, where: str, problems: list[str]) -> bool | None:
     if isinstance(value, bool):
         return value
@@ -191,4 +200,5 @@ _REPORT_CHECKS: dict[str, Callable[[Any, str, list[str], Sequence[str]], Any]] =
     "metrics": lambda v, w, p, g: _report_names(v, w, p, many=True),
     "target": lambda v, w, p, g: _report_target(v, w, p),
     "seeds": lambda v, w, p, g: _report_seeds(v, w, p),
+    "normalise": lambda v, w, p, g: _report_normalise(v, w, p),
 }

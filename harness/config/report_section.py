@@ -24,6 +24,7 @@ from harness import layout
 __all__ = [
     "AUTO",
     "DYNAMICS_METRICS",
+    "NORMALISE_WHAT",
     "REPORT_CI",
     "REPORT_KEYS",
     "REPORT_LEAD",
@@ -34,6 +35,7 @@ __all__ = [
     "SmoothingError",
     "add_arguments",
     "given_in",
+    "parse_normalise",
     "parse_smoothing",
     "parse_smoothing_text",
 ]
@@ -134,6 +136,48 @@ def parse_smoothing_text(text: str | None) -> str | dict[str, int | float] | Non
     return parse_smoothing({kind.strip(): number})
 
 
+#: What the ``normalise`` setting takes, for messages.
+NORMALISE_WHAT = (
+    "a mapping {low: L, high: H}, each a number or {task: number} (the ends of each task's normalised "
+    "scores: low where the runs started, high the reference)"
+)
+
+
+def parse_normalise(value: Any) -> dict[str, Any]:
+    """A ``normalise`` setting, normalised: ``{"low": L, "high": H}`` (either may be absent), each a
+    float or ``{task name: float}``. The report normalises each task's scores to
+    ``(score - low) / (high - low)``; a stated low is used where the runs measured no start eval,
+    a stated high always (:func:`analysis.tasks.task_ranges`).
+
+    Raises:
+        ValueError: for anything else, with the fix: another key, a value that is no finite
+            number (or mapping of task names to them), or a high not above the low.
+    """
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(f"give {NORMALISE_WHAT}, e.g. normalise: {{low: 0.1, high: 1.0}}")
+    out: dict[str, Any] = {}
+    for end, v in value.items():
+        if end not in ("low", "high"):
+            raise ValueError(f"{end!r} is not an end of the range; give low and/or high")
+        if number(v):
+            out[str(end)] = float(v)
+        elif isinstance(v, Mapping) and v and all(isinstance(t, str) and number(x) for t, x in v.items()):
+            out[str(end)] = {str(t): float(x) for t, x in v.items()}
+        else:
+            raise ValueError(
+                f"{end} = {v!r}: give a finite number, or a mapping of task names to numbers "
+                f"(e.g. {end}: {{chain_sum: 0.2}})"
+            )
+    low, high = out.get("low"), out.get("high")
+    if isinstance(low, float) and isinstance(high, float) and not high > low:
+        raise ValueError(f"high {high:g} is not above low {low:g}; the reference must exceed the start")
+    return out
+
+
 def _setting(default: Any, what: str, *, section: bool = True, **flag: Any) -> Any:
     """A field of :class:`ReportSettings`: its default, what it takes (``what``), whether a grid
     file's ``report:`` section may set it, and its command-line flag (``flag["flag"]`` and
@@ -161,6 +205,8 @@ class ReportSettings:
         target: also tabulate the time to reach ``metric >= target``.
         lead: ``curves`` or ``final``: which figure comes first.
         seeds: also draw each run's curve faintly.
+        normalise: stated ends of the tasks' normalised scores (:func:`parse_normalise`); None:
+            each task's start eval up to 1.
         ci: ``t`` or ``bootstrap`` bands.
         include_unfinished: count runs that did not finish too (marked).
         wseq_split: split the w_seq figure by this column (e.g. ``reuse_index``).
@@ -222,6 +268,7 @@ class ReportSettings:
     seeds: bool = _setting(
         False, "true or false", flag="--seeds", action="store_true", help="also draw each run faintly"
     )
+    normalise: Mapping[str, Any] | None = _setting(None, NORMALISE_WHAT)
     ci: str = _setting(
         "t", "t or bootstrap", section=False, flag="--ci", choices=REPORT_CI, help="curve band (default: t)"
     )
@@ -274,6 +321,11 @@ def _normalised(name: str, value: Any) -> Any:
             return parse_smoothing(value)
         except SmoothingError as e:
             raise ReportError(f"report.smoothing = {value!r}: {e}") from e
+    if name == "normalise" and value is not None:
+        try:
+            return parse_normalise(value)
+        except ValueError as e:
+            raise ReportError(f"report.normalise = {value!r}: {e}") from e
     return value
 
 
