@@ -34,6 +34,7 @@ def fake_grid(
     seeds=SEEDS,
     trainer: dict | None = None,
     sections: dict | None = None,
+    task: str = "countdown",
     gain: float = 1.0,
 ) -> list[str]:
     """A finished grid of ``losses × seeds`` on ``model`` (the run ids are the same in every folder,
@@ -45,7 +46,7 @@ def fake_grid(
             rid = f"{loss}-s{seed}"
             rng = np.random.default_rng(zlib.crc32(f"{folder.name}{model}{rid}".encode()))
             step = np.arange(1, STEPS + 1)
-            config = config_for(loss, seed)
+            config = config_for(loss, seed, task=task)
             config["model"] = model
             config.update(sections or {})
             config["trainer"].update({"max_steps": STEPS, **(trainer or {})})
@@ -244,6 +245,28 @@ def test_the_report_folder_is_explicit_and_never_inside_a_compared_one(two, tmp_
         make_report([a, a], out=tmp_path / "x")
     for grid in (a, b):
         assert not (grid / layout.REPORT_DIR).exists() and not (grid / layout.GRID_CACHE_DIR).exists()
+
+
+def test_a_finding_on_two_tasks_keeps_each_runs_start_eval_under_its_run_id(tmp_path):
+    a, b = tmp_path / "sums", tmp_path / "count"
+    fake_grid(a, "tiny", task="chain_sum")
+    fake_grid(b, "tiny", task="countdown")
+    for grid, start in ((a, 0.3), (b, 0.05)):
+        for rid in _ids():
+            (layout.run_dir(grid, rid) / layout.START_EVAL_FILE).write_text(
+                json.dumps({layout.EVAL_ACCURACY: start})
+            )
+    c = across.compare([a, b], across=["task"])
+    assert c.facets == ("task.name",)
+    settings = across.place(ReportSettings.merged(None), c)
+    assert settings.col == ("task.name",)
+    inputs = across.load_inputs(c, settings)
+    assert inputs.start_evals == {
+        **{f"sums/{r}": 0.3 for r in _ids()},
+        **{f"count/{r}": 0.05 for r in _ids()},
+    }
+    tasks = inputs.frame.groupby(FOLDER, observed=True)["task.name"].agg(lambda v: set(v.astype(str)))
+    assert tasks.to_dict() == {"sums": {"chain_sum"}, "count": {"countdown"}}
 
 
 @pytest.mark.slow

@@ -559,6 +559,7 @@ def _combine(
             varying=tuple(varying),
             aliases=aliases,
         ),
+        start_evals={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_evals.items()},
     )
 
 
