@@ -13,7 +13,6 @@ from filelock import FileLock
 from analysis import aggregate as agg_mod
 from analysis import curves, dynamics, finals, labels, states, style, wseq
 from analysis.offpolicy import is_ratio_metric
-from analysis.report import render_tasks
 from analysis.report.data import REPORT_SUFFIXES, ReportData
 from analysis.report.render_tables import (
     _findings_section,
@@ -23,6 +22,7 @@ from analysis.report.render_tables import (
     _section,
     _table_sections,
 )
+from analysis.report.render_tasks import task_sections
 from analysis.report.runs import _count_range
 from analysis.report.settings import ReportError
 
@@ -188,7 +188,7 @@ def _scores_note(data: ReportData, *, marked: bool = False) -> str:
 def _tasks_section(data: ReportData, out: Path) -> list[str]:
     """The normalised scores across tasks (:mod:`analysis.report.render_tasks`), when the runs are
     on several tasks."""
-    return render_tasks.task_sections(data.tasks, out, data.colors)
+    return task_sections(data.tasks, out, data.colors)
 
 
 def _dynamics_section(data: ReportData, out: Path) -> list[str]:
