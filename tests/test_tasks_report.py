@@ -150,3 +150,43 @@ def test_stated_ends_normalise_runs_without_a_start_eval_and_are_checked(tmp_pat
         "mapping of task names to numbers (e.g. high: {chain_sum: 0.2}).",
     ]
     assert check_report({"normalise": {"high": 2}}, problems) == {"normalise": {"high": 2.0}}
+
+
+def test_two_entries_of_one_dataset_are_two_tasks(tmp_path):
+    grid_dir = tmp_path / "toy"
+    tasks = [("products", 2), ("products", 3), ("basic_arithmetic", 2)]
+    runs, ids = {}, []
+    for name, terms in tasks:
+        for loss in ("grpo", "dapo"):
+            for seed in range(2):
+                rid = f"{name[:3]}{terms}-{loss}-{seed}"
+                config = config_for(loss, seed, task=name)
+                config["task"]["kwargs"] = {"min_terms": terms, "max_terms": terms}
+                varying = {
+                    "trainer.loss_type": loss,
+                    "seed": seed,
+                    "task.name": name,
+                    "task.kwargs": config["task"]["kwargs"],
+                }
+                runs[rid], ids = varying, [*ids, rid]
+                if (name, terms, seed) == ("products", 3, 1):  # failed before its first step
+                    write_run(grid_dir, rid, config=config, varying=varying, state="failed")
+                    continue
+                cols = {
+                    layout.STEP: [1, 2],
+                    "reward": [0.1, 0.2],
+                    layout.EVAL_ACCURACY: [None, 0.4 + 0.1 * seed],
+                }
+                rdir = write_run(grid_dir, rid, config=config, varying=varying, columns=cols)
+                (rdir / layout.START_EVAL_FILE).write_text(json.dumps({layout.EVAL_ACCURACY: 0.1 * terms}))
+    write_grid(grid_dir, ids, ["trainer.loss_type", "seed", "task.name", "task.kwargs"], runs=runs)
+    settings = ReportSettings.merged(None)
+    data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
+    assert data.settings.col[0] == "task.name" and len(data.col_values) == 3  # a panel per task
+    section = data.tasks
+    assert len(section.ranges) == 3
+    assert sorted(r.low for r in section.ranges.values()) == pytest.approx([0.2, 0.2, 0.3])
+    three = next(t for t, r in section.ranges.items() if r.low > 0.25)
+    assert three.startswith("products") and "3" in three and three in data.col_values
+    (group,) = section.groups
+    assert len(group.aggregate.tasks) == 3 and section.unfinished == {}

@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis import labels, states
 from analysis import tasks as tasks_mod
+from analysis.load import flatten_config
 from analysis.report.data import PANEL, PANEL_ROW, ReportInputs
 from analysis.report.settings import ReportSettings
 from harness import layout
@@ -29,27 +30,41 @@ from harness import layout
 TASK_NAME = "task.name"
 
 
-def _planned_task(values: Mapping[str, Any]) -> str | None:
-    """The task a planned run names in its varying values (``task.name``, or a ``task`` entry)."""
-    name = values.get(TASK_NAME)
-    if name is None and isinstance(values.get("task"), Mapping):
-        name = values["task"].get("name")
-    return None if name is None else str(name)
+def task_keys(df: pd.DataFrame) -> list[str]:
+    """The config columns that tell the runs' tasks apart: ``task.name``, then each other
+    ``task.*`` column whose value differs between runs of one dataset (two entries of one dataset
+    with their own kwargs are two tasks); empty when the runs are on fewer than two tasks."""
+    if TASK_NAME not in df.columns:
+        return []
+    first = df.drop_duplicates(layout.RUN_ID) if layout.RUN_ID in df.columns else df
+    first = first[first[TASK_NAME].notna()]
+    names = first[TASK_NAME].astype(str)
+    keys = [TASK_NAME]
+    columns = [c for c in first.columns if isinstance(c, str)]
+    for c in columns:
+        # a whole mapping (task.kwargs as a varying key) is told by its flattened keys
+        if c.startswith("task.") and c != TASK_NAME and not any(o.startswith(c + ".") for o in columns):
+            values = first[c].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v))
+            if values.groupby(names.to_numpy()).nunique().max() > 1:
+                keys.append(c)
+    distinct = first[keys].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v))
+    return keys if len(distinct.drop_duplicates()) > 1 else []
 
 
 def task_layout(df: pd.DataFrame, settings: ReportSettings) -> tuple[ReportSettings, str | None]:
-    """The layout with the tasks as panels, when the runs are on several tasks and no layout key
-    names the task: panel columns when ``col`` is free, else panel rows when ``row`` is; returns
-    the layout and a note saying so (None when unchanged)."""
-    if TASK_NAME not in df.columns or df[TASK_NAME].astype(object).dropna().nunique() < 2:
+    """The layout with the tasks as panels (:func:`task_keys`), when the runs are on several tasks
+    and no layout key names the task: panel columns when ``col`` is free, else panel rows when
+    ``row`` is; returns the layout and a note saying so (None when unchanged)."""
+    keys = task_keys(df)
+    if not keys:
         return settings, None
     named = {*(settings.hue or ()), *settings.col, *settings.row}
-    if named & {TASK_NAME, "task", "name"}:
+    if named & {*keys, "task", "name"}:
         return settings, None
     if not settings.col:
-        return replace(settings, col=(TASK_NAME,)), None
+        return replace(settings, col=tuple(keys)), None
     if not settings.row:
-        return replace(settings, row=(TASK_NAME,)), None
+        return replace(settings, row=tuple(keys)), None
     return settings, (
         "the runs are on several tasks, but the panels are taken (col and row): tasks are told apart in the "
         "labels; name task.name in --col or --row to give each task its panel"
@@ -124,9 +139,8 @@ def task_section(
         A :class:`TaskSection`, or None.
     """
     stated_low, stated_high = (normalise or {}).get("low"), (normalise or {}).get("high")
-    planned = {rid: _planned_task(v) for rid, v in inputs.grid_runs.items()}
-    task_of = _run_tasks(work, runs, planned)
-    all_tasks = sorted({t for t in (*task_of.values(), *planned.values()) if t is not None})
+    task_of = _task_labels(work, runs, inputs)
+    all_tasks = list(dict.fromkeys(task_of.values()))
     if len(all_tasks) < 2:
         return None
     evaluates = layout.EVAL_ACCURACY in work.columns and work[layout.EVAL_ACCURACY].notna().any()
@@ -148,7 +162,7 @@ def task_section(
     frame = frame[frame["task"].notna() & np.isfinite(frame["score"].to_numpy())]
     starts: dict[str, list[float]] = {}
     for rid, value in inputs.start_evals.items():
-        t = task_of.get(rid) or planned.get(rid)
+        t = task_of.get(rid)
         if t is not None:
             starts.setdefault(t, []).append(value)
     scored_tasks = [t for t in all_tasks if (frame["task"] == t).any()]
@@ -185,24 +199,28 @@ def task_section(
         metric=score_metric,
         ranges=ranges,
         groups=tuple(groups),
-        unfinished=_unfinished_tasks(all_tasks, scored_tasks, planned, task_of, runs, inputs),
+        unfinished=_unfinished_tasks(all_tasks, scored_tasks, task_of, runs, inputs),
         stated=stated_low is not None or stated_high is not None,
     )
 
 
-def _run_tasks(work: pd.DataFrame, runs: pd.DataFrame, planned: Mapping[str, str | None]) -> dict[str, str]:
-    """Each run's task: from its metrics' ``task.name`` column, else from ``grid.json``."""
-    out = {rid: t for rid, t in planned.items() if t is not None}
-    if TASK_NAME in work.columns:
-        first = work.drop_duplicates(layout.RUN_ID)
-        for rid, t in zip(first[layout.RUN_ID].astype(str), first[TASK_NAME].astype(object), strict=True):
-            if not labels.is_missing(t):
-                out[rid] = str(t)
-    if TASK_NAME in runs.columns:
-        for rid, t in runs[TASK_NAME].astype(object).items():
-            if not labels.is_missing(t):
-                out[str(rid)] = str(t)
-    return out
+def _task_labels(work: pd.DataFrame, runs: pd.DataFrame, inputs: ReportInputs) -> dict[str, str]:
+    """Each requested run's task as a label (``products``, or ``products, max_terms=3`` where two
+    entries share a dataset), from its settings: the runs with metrics from ``runs``, the others
+    from ``grid.json``'s varying values (a run that never logged a step still has a task)."""
+    keys = task_keys(work) or task_keys(runs.reset_index()) or [TASK_NAME]
+    rows: dict[str, dict[str, Any]] = {}
+    for rid, values in inputs.grid_runs.items():
+        flat = flatten_config({k: v for k, v in values.items() if k == "task" or k.startswith("task.")})
+        rows[str(rid)] = {k: flat.get(k) for k in keys}
+    for rid in runs.index:
+        rows[str(rid)] = {k: runs.at[rid, k] if k in runs.columns else None for k in keys}
+    frame = pd.DataFrame.from_dict(rows, orient="index", columns=keys)
+    frame = frame[frame[TASK_NAME].map(lambda v: not labels.is_missing(v))]
+    if frame.empty:
+        return {}
+    names, _ = labels.label_runs(frame, keys)
+    return {str(r): str(n) for r, n in zip(frame.index, names, strict=True)}
 
 
 def _is_task_facet(inc: pd.DataFrame, column: str, task_of: Mapping[str, str]) -> bool:
@@ -219,19 +237,18 @@ def _is_task_facet(inc: pd.DataFrame, column: str, task_of: Mapping[str, str]) -
 def _unfinished_tasks(
     all_tasks: Sequence[str],
     scored: Sequence[str],
-    planned: Mapping[str, str | None],
     task_of: Mapping[str, str],
     runs: pd.DataFrame,
     inputs: ReportInputs,
 ) -> dict[str, str]:
-    """``{task: "4 runs: 3 failed, 1 not started"}`` for each task without a scored run."""
+    """``{task: "4 run(s): 3 failed, 1 not started"}`` for each task without a scored run."""
     out = {}
     run_state = {str(r): str(s) for r, s in runs["state"].items()} if "state" in runs.columns else {}
     st = inputs.states
     for task in all_tasks:
         if task in scored:
             continue
-        ids = [r for r in inputs.requested_runs if (task_of.get(r) or planned.get(r)) == task]
+        ids = [r for r in inputs.requested_runs if task_of.get(r) == task]
         counts: dict[str, int] = {}
         for rid in ids:
             state = run_state.get(rid) or (str(st.loc[rid, "state"]) if rid in st.index else states.PENDING)
@@ -242,4 +259,4 @@ def _unfinished_tasks(
     return out
 
 
-__all__ = ["TASK_NAME", "TaskGroup", "TaskSection", "task_layout", "task_section"]
+__all__ = ["TASK_NAME", "TaskGroup", "TaskSection", "task_keys", "task_layout", "task_section"]
