@@ -31,24 +31,33 @@ TASK_NAME = "task.name"
 
 
 def task_keys(df: pd.DataFrame) -> list[str]:
-    """The config columns that tell the runs' tasks apart: ``task.name``, then each other
-    ``task.*`` column whose value differs between runs of one dataset (two entries of one dataset
-    with their own kwargs are two tasks); empty when the runs are on fewer than two tasks."""
+    """The config columns that tell the runs' tasks apart: ``task.name``, then the fewest other
+    ``task.*`` columns that tell apart the runs of one dataset with different settings (two entries
+    of products with 2 and 3 factors are two tasks: ``task.kwargs.min_terms`` tells them apart);
+    empty when the runs are on fewer than two datasets (a grid over one dataset's kwargs, a
+    difficulty ablation, is laid out as its ``report:`` section says)."""
     if TASK_NAME not in df.columns:
         return []
     first = df.drop_duplicates(layout.RUN_ID) if layout.RUN_ID in df.columns else df
     first = first[first[TASK_NAME].notna()]
-    names = first[TASK_NAME].astype(str)
+    if first[TASK_NAME].astype(str).nunique() < 2:
+        return []
+    columns = [c for c in first.columns if isinstance(c, str) and c.startswith("task.")]
+    # a whole mapping (task.kwargs as a varying key) is told by its flattened keys
+    columns = [c for c in columns if not any(o.startswith(c + ".") for o in columns)]
+    shown = first[columns].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v))
+
+    def tasks_told(keys: list[str]) -> int:
+        return len(shown[keys].drop_duplicates())
+
+    every = tasks_told(columns)
     keys = [TASK_NAME]
-    columns = [c for c in first.columns if isinstance(c, str)]
     for c in columns:
-        # a whole mapping (task.kwargs as a varying key) is told by its flattened keys
-        if c.startswith("task.") and c != TASK_NAME and not any(o.startswith(c + ".") for o in columns):
-            values = first[c].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v))
-            if values.groupby(names.to_numpy()).nunique().max() > 1:
-                keys.append(c)
-    distinct = first[keys].astype(object).map(lambda v: repr(None if labels.is_missing(v) else v))
-    return keys if len(distinct.drop_duplicates()) > 1 else []
+        if tasks_told(keys) == every:
+            break
+        if c != TASK_NAME and tasks_told([*keys, c]) > tasks_told(keys):
+            keys.append(c)
+    return keys if every > 1 else []
 
 
 def task_layout(df: pd.DataFrame, settings: ReportSettings) -> tuple[ReportSettings, str | None]:
