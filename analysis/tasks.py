@@ -482,28 +482,94 @@ def aggregate_over_tasks(
     names = list(variants) if variants is not None else list(dict.fromkeys(frame[variant]))
     names = [v for v in names if (frame[variant] == v).any()]
     all_tasks = list(tasks) if tasks is not None else sorted(frame[task].unique())
-    left_out: dict[str, str] = {}
-    kept = []
-    for t in all_tasks:
-        r = ranges.get(t)
-        have = set(frame.loc[frame[task] == t, variant])
-        if r is None or not r.usable:
-            left_out[t] = (
-                "no range"
-                if r is None
-                else f"its high {r.high:.3g} is not above its low {r.low:.3g} (the starting policy's score)"
-            )
-        elif not have:
-            left_out[t] = "no scored run"
-        elif missing := [v for v in names if v not in have]:
-            left_out[t] = f"no scored run of {', '.join(missing)}"
-        else:
-            kept.append(t)
+    kept, left_out = _tasks_kept(frame, variant, task, names, all_tasks, ranges)
     low = np.array([ranges[t].low for t in kept])
     high = np.array([ranges[t].high for t in kept])
     raw = score_dict(frame, variant=variant, task=task, tasks=kept, score=score, variants=names)
     mats = {v: normalise(m, low, high) if kept else m for v, m in raw.items()}
-    boot = {"reps": reps, "confidence": confidence, "seed": seed}
+    base = mats.get(baseline) if baseline is not None else None
+    aggregates, per_task = _estimate_tables(
+        raw,
+        mats,
+        kept,
+        ranges,
+        baseline if base is not None else None,
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+    )
+    return TaskAggregate(
+        tasks=tuple(kept),
+        left_out=left_out,
+        ranges=dict(ranges),
+        matrices=mats,
+        aggregates=aggregates,
+        per_task=per_task,
+        profile=_profile_frame(mats, points=points, reps=profile_reps, confidence=confidence, seed=seed),
+        baseline=baseline if base is not None else None,
+        reps=reps,
+        profile_reps=profile_reps,
+        confidence=confidence,
+        seed=seed,
+    )
+
+
+def _tasks_kept(
+    frame: pd.DataFrame,
+    variant: str,
+    task: str,
+    names: Sequence[str],
+    all_tasks: Sequence[str],
+    ranges: Mapping[str, TaskRange],
+) -> tuple[list[str], dict[str, str]]:
+    """The tasks every variant of ``names`` has a scored run on and whose range is usable, and
+    ``{task: why}`` for the others."""
+    left_out: dict[str, str] = {}
+    for t in all_tasks:
+        have = set(frame.loc[frame[task] == t, variant])
+        why = _why_left_out(ranges.get(t), have, [v for v in names if v not in have])
+        if why:
+            left_out[t] = why
+    return [t for t in all_tasks if t not in left_out], left_out
+
+
+def _why_left_out(r: TaskRange | None, have: set[str], missing: Sequence[str]) -> str | None:
+    """Why a task is not aggregated over (None: it is): no range, an unusable range, no scored run,
+    or variants without a scored run on it."""
+    if r is None:
+        return "no range"
+    if not r.usable:
+        return f"its high {r.high:.3g} is not above its low {r.low:.3g} (the starting policy's score)"
+    if not have:
+        return "no scored run"
+    return f"no scored run of {', '.join(missing)}" if missing else None
+
+
+#: The statistics of a per-task row (:attr:`TaskAggregate.per_task`), before ``mean`` is renamed.
+_PER_TASK = (
+    "mean",
+    "mean_lo",
+    "mean_hi",
+    "iqm",
+    "iqm_lo",
+    "iqm_hi",
+    "p_improve",
+    "p_improve_lo",
+    "p_improve_hi",
+)
+
+
+def _estimate_tables(
+    raw: Mapping[str, np.ndarray],
+    mats: Mapping[str, np.ndarray],
+    kept: Sequence[str],
+    ranges: Mapping[str, TaskRange],
+    baseline: str | None,
+    **boot: Any,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:attr:`TaskAggregate.aggregates` and :attr:`TaskAggregate.per_task` of the normalised
+    matrices ``mats`` (``raw``: the same scores before normalising); ``boot``: ``reps``,
+    ``confidence`` and ``seed`` of :func:`_estimates`."""
     base = mats.get(baseline) if baseline is not None else None
     rows, task_rows = [], []
     for v, m in mats.items():
@@ -518,8 +584,7 @@ def aggregate_over_tasks(
             }
         )
         for j, t in enumerate(kept):
-            col = m[:, j : j + 1]
-            col = col[~np.isnan(col[:, 0])]
+            col = _column(m, j)
             est = _estimates(col, None if compare is None else _column(compare, j), **boot)
             task_rows.append(
                 {
@@ -529,47 +594,17 @@ def aggregate_over_tasks(
                     "low": ranges[t].low,
                     "high": ranges[t].high,
                     "raw": float(np.nanmean(raw[v][:, j])) if len(col) else float("nan"),
-                    **{
-                        k: est[k]
-                        for k in (
-                            "mean",
-                            "mean_lo",
-                            "mean_hi",
-                            "iqm",
-                            "iqm_lo",
-                            "iqm_hi",
-                            "p_improve",
-                            "p_improve_lo",
-                            "p_improve_hi",
-                        )
-                    },
+                    **{k: est[k] for k in _PER_TASK},
                 }
             )
     aggregates = pd.DataFrame(rows, columns=["variant", "runs", "tasks", *_estimate_columns()])
-    per_task = pd.DataFrame(task_rows)
-    if len(per_task):
-        per_task = per_task.rename(
-            columns={"mean": "normalised", "mean_lo": "normalised_lo", "mean_hi": "normalised_hi"}
-        )
-        per_task = per_task.sort_values(
-            "task", key=lambda c: c.map({t: k for k, t in enumerate(kept)}), kind="stable"
-        )
-        per_task = per_task.reset_index(drop=True)
-    profile = _profile_frame(mats, points=points, reps=profile_reps, confidence=confidence, seed=seed)
-    return TaskAggregate(
-        tasks=tuple(kept),
-        left_out=left_out,
-        ranges=dict(ranges),
-        matrices=mats,
-        aggregates=aggregates,
-        per_task=per_task,
-        profile=profile,
-        baseline=baseline if base is not None else None,
-        reps=reps,
-        profile_reps=profile_reps,
-        confidence=confidence,
-        seed=seed,
+    per_task = pd.DataFrame(task_rows, columns=["task", "variant", "runs", "low", "high", "raw", *_PER_TASK])
+    per_task = per_task.rename(
+        columns={"mean": "normalised", "mean_lo": "normalised_lo", "mean_hi": "normalised_hi"}
     )
+    order = {t: k for k, t in enumerate(kept)}
+    per_task = per_task.sort_values("task", key=lambda c: c.map(order), kind="stable").reset_index(drop=True)
+    return aggregates, per_task
 
 
 def _column(mat: np.ndarray, j: int) -> np.ndarray:

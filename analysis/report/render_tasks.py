@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -135,28 +136,44 @@ def task_sections(section: TaskSection | None, out: Path, colors: Mapping[str, s
 def _group_lines(
     section: TaskSection, group: TaskGroup, out: Path, suffix: str, colors: Mapping[str, str]
 ) -> list[str]:
+    """One group's subsections: the aggregate figure and table, the profile, the per-task table
+    (their files named with ``suffix``)."""
     agg = group.aggregate
-    lines: list[str] = []
     left = _left_out_sentence(section, agg)
     if not agg.tasks:
         return [f"No task can be aggregated over.{left}", ""]
     variants = list(agg.aggregates["variant"])
     palette = {**style.variant_colors(variants), **{v: c for v, c in colors.items() if v in variants}}
-    n_runs = agg.aggregates.set_index("variant")["runs"]
-    per_variant = (
-        f"{int(n_runs.min())}" if n_runs.min() == n_runs.max() else f"{int(n_runs.min())}-{int(n_runs.max())}"
-    )
-    tasks_text = f"{len(agg.tasks)} task(s) ({', '.join(agg.tasks)})"
-    few = (
-        "; with fewer than 4 runs in all nothing is trimmed and the IQM equals the mean"
-        if n_runs.max() < 4
-        else ""
-    )
-    caption = (
-        f"Compares the variants over {tasks_text}, {per_variant} run(s) per variant in all: the median over tasks of "
-        "each task's mean normalised score, the IQM (25% trimmed mean of every run's normalised score, pooled over "
-        "tasks), the mean over tasks of each task's mean, and the optimality gap (1 − the mean of min(score, 1); "
-        "lower is better)"
+    head = "####" if suffix else "###"
+    lines: list[str] = []
+    caption = aggregate_caption(agg) + left
+    style.save(plot_task_aggregates(agg, colors=palette), out / f"tasks_aggregate{suffix}")
+    lines += [f"{head} Aggregate estimates over tasks", "", caption, ""]
+    lines += [f"![aggregate over tasks](tasks_aggregate{suffix}.png)", ""]
+    table = aggregate_table(agg)
+    tables.write_table(table, out / f"tasks_aggregate_table{suffix}", caption=caption)
+    lines += [tables.to_markdown(table), f"Files: tasks_aggregate_table{suffix}.md/.csv/.tex", ""]
+    style.save(plot_task_profile(agg, colors=palette, metric=section.metric), out / f"tasks_profile{suffix}")
+    lines += [f"{head} Performance profile over tasks", "", profile_caption(agg, section.metric), ""]
+    lines += [f"![performance profile over tasks](tasks_profile{suffix}.png)", ""]
+    per_task, per_caption = per_task_table(agg), per_task_caption(agg)
+    tables.write_table(per_task, out / f"tasks_per_task{suffix}", caption=per_caption)
+    lines += [f"{head} Per task", "", per_caption, ""]
+    lines += [tables.to_markdown(per_task), f"Files: tasks_per_task{suffix}.md/.csv/.tex", ""]
+    return lines
+
+
+def aggregate_caption(agg: TaskAggregate) -> str:
+    """What the aggregate figure and table show: the tasks, the runs, each statistic and its
+    interval."""
+    n_runs = agg.aggregates["runs"]
+    lo, hi = int(n_runs.min()), int(n_runs.max())
+    per_variant = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return (
+        f"Compares the variants over {len(agg.tasks)} task(s) ({'; '.join(agg.tasks)}), {per_variant} run(s) per "
+        "variant in all: the median over tasks of each task's mean normalised score, the IQM (25% trimmed mean "
+        "of every run's normalised score, pooled over tasks), the mean over tasks of each task's mean, and the "
+        "optimality gap (1 − the mean of min(score, 1); lower is better)"
         + (
             f", and P(variant > {agg.baseline}): the probability that a run of the variant beats a run of "
             f"{agg.baseline} on the same task (Mann-Whitney U / nm), averaged over tasks (0.5: no difference)"
@@ -166,38 +183,25 @@ def _group_lines(
         + f"; bars: {_bootstrap_words(agg)}, as rliable's get_interval_estimates (Agarwal et al. 2021). "
         "A hollow circle has no interval (one run per task)"
         + (f"; {agg.baseline}'s own row in the last panel is empty" if agg.baseline else "")
-        + few
+        + ("; with fewer than 4 runs in all nothing is trimmed and the IQM equals the mean" if hi < 4 else "")
         + "."
-        + left
     )
-    fig = plot_task_aggregates(agg, colors=palette)
-    stem = f"tasks_aggregate{suffix}"
-    style.save(fig, out / stem)
-    lines.extend(
-        ["#### Aggregate estimates over tasks" if suffix else "### Aggregate estimates over tasks", ""]
-    )
-    lines.extend([caption, "", f"![aggregate over tasks]({stem}.png)", ""])
-    table = aggregate_table(agg)
-    tables.write_table(table, out / f"tasks_aggregate_table{suffix}", caption=caption)
-    lines.extend([tables.to_markdown(table), f"Files: tasks_aggregate_table{suffix}.md/.csv/.tex", ""])
 
-    fig = plot_task_profile(agg, colors=palette, metric=section.metric)
-    stem = f"tasks_profile{suffix}"
-    style.save(fig, out / stem)
-    profile_caption = (
-        f"Fraction of all runs on the {len(agg.tasks)} tasks whose normalised {metric_label(section.metric)} "
-        "exceeds each threshold τ (a score distribution, Agarwal et al. 2021, Section 4): a curve further right "
-        f"is better across runs and tasks, not only on average. Shaded: its band, {_bootstrap_words(agg, profile=True)}, "
-        "as rliable's create_performance_profile; none for a variant with one run per task. Dotted: τ = 0 (the "
+
+def profile_caption(agg: TaskAggregate, metric: str) -> str:
+    """What the profile figure shows, and its band."""
+    return (
+        f"Fraction of all runs on the {len(agg.tasks)} tasks whose normalised {metric_label(metric)} exceeds each "
+        "threshold τ (a score distribution, Agarwal et al. 2021, Section 4): a curve further right is better "
+        f"across runs and tasks, not only on average. Shaded: its band, {_bootstrap_words(agg, profile=True)}, as "
+        "rliable's create_performance_profile; none for a variant with one run per task. Dotted: τ = 0 (the "
         "starting policy)" + (" and τ = 1 (the reference)" if agg.profile["tau"].max() >= 1.0 else "") + "."
     )
-    lines.extend(
-        ["#### Performance profile over tasks" if suffix else "### Performance profile over tasks", ""]
-    )
-    lines.extend([profile_caption, "", f"![performance profile over tasks]({stem}.png)", ""])
 
-    per_task = per_task_table(agg)
-    per_caption = (
+
+def per_task_caption(agg: TaskAggregate) -> str:
+    """What the per-task table shows."""
+    return (
         "The same statistics per task, beside the aggregate: runs, the task's low and high, the mean raw score, "
         "the mean and IQM of the normalised scores"
         + (f" and P(> {agg.baseline}) on that task" if agg.baseline else "")
@@ -209,10 +213,6 @@ def _group_lines(
         )
         + "."
     )
-    tables.write_table(per_task, out / f"tasks_per_task{suffix}", caption=per_caption)
-    lines.extend(["#### Per task" if suffix else "### Per task", "", per_caption, ""])
-    lines.extend([tables.to_markdown(per_task), f"Files: tasks_per_task{suffix}.md/.csv/.tex", ""])
-    return lines
 
 
 def aggregate_table(agg: TaskAggregate) -> pd.DataFrame:
@@ -260,14 +260,8 @@ def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Fi
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
             for k, name in enumerate(names):
-                y = n - 1 - k
-                v, lo, hi = (float(t[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
-                color = colors.get(name, "0.3")
-                if np.isfinite(lo) and np.isfinite(hi):
-                    ax.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.55, linewidth=0)
-                    ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
-                elif np.isfinite(v):
-                    ax.plot([v], [y], marker="o", mfc="none", color=color, markersize=4)
+                values = (float(t[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
+                _draw_estimate(ax, n - 1 - k, *values, colors.get(name, "0.3"))
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
@@ -280,6 +274,16 @@ def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Fi
         axes[0, 0].set_yticks(range(n), [wrap_title(v, 28) for v in names][::-1])
         axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
     return fig
+
+
+def _draw_estimate(ax: Any, y: float, v: float, lo: float, hi: float, color: str) -> None:
+    """One row of an aggregate panel: a bar over ``[lo, hi]`` with a tick at ``v``, or a hollow
+    circle at ``v`` without an interval."""
+    if np.isfinite(lo) and np.isfinite(hi):
+        ax.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.55, linewidth=0)
+        ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
+    elif np.isfinite(v):
+        ax.plot([v], [y], marker="o", mfc="none", color=color, markersize=4)
 
 
 def plot_task_profile(agg: TaskAggregate, *, colors: Mapping[str, str], metric: str) -> Figure:
@@ -309,10 +313,13 @@ def plot_task_profile(agg: TaskAggregate, *, colors: Mapping[str, str], metric: 
 
 __all__ = [
     "AGGREGATE_PANELS",
+    "aggregate_caption",
     "aggregate_table",
+    "per_task_caption",
     "per_task_table",
     "plot_task_aggregates",
     "plot_task_profile",
+    "profile_caption",
     "range_sentence",
     "score_words",
     "task_sections",

@@ -154,21 +154,7 @@ def task_section(
         return None
     evaluates = layout.EVAL_ACCURACY in work.columns and work[layout.EVAL_ACCURACY].notna().any()
     score_metric = layout.EVAL_ACCURACY if evaluates else metric
-    inc = runs[runs["included"]]
-    scores = final_scores(work, score_metric)
-    frame = pd.DataFrame(
-        {
-            "variant": inc[hue].astype(str) if hue else "all",
-            "task": [task_of.get(str(r)) for r in inc.index],
-            "score": scores.reindex(inc.index.astype(object)).to_numpy(dtype=np.float64),
-        },
-        index=inc.index,
-    )
-    others = [c for c in (col, row) if c and not _is_task_facet(inc, c, task_of)]
-    frame["group"] = (
-        inc[others].astype(str).agg(" · ".join, axis=1) if others else pd.Series("", index=inc.index)
-    )
-    frame = frame[frame["task"].notna() & np.isfinite(frame["score"].to_numpy())]
+    frame = _scored_runs(runs, task_of, final_scores(work, score_metric), hue, [col, row])
     starts: dict[str, list[float]] = {}
     for rid, value in inputs.start_evals.items():
         t = task_of.get(rid)
@@ -211,6 +197,31 @@ def task_section(
         unfinished=_unfinished_tasks(all_tasks, scored_tasks, task_of, runs, inputs),
         stated=stated_low is not None or stated_high is not None,
     )
+
+
+def _scored_runs(
+    runs: pd.DataFrame,
+    task_of: Mapping[str, str],
+    scores: pd.Series,
+    hue: str | None,
+    facets: Sequence[str | None],
+) -> pd.DataFrame:
+    """One row per counted run with a finite score: ``variant`` (its ``hue`` label), ``task``,
+    ``score`` and ``group`` (its panel labels other than the task's, joined; "" without)."""
+    inc = runs[runs["included"]]
+    frame = pd.DataFrame(
+        {
+            "variant": inc[hue].astype(str) if hue else "all",
+            "task": [task_of.get(str(r)) for r in inc.index],
+            "score": scores.reindex(inc.index.astype(object)).to_numpy(dtype=np.float64),
+        },
+        index=inc.index,
+    )
+    others = [c for c in facets if c and not _is_task_facet(inc, c, task_of)]
+    frame["group"] = (
+        inc[others].astype(str).agg(" · ".join, axis=1) if others else pd.Series("", index=inc.index)
+    )
+    return frame[frame["task"].notna() & np.isfinite(frame["score"].to_numpy())]
 
 
 def _task_labels(work: pd.DataFrame, runs: pd.DataFrame, inputs: ReportInputs) -> dict[str, str]:
