@@ -31,7 +31,7 @@ from analysis.limits import robust_limits
 from analysis.panels import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
 from analysis.scores import bootstrap_reps
 
-__all__ = ["Profile", "plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
+__all__ = ["Profile", "draw_estimates", "plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
 
 
 def plot_final(
@@ -218,7 +218,7 @@ def plot_aggregate(
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
-            _draw_estimates(ax, table, column, colors)
+            draw_estimates(ax, table, column, colors)
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
@@ -232,8 +232,8 @@ def plot_aggregate(
     return fig, axes
 
 
-def _draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence[str]) -> None:
-    """One panel of :func:`plot_aggregate`: per row of ``table`` (top to bottom, in ``colors[k]``)
+def draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence[str]) -> None:
+    """One panel of :func:`plot_aggregate` (and of the report's aggregate over tasks): per row of ``table`` (top to bottom, in ``colors[k]``)
     a bar over ``[column_lo, column_hi]`` with a tick at ``column``, or a hollow circle at
     ``column`` when there is no interval."""
     n = len(table)

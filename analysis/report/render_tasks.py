@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis import style, tables
+from analysis.finals import draw_estimates
 from analysis.labels import metric_label
 from analysis.panels import fit_legend, line_handles, wrap_title
 from analysis.report.tasks import TaskGroup, TaskSection
@@ -218,28 +217,23 @@ def per_task_caption(agg: TaskAggregate) -> str:
 def aggregate_table(agg: TaskAggregate) -> pd.DataFrame:
     """One row per variant: runs, tasks, the four aggregates and P(> baseline), each ``x [lo, hi]``
     in markdown (columns ``name``, ``name_lo``, ``name_hi``)."""
-    t = agg.aggregates.copy()
-    rename = {"median": "median", "iqm": "IQM", "mean": "mean", "optimality_gap": "optimality gap"}
-    if agg.baseline:
-        rename["p_improve"] = f"P(> {agg.baseline})"
-    else:
-        t = t.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
-    columns = {}
-    for c, name in rename.items():
-        columns.update({c: name, f"{c}_lo": f"{name}_lo", f"{c}_hi": f"{name}_hi"})
-    return t.rename(columns=columns)
+    names = {"median": "median", "iqm": "IQM", "mean": "mean", "optimality_gap": "optimality gap"}
+    return _headed(agg.aggregates, names, agg.baseline)
 
 
 def per_task_table(agg: TaskAggregate) -> pd.DataFrame:
     """One row per task and variant (:attr:`TaskAggregate.per_task`), with readable headers."""
-    t = agg.per_task.copy()
-    rename = {"raw": "mean raw score", "normalised": "normalised mean", "iqm": "normalised IQM"}
-    if agg.baseline:
-        rename["p_improve"] = f"P(> {agg.baseline})"
-    else:
-        t = t.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
+    names = {"raw": "mean raw score", "normalised": "normalised mean", "iqm": "normalised IQM"}
+    return _headed(agg.per_task, names, agg.baseline)
+
+
+def _headed(table: pd.DataFrame, names: Mapping[str, str], baseline: str | None) -> pd.DataFrame:
+    """``table`` with the statistics (and their ``_lo``/``_hi``) renamed by ``names``, and
+    ``p_improve`` as ``P(> baseline)``, or dropped without a baseline."""
+    names = {**names, "p_improve": f"P(> {baseline})"} if baseline else dict(names)
+    t = table if baseline else table.drop(columns=["p_improve", "p_improve_lo", "p_improve_hi"])
     columns = {}
-    for c, name in rename.items():
+    for c, name in names.items():
         columns.update({c: name, f"{c}_lo": f"{name}_lo", f"{c}_hi": f"{name}_hi"})
     return t.rename(columns=columns)
 
@@ -259,9 +253,7 @@ def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Fi
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
-            for k, name in enumerate(names):
-                values = (float(t[c].iloc[k]) for c in (column, f"{column}_lo", f"{column}_hi"))
-                _draw_estimate(ax, n - 1 - k, *values, colors.get(name, "0.3"))
+            draw_estimates(ax, t, column, [colors.get(name, "0.3") for name in names])
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
@@ -274,16 +266,6 @@ def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Fi
         axes[0, 0].set_yticks(range(n), [wrap_title(v, 28) for v in names][::-1])
         axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
     return fig
-
-
-def _draw_estimate(ax: Any, y: float, v: float, lo: float, hi: float, color: str) -> None:
-    """One row of an aggregate panel: a bar over ``[lo, hi]`` with a tick at ``v``, or a hollow
-    circle at ``v`` without an interval."""
-    if np.isfinite(lo) and np.isfinite(hi):
-        ax.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.55, linewidth=0)
-        ax.plot([v, v], [y - 0.3, y + 0.3], color="0.1", linewidth=1.0)
-    elif np.isfinite(v):
-        ax.plot([v], [y], marker="o", mfc="none", color=color, markersize=4)
 
 
 def plot_task_profile(agg: TaskAggregate, *, colors: Mapping[str, str], metric: str) -> Figure:
