@@ -196,20 +196,24 @@ def plot_aggregate(
     names: Sequence[str],
     colors: Sequence[str],
     baseline: str | None,
+    panels: Sequence[tuple[str, str]] = (("mean", "Mean"), ("iqm", "IQM")),
 ) -> tuple[Figure, np.ndarray]:
     """Interval estimates per variant: mean, IQM and P(variant > baseline), each with its interval.
 
     Args:
-        table: :func:`analysis.scores.final_performance_table` rows, in display order.
-        metric: the score's metric.
+        table: :func:`analysis.scores.final_performance_table` rows, in display order (or any
+            table with each panel's column and its ``_lo``/``_hi``, e.g. the aggregates over tasks).
+        metric: the score's metric (the x label of every panel but P(>)).
         names: one display name per row of ``table`` (variant and facet).
         colors: one colour per row.
         baseline: the baseline's label (None: the P(>) panel is left out).
+        panels: ``(column, title)`` of each panel before P(>).
 
     Returns:
-        ``(fig, axes)`` with one row of panels: Mean, IQM, and P(> baseline) when there is one.
+        ``(fig, axes)`` with one row of panels: Mean, IQM (or ``panels``), and P(> baseline) when
+        there is one.
     """
-    panels = [("mean", "Mean"), ("iqm", "IQM")]
+    panels = list(panels)
     if baseline is not None and "p_improve" in table.columns:
         panels.append(("p_improve", f"P(variant > {baseline})"))
     n = len(table)

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from analysis import style, tables
-from analysis.finals import draw_estimates
+from analysis.finals import plot_aggregate
 from analysis.labels import metric_label
 from analysis.panels import fit_legend, line_handles, wrap_title
 from analysis.report.tasks import TaskGroup, TaskSection
@@ -239,32 +238,19 @@ def _headed(table: pd.DataFrame, names: Mapping[str, str], baseline: str | None)
 
 
 def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Figure:
-    """Interval estimates of the aggregates over tasks: one panel per aggregate (median, IQM,
-    mean, optimality gap) and P(variant > baseline), one row per variant, a bar over its interval
-    with a tick at the estimate (a hollow circle without an interval)."""
-    t = agg.aggregates
-    panels = list(AGGREGATE_PANELS)
-    if agg.baseline:
-        panels.append(("p_improve", f"P(variant > {agg.baseline})"))
-    names = list(t["variant"])
-    n = len(names)
-    with style.context():
-        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=max(1.3, 0.75 + 0.22 * n))
-        axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
-        for j, (column, title) in enumerate(panels):
-            ax = axes[0, j]
-            draw_estimates(ax, t, column, [colors.get(name, "0.3") for name in names])
-            if column == "p_improve":
-                ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
-                ax.set_xlim(-0.02, 1.02)
-                ax.set_xlabel("probability")
-            else:
-                ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
-                ax.set_xlabel("normalised score")
-            ax.set_title(title)
-            ax.grid(axis="y", visible=False)
-        axes[0, 0].set_yticks(range(n), [wrap_title(v, 28) for v in names][::-1])
-        axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
+    """Interval estimates of the aggregates over tasks (:func:`analysis.finals.plot_aggregate`): one
+    panel per aggregate (median, IQM, mean, optimality gap) and P(variant > baseline), one row per
+    variant, a bar over its interval with a tick at the estimate (a hollow circle without an
+    interval)."""
+    names = list(agg.aggregates["variant"])
+    fig, _ = plot_aggregate(
+        agg.aggregates,
+        metric="normalised score",
+        names=[wrap_title(v, 28) for v in names],
+        colors=[colors.get(v, "0.3") for v in names],
+        baseline=agg.baseline,
+        panels=AGGREGATE_PANELS,
+    )
     return fig
 
 
