@@ -91,9 +91,7 @@ def test_bad_entries_name_the_place_the_value_and_the_fix(tmp_path):
     assert any(
         m.startswith("grid.task[1] = {'kwargs'") and "add name: (e.g. name: chain_sum)" in m for m in msgs
     )
-    assert any(
-        "grid.task[2]: task.train_size = '100'" in m and "write 100." in m for m in msgs
-    )
+    assert any("grid.task[2]: task.train_size = '100'" in m and "write 100." in m for m in msgs)
     assert any(m.startswith("grid.task[3] = 3: a task entry is a dataset's name or a mapping") for m in msgs)
     assert any("the task 'chain_sum' is given twice with the same settings" in m for m in msgs)
     assert any(
