@@ -19,6 +19,8 @@ from helpers import FAST_TINY, cli
 from analysis import report
 from analysis.report import ReportError, ReportSettings, across, compute_report, make_report
 from analysis.report.across import FOLDER, SOURCES_FILE
+from analysis.report.across_inputs import load_inputs, report_section
+from analysis.report.across_output import left_out_lines, out_folder, report_lines
 from harness import layout
 
 LOSSES = ("grpo", "dapo")
@@ -87,8 +89,8 @@ def two(tmp_path):
 def computed(folders, **kw):
     """What a report across ``folders`` computes (no drawing): ``(Comparison, ReportData)``."""
     c = across.compare(folders, **kw)
-    settings = across.place(ReportSettings.merged(across.report_section(c)[0]), c)
-    return c, compute_report(across.load_inputs(c, settings), settings, strict_keys=set(c.facets))
+    settings = across.place(ReportSettings.merged(report_section(c)[0]), c)
+    return c, compute_report(load_inputs(c, settings), settings, strict_keys=set(c.facets))
 
 
 def _ids() -> list[str]:
@@ -140,7 +142,7 @@ def test_two_folders_differing_in_the_named_model_make_one_report_with_a_panel_p
     assert sources["folders"][1]["runs"] == _ids() and sources["no_counterpart"] == {}
     for grid in (a, b):  # nothing of the report in the compared folders
         assert not (grid / layout.REPORT_DIR).exists()
-    assert across.out_folder(out, [a, b]) == out  # its own earlier report may be replaced
+    assert out_folder(out, [a, b]) == out  # its own earlier report may be replaced
 
 
 def test_without_across_the_report_is_refused_naming_the_model_and_its_values(two, tmp_path):
@@ -170,7 +172,7 @@ def test_a_key_that_differs_unnamed_is_refused_before_anything_is_read_or_writte
 
     c = across.compare([a, b], across=["model"], allow_different=["learning_rate"])
     assert [d.key for d in c.allowed] == ["trainer.learning_rate"] and c.facets == ("model",)
-    lines = "\n".join(across.report_lines(c))
+    lines = "\n".join(report_lines(c))
     assert "allowed with `--allow-different`" in lines
     assert "trainer.learning_rate = (none) in a; 0.0001 in b" in lines
 
@@ -180,10 +182,10 @@ def test_runs_without_a_counterpart_are_left_out_and_listed(tmp_path):
     fake_grid(a, "tiny", losses=("grpo", "dapo", "vespo"))
     fake_grid(b, "tiny-chat", seeds=(0, 1))
     c, data = computed([a, b], across=["model"])
-    assert across.left_out_lines(c) == [
+    assert left_out_lines(c) == [
         f"`a/vespo-s{seed}`: no counterpart (trainer.loss_type=vespo in no run of b)" for seed in SEEDS
     ]
-    lines = "\n".join(across.report_lines(c))
+    lines = "\n".join(report_lines(c))
     assert "Matched on the values the folders share" in lines
     assert "Seeds differ between the folders: trainer.seed = 0, 1, 2 in a; 0, 1 in b." in lines
     final = data.final.frame
@@ -213,7 +215,7 @@ def test_folders_with_the_same_settings_are_pooled_or_compared_as_folders(tmp_pa
     fake_grid(a, "tiny")
     fake_grid(b, "tiny", seeds=(3, 4))
     c, data = computed([a, b])
-    assert c.title == "a + b (pooled)" and "their runs are pooled" in "\n".join(across.report_lines(c))
+    assert c.title == "a + b (pooled)" and "their runs are pooled" in "\n".join(report_lines(c))
     assert list(data.final.frame["runs"]) == [5, 5] and data.col is None
     c, data = computed([a, b], across=[FOLDER])
     assert sorted(zip(data.final.frame["panel"], data.final.frame["runs"], strict=True)) == [
@@ -260,7 +262,7 @@ def test_a_finding_on_two_tasks_keeps_each_runs_start_eval_under_its_run_id(tmp_
     assert c.facets == ("task.name",)
     settings = across.place(ReportSettings.merged(None), c)
     assert settings.col == ("task.name",)
-    inputs = across.load_inputs(c, settings)
+    inputs = load_inputs(c, settings)
     assert inputs.start_evals == {
         **{f"sums/{r}": 0.3 for r in _ids()},
         **{f"count/{r}": 0.05 for r in _ids()},

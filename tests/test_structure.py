@@ -296,3 +296,9 @@ def test_the_architecture_names_every_module_and_no_other():
     covered = {m for m in modules if m in named or any(m.startswith(n + ".") for n in named)}
     assert modules == covered, f"modules ARCHITECTURE.md does not name: {sorted(modules - covered)}"
     assert named <= set(mods), f"ARCHITECTURE.md names no such module: {sorted(named - set(mods))}"
+
+
+def test_no_module_is_over_800_lines_and_no_report_module_over_600():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    over = {n: s for n, s in sizes.items() if s > (600 if n.startswith("analysis.report") else 800)}
+    assert not over, f"modules over the limit (800 lines; 600 in analysis.report): {over}"

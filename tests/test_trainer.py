@@ -151,7 +151,7 @@ def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkey
     from harness.train import training as training_mod
 
     spec = make_spec(tiny_model, chain_sum_task, max_steps=6)
-    orig = training_mod._make_callback
+    orig = training_mod.make_callback
 
     def poisoned(**kw):
         cb = orig(**kw)
@@ -165,7 +165,7 @@ def test_divergence_stops_and_marks(tmp_path, tiny_model, chain_sum_task, monkey
         cb.on_log = on_log
         return cb
 
-    monkeypatch.setattr(training_mod, "_make_callback", poisoned)
+    monkeypatch.setattr(training_mod, "make_callback", poisoned)
     rdir = tmp_path / spec.run_id
     with pytest.raises(training_mod.RunDiverged, match="step 3: loss is nan"):
         train(spec, rdir)

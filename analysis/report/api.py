@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import analysis.report.across as across_mod
+import analysis.report.across_inputs as across_inputs
+import analysis.report.across_output as across_output
 from analysis.report.compute import compute_report
 from analysis.report.data import ReportData, ReportInputs
 from analysis.report.inputs import _grid_findings, _grid_section, _logged_for, load_report_inputs
@@ -77,8 +79,8 @@ def make_report(
     comparison = _comparison(folders, run_ids, across, allow_different, all_runs)
     grid_dir = folders[0]
     own = out is None and comparison is None
-    report_dir = grid_dir / layout.REPORT_DIR if own else across_mod.out_folder(out, folders)
-    section, notes = across_mod.report_section(comparison) if comparison else (_grid_section(grid_dir), [])
+    report_dir = grid_dir / layout.REPORT_DIR if own else across_output.out_folder(out, folders)
+    section, notes = across_inputs.report_section(comparison) if comparison else (_grid_section(grid_dir), [])
     settings = ReportSettings.merged(
         section,
         hue=_keys(hue),
@@ -111,7 +113,7 @@ def make_report(
     )
     _write_report(_opening(data, inputs, comparison, notes), inputs.load.skipped, report_dir)
     if not own:
-        across_mod.write_sources(report_dir, folders, comparison)
+        across_output.write_sources(report_dir, folders, comparison)
     return report_dir
 
 
@@ -146,7 +148,7 @@ def _inputs(
 ) -> tuple[ReportInputs, list[Any], str]:
     """What the report reads (one folder's, or the comparison's), the findings judged and the title."""
     if comparison is not None:
-        return across_mod.load_inputs(comparison, settings), [], comparison.title
+        return across_inputs.load_inputs(comparison, settings), [], comparison.title
     findings = _grid_findings(grid_dir)
     inputs = load_report_inputs(
         grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
@@ -169,9 +171,9 @@ def _opening(
         head.append(f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
     if comparison is None:
         return replace(data, lines=[*head, *data.lines])
-    head += [*across_mod.report_lines(comparison), *(f"Note: {n}." for n in notes), ""]
+    head += [*across_output.report_lines(comparison), *(f"Note: {n}." for n in notes), ""]
     return replace(
-        data, lines=[*head, *data.lines], left_out=[*data.left_out, *across_mod.left_out_lines(comparison)]
+        data, lines=[*head, *data.lines], left_out=[*data.left_out, *across_output.left_out_lines(comparison)]
     )
 
 

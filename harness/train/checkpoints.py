@@ -218,7 +218,7 @@ def save_ref_model(trainer, ckpt: Path, writes: bool = True) -> None:
     with whole_params(trainer, ref) as module:
         if writes:
             weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
-            with layout.atomic_path(ckpt / checkpoints.REF_MODEL) as tmp:
+            with layout.atomic_path(ckpt / REF_MODEL) as tmp:
                 torch.save(weights, tmp)
 
 
@@ -227,11 +227,11 @@ def load_ref_model(trainer, ckpt: Path | None) -> None:
     rank 0 loads the whole weights and DeepSpeed partitions them again), when the run resumes from
     one that holds it (:func:`save_ref_model`)."""
     ref = getattr(trainer, "ref_model", None)
-    if ckpt is None or ref is None or not (ckpt / checkpoints.REF_MODEL).exists():
+    if ckpt is None or ref is None or not (ckpt / REF_MODEL).exists():
         return
     import torch
 
-    weights = torch.load(ckpt / checkpoints.REF_MODEL, map_location="cpu", weights_only=True)
+    weights = torch.load(ckpt / REF_MODEL, map_location="cpu", weights_only=True)
     with whole_params(trainer, ref, modifier_rank=0) as module:
         if not zero3(trainer) or trainer.accelerator.is_main_process:
             module.load_state_dict(weights)

@@ -63,7 +63,7 @@ def plain_json(value: Any) -> Any:
 
 
 class _StepRecorder:
-    """What the run's TrainerCallback does (:func:`_make_callback`): writes one parquet row per
+    """What the run's TrainerCallback does (:func:`make_callback`): writes one parquet row per
     logged optimizer step, TRL's logs + w_seq stats + time/tokens/memory.
 
     Also runs the greedy eval every ``eval_steps`` and once before the first step (time excluded

@@ -271,9 +271,8 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     max_new = settings.eval_max_new_tokens or config.max_completion_length
     with trackers.environment(track, run_dir.parent.parent, tracked):
         trainer, task, tokenizer = build_trainer(spec, model_path, config)
-    checkpoints.load_ref_model(
-        trainer, resume.path
-    )  # TRL's checkpoint holds the policy, not a synced reference
+    # TRL's checkpoint holds the policy, not a synced reference
+    checkpoints.load_ref_model(trainer, resume.path)
 
     def eval_fn(model) -> float:
         return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
@@ -298,25 +297,32 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     # after transformers' flow callback, before the trackers': they log what it adds to the step's logs
     trainer.callback_handler.callbacks.insert(1, callback)
     trackers.start(trainer, track, run_dir, tracked, state.is_main_process)
-    t0 = time.perf_counter()
-    try:
-        if lease is not None:
-            lease.register()  # a folder that cannot be written leaves the count empty, nothing else
-        trainer.train(resume_from_checkpoint=str(resume.path) if resume.path else None)
-    finally:
-        if lease is not None:
-            lease.release()
-        trackers.finish(tracked, state.is_main_process)
+    seconds = _fit(trainer, resume.path, lease, tracked, state.is_main_process)
     if writer is not None:
         writer.flush()
     summary = {
         "run_id": spec.run_id,
         "steps": trainer.state.global_step,
-        "seconds": time.perf_counter() - t0,
+        "seconds": seconds,
         "resumed_from": resumed_from,
         "device": device,
     }
     return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _fit(trainer, resume_path: Path | None, lease, tracked, is_main: bool) -> float:
+    """Train (from ``resume_path`` when set) while this machine's lease is held; returns seconds.
+    The lease is released and the trackers finished whether training ends or raises."""
+    t0 = time.perf_counter()
+    try:
+        if lease is not None:
+            lease.register()  # a folder that cannot be written leaves the count empty, nothing else
+        trainer.train(resume_from_checkpoint=str(resume_path) if resume_path else None)
+    finally:
+        if lease is not None:
+            lease.release()
+        trackers.finish(tracked, is_main)
+    return time.perf_counter() - t0
 
 
 def _writer(spec: RunSpec, run_dir: Path, settings: HarnessSettings) -> MetricsWriter:
