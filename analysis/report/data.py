@@ -1,25 +1,24 @@
-"""What :func:`analysis.report.compute.compute_report` hands to the drawing: :class:`ReportData`, and
-the names of the label columns the report adds."""
+"""What :func:`analysis.report.compute.compute_report` hands to the drawing: :class:`ReportData`
+(with its section across tasks, :class:`TaskSection`), and the names of the label columns the report
+adds."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from analysis import curves, finals
+from analysis import tasks as tasks_mod
 from analysis.aggregate import Curves
 from analysis.load import LoadInfo
 from analysis.report.settings import ReportSettings
 from analysis.scores import FinalTable, Resolvable
 from analysis.tables import Table
 from analysis.timing import TimingTable
-
-if TYPE_CHECKING:
-    from analysis.report.tasks import TaskSection
 
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
 REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
@@ -28,6 +27,40 @@ REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
 VARIANT, PANEL, PANEL_ROW = "variant", "panel", "panel row"
 #: Per-run number of harness runs sharing the run's CPUs or GPU while it trained.
 AT_ONCE = "runs at once"
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    """The aggregate over tasks of one group of variants (the runs of one set of panel values other
+    than the task; one group when the task is the only panel key).
+
+    Attributes:
+        name: the group's panel values (None: the only group).
+        aggregate: :func:`analysis.tasks.aggregate_over_tasks` of its runs.
+    """
+
+    name: str | None
+    aggregate: tasks_mod.TaskAggregate
+
+
+@dataclass(frozen=True)
+class TaskSection:
+    """What the report shows across tasks (:func:`analysis.report.tasks.task_section`).
+
+    Attributes:
+        metric: the score normalised (the final ``eval/accuracy`` when the runs evaluate).
+        ranges: ``{task: TaskRange}`` of every task with a finished run.
+        groups: one :class:`TaskGroup` per group of variants.
+        unfinished: ``{task: what happened to its runs}`` for each planned task none of whose runs
+            finished (so none is scored).
+        stated: whether the report's settings stated a low or high end.
+    """
+
+    metric: str
+    ranges: Mapping[str, tasks_mod.TaskRange]
+    groups: tuple[TaskGroup, ...]
+    unfinished: Mapping[str, str]
+    stated: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The report's section "Across tasks" (:class:`analysis.report.tasks.TaskSection`): the normalised
+"""The report's section "Across tasks" (:class:`analysis.report.data.TaskSection`): the normalised
 scores' aggregate estimates and performance profiles as figures, the aggregate and per-task
 tables, and a caption that says how each task's scores were normalised."""
 
@@ -14,7 +14,7 @@ from analysis import style, tables
 from analysis.finals import plot_aggregate
 from analysis.labels import metric_label
 from analysis.panels import fit_legend, line_handles, wrap_title
-from analysis.report.tasks import TaskGroup, TaskSection
+from analysis.report.data import TaskGroup, TaskSection
 from analysis.tasks import TaskAggregate
 from harness import layout
 

@@ -13,7 +13,7 @@ runs finished is named with what happened to its runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import pandas as pd
 from analysis import labels, states
 from analysis import tasks as tasks_mod
 from analysis.load import flatten_config
-from analysis.report.data import PANEL, PANEL_ROW, ReportInputs
+from analysis.report.data import PANEL, PANEL_ROW, ReportInputs, TaskGroup, TaskSection
 from analysis.report.settings import ReportSettings
 from harness import layout
 
@@ -78,40 +78,6 @@ def task_layout(df: pd.DataFrame, settings: ReportSettings) -> tuple[ReportSetti
         "the runs are on several tasks, but the panels are taken (col and row): tasks are told apart in the "
         "labels; name task.name in --col or --row to give each task its panel"
     )
-
-
-@dataclass(frozen=True)
-class TaskGroup:
-    """The aggregate over tasks of one group of variants (the runs of one set of panel values other
-    than the task; one group when the task is the only panel key).
-
-    Attributes:
-        name: the group's panel values (None: the only group).
-        aggregate: :func:`analysis.tasks.aggregate_over_tasks` of its runs.
-    """
-
-    name: str | None
-    aggregate: tasks_mod.TaskAggregate
-
-
-@dataclass(frozen=True)
-class TaskSection:
-    """What the report shows across tasks.
-
-    Attributes:
-        metric: the score normalised (the final ``eval/accuracy`` when the runs evaluate).
-        ranges: ``{task: TaskRange}`` of every task with a finished run.
-        groups: one :class:`TaskGroup` per group of variants.
-        unfinished: ``{task: what happened to its runs}`` for each planned task none of whose runs
-            finished (so none is scored).
-        stated: whether the report's settings stated a low or high end.
-    """
-
-    metric: str
-    ranges: Mapping[str, tasks_mod.TaskRange]
-    groups: tuple[TaskGroup, ...]
-    unfinished: Mapping[str, str]
-    stated: bool = False
 
 
 def task_section(
