@@ -211,7 +211,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
-OverTimeLimit=1
+OverTimeLimit=0
 MessageTimeout=20
 
 AccountingStorageType=accounting_storage/slurmdbd

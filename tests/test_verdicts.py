@@ -59,10 +59,29 @@ def grid(tmp_path):
     return path
 
 
+@pytest.fixture(scope="module")
+def cold_memo(tmp_path_factory):
+    """The grid validated once with an empty memo: ``(grid, memo folder, probe result)``. Tests copy
+    the memo before they damage it."""
+    folder = tmp_path_factory.mktemp("cold")
+    path = folder / "memo.yaml"
+    path.write_text(GRID)
+    memo = folder / "memo"
+    return path, memo, _probe(path, memo)
+
+
+def _copy_memo(cold_memo, tmp_path):
+    import shutil
+
+    grid, memo, result = cold_memo
+    return grid, shutil.copytree(memo, tmp_path / "memo"), result
+
+
 @pytest.mark.slow
-def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_reasoning_gym(grid, tmp_path):
-    memo = tmp_path / "memo"
-    cold = _probe(grid, memo)
+def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_reasoning_gym(
+    cold_memo, tmp_path
+):
+    grid, memo, cold = _copy_memo(cold_memo, tmp_path)
     assert cold["imported"] == ["reasoning_gym", "torch", "trl"]
     assert not cold["ok"]
     # the findings this grid exists for: a loss TRL takes but the trainer does not, a batch TRL
@@ -78,9 +97,8 @@ def test_warm_validation_gives_the_same_findings_without_importing_trl_torch_or_
 
 
 @pytest.mark.slow
-def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
-    memo = tmp_path / "memo"
-    cold = _probe(grid, memo)
+def test_corrupt_entries_are_recomputed_not_trusted(cold_memo, tmp_path):
+    grid, memo, cold = _copy_memo(cold_memo, tmp_path)
     entries = list(memo.rglob("*.json"))
     assert entries
     for i, path in enumerate(entries):  # torn writes, foreign JSON, empty files
@@ -96,9 +114,8 @@ def test_corrupt_entries_are_recomputed_not_trusted(grid, tmp_path):
     "value",
     [None, 5, "abc", {}, {"types": {"loss_type": "weird"}, "defaults": {}}, {"values": {}, "error": "x"}],
 )
-def test_entries_of_the_wrong_shape_are_recomputed(grid, tmp_path, value):
-    memo = tmp_path / "memo"
-    cold = _probe(grid, memo)
+def test_entries_of_the_wrong_shape_are_recomputed(cold_memo, tmp_path, value):
+    grid, memo, cold = _copy_memo(cold_memo, tmp_path)
     for path in memo.rglob("*.json"):
         path.write_text(json.dumps({"value": value}))
     again = _probe(grid, memo)
