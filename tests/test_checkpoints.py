@@ -103,3 +103,27 @@ def test_prune_never_deletes_the_only_complete_checkpoint(tmp_path):
     fake_checkpoint(tmp_path, 4, marked=False, state="{")
     assert checkpoints.prune(tmp_path, keep=1) == []
     assert checkpoints.resume_point(tmp_path).step == 2
+
+
+def test_a_synced_reference_round_trips_through_a_checkpoint_folder(tmp_path):
+    """Without DeepSpeed: the synced reference model's weights are saved whole into the checkpoint
+    folder and put back into another reference on resume; a run that does not sync saves none."""
+    from types import SimpleNamespace
+
+    import torch
+
+    def trainer(ref, sync=True):
+        accelerator = SimpleNamespace(state=SimpleNamespace(), unwrap_model=lambda m: m, is_main_process=True)
+        return SimpleNamespace(
+            ref_model=ref, args=SimpleNamespace(sync_ref_model=sync), accelerator=accelerator
+        )
+
+    torch.manual_seed(0)
+    saved, other = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    checkpoints.save_ref_model(trainer(saved, sync=False), tmp_path)
+    assert not (tmp_path / checkpoints.REF_MODEL).exists()
+    checkpoints.save_ref_model(trainer(saved), tmp_path)
+    assert (tmp_path / checkpoints.REF_MODEL).exists()
+    assert not torch.equal(other.weight, saved.weight)
+    checkpoints.load_ref_model(trainer(other), tmp_path)
+    assert torch.equal(other.weight, saved.weight) and torch.equal(other.bias, saved.bias)
