@@ -455,7 +455,7 @@ def test_two_plugins_declaring_one_hyperparameter_are_refused(tmp_path, monkeypa
 def test_plugins_naming_a_path_or_a_module_without_losses(tmp_path, monkeypatch, clean_registry):
     monkeypatch.syspath_prepend(str(write_package(tmp_path / "p", "no_losses", "X = 1\n")))
     (err,) = [e for e in plan_errors(tmp_path, "no_losses", "grpo") if "no_losses" in e]
-    assert err.startswith("plugins: module 'no_losses' registers no loss; decorate")
+    assert err.startswith("plugins: module 'no_losses' registers no loss and no reward; decorate")
     (err,) = [e for e in plan_errors(tmp_path, "./p/no_losses.py", "grpo") if "no_losses" in e]
     assert "is a file path; list the module's import name instead" in err
 

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from harness import rewards
 from harness.config.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
 from harness.models.tasks import (
-    REWARDS,
     bare_prompt,
     build_task,
     check_task,
@@ -49,11 +49,26 @@ def test_task_spec_refuses_reserved_kwargs():
     assert msg.startswith("task.kwargs = {'seed': 3} must not set seed or size")
 
 
-def test_task_spec_unknown_reward_lists_valid_names():
+def test_task_spec_malformed_reward_entries_are_named():
     with pytest.raises(SpecError) as e:
-        TaskSpec("chain_sum", {}, rewards=("correctness", "brevity"))
+        TaskSpec("chain_sum", {}, rewards=("correctness", {"weight": 2.0}))
     (msg,) = e.value.problems
-    assert "brevity" in msg and all(name in msg for name in REWARDS)
+    assert msg.startswith("task.rewards = ") and "{name: soft_overlong" in msg
+    with pytest.raises(SpecError) as e:
+        TaskSpec("chain_sum", {}, rewards=("correctness", {"name": "correctness", "weight": 2.0}))
+    assert "repeats a name" in e.value.problems[0]
+
+
+def test_reward_entries_give_names_weights_and_settings():
+    spec = TaskSpec(
+        "chain_sum",
+        {},
+        rewards=["correctness", {"name": "soft_overlong", "weight": 0.5, "soft_punish_cache": 8}],
+    )
+    assert spec.reward_names == ("correctness", "soft_overlong")
+    assert spec.reward_weights == (1.0, 0.5)
+    assert spec.reward_settings("soft_overlong") == {"soft_punish_cache": 8}
+    assert TaskSpec("chain_sum", {}, rewards=["correctness", "format"]).reward_weights is None
 
 
 def test_task_spec_other_fields_each_named():
@@ -67,8 +82,10 @@ def test_task_spec_other_fields_each_named():
     ]
 
 
-def test_reward_registry_matches_the_schema():
-    assert tuple(REWARDS) == REWARD_NAMES
+def test_reward_registry_holds_the_schemas_builtins():
+    for name in REWARD_NAMES:
+        plugin, problems = rewards.find(name)
+        assert plugin is not None and plugin.name == name and not problems
 
 
 # ---------------------------------------------------------------------------------------------- prompts
@@ -153,12 +170,13 @@ def test_build_task_chat_prompts_are_conversations():
 def test_reward_functions_score_with_the_dataset():
     spec = TaskSpec(**{**SUM.__dict__, "rewards": ("correctness", "format")})
     task = build_task(spec, seed=0)
-    assert [f.__name__ for f in task.reward_funcs] == ["correctness", "format"]
+    funcs = rewards.reward_funcs(task, 16)
+    assert [f.__name__ for f in funcs] == ["correctness", "format"]
     rows = task.train_dataset[:2]
     answers = [json.loads(e)["answer"] for e in rows["entry"]]
     completions = [answers[0], f"{int(answers[1]) + 1}\nmore"]
     correctness, fmt = (
-        f(prompts=rows["prompt"], completions=completions, entry=rows["entry"]) for f in task.reward_funcs
+        f(prompts=rows["prompt"], completions=completions, entry=rows["entry"]) for f in funcs
     )
     assert correctness == [1.0, 0.0]
     assert fmt == [1.0, 0.0]
@@ -172,7 +190,8 @@ def test_chat_reward_reads_answer_tags_from_messages():
     rows = task.train_dataset[:1]
     answer = json.loads(rows["entry"][0])["answer"]
     completions = [[{"role": "assistant", "content": f"thinking... <answer>{answer}</answer>"}]]
-    assert task.reward_funcs[0](prompts=rows["prompt"], completions=completions, entry=rows["entry"]) == [1.0]
+    (correctness,) = rewards.reward_funcs(task, 16)
+    assert correctness(prompts=rows["prompt"], completions=completions, entry=rows["entry"]) == [1.0]
 
 
 # ---------------------------------------------------------------------------------------------- greedy_accuracy

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from helpers import SMALL_MODEL
 
+from harness import rewards
 from harness.config.grid import expand
 from harness.config.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinyStepsModelSpec
 from harness.config.spec import load_grid
@@ -98,7 +99,7 @@ def test_steps_template_prompt_answer_and_rewards():
     assert extract_answer("0-4=-4;-4-8=-12;#-12;#-19\n", "steps") == "-19"  # the last answer counts
     assert extract_answer("0-4=-4;-4-8=-12", "steps") is None
     task = build_task(TASK, 0)
-    (correctness,) = task.reward_funcs
+    (correctness,) = rewards.reward_funcs(task, 64)
     e = task.train_dataset[0]["entry"]
     answer = json.loads(e)["answer"]
     completions = [f"1+1=2;#{answer}", "1+1=2;#999", f"1+1=2;2+2=4;2+2=4;#{answer}"]
@@ -114,7 +115,7 @@ def test_steps_template_prompt_answer_and_rewards():
     # one logged value per completion: TRL's total / count is then the mean over completions
     assert sorted(logged) == [(LENGTH_CORRECT, 5.0), (LENGTH_CORRECT, 11.0), (LENGTH_INCORRECT, 7.0)]
     fmt_task = build_task(TaskSpec(**{**TASK.__dict__, "rewards": ("format",)}), 0)
-    (fmt,) = fmt_task.reward_funcs
+    (fmt,) = rewards.reward_funcs(fmt_task, 64)
     assert fmt(prompts=[""] * 3, completions=["1+1=2;#2", "1+1=2;#2;3", "1+1=2"]) == [1.0, 0.0, 0.0]
 
 

@@ -156,7 +156,9 @@ def resolve(base: Mapping[str, Any], cell: Mapping[str, Any], num_processes: int
 
 
 #: A section setting a section's own check names in its problem (``task.train_size = 0 ...``).
-_SECTION_KEY = re.compile(r"\b(?:task|tiny|tiny_chat|tiny_steps|harness|peft)\.[A-Za-z_][A-Za-z0-9_]*")
+_SECTION_KEY = re.compile(
+    r"\b(?:task|tiny|tiny_chat|tiny_steps|harness|dynamic_sampling|peft)\.[A-Za-z_][A-Za-z0-9_]*"
+)
 
 
 def _stand_in(

@@ -22,6 +22,7 @@ from typing import Any
 from harness.config import lora
 from harness.config.schema import (
     EPOCH,
+    DynamicSamplingSettings,
     ExecutorSettings,
     HarnessSettings,
     TaskSpec,
@@ -49,6 +50,7 @@ TOP_LEVEL_KEYS = (
     "trainer",
     "peft",
     "harness",
+    "dynamic_sampling",
     "executor",
     "grid",
     "zip",
@@ -59,7 +61,9 @@ TOP_LEVEL_KEYS = (
     "plugins",
 )
 #: Sections that hold run settings (what a dotted key may point into).
-SETTING_SECTIONS = ("task", "tiny", "tiny_chat", "tiny_steps", "trainer", "peft", "harness", "executor")
+SETTING_SECTIONS = (
+    "task", "tiny", "tiny_chat", "tiny_steps", "trainer", "peft", "harness", "dynamic_sampling", "executor",
+)  # fmt: skip
 SCALAR_SETTINGS = ("seed", "model")
 
 
@@ -75,6 +79,7 @@ def section_type(section: str) -> type:
         "tiny_chat": TinyChatModelSpec,
         "tiny_steps": TinyStepsModelSpec,
         "harness": HarnessSettings,
+        "dynamic_sampling": DynamicSamplingSettings,
         "executor": ExecutorSettings,
     }[section]
 
@@ -87,6 +92,7 @@ SECTION_CLASS_NAMES = {
     "trainer": "GRPOConfig",
     "peft": "LoraConfig",
     "harness": "HarnessSettings",
+    "dynamic_sampling": "DynamicSamplingSettings",
     "executor": "ExecutorSettings",
 }
 
@@ -120,7 +126,7 @@ def _float_only(desc: Any) -> bool:
 
 #: Sections whose whole numbers become floats where the field is a float (task kwargs are left as
 #: written: they are the dataset's, whose types the harness does not know).
-COERCED_SECTIONS = ("trainer", "peft", "tiny", "tiny_chat", "tiny_steps", "harness")
+COERCED_SECTIONS = ("trainer", "peft", "tiny", "tiny_chat", "tiny_steps", "harness", "dynamic_sampling")
 
 
 def coerce_number(key: str, value: Any) -> Any:

@@ -370,7 +370,7 @@ def rule_trl_warnings(ctx: RunContext) -> list[Finding]:
 
 def rule_trainer_features(ctx: RunContext) -> list[Finding]:
     """Settings TRL accepts that fail once the trainer starts: a TRL eval loop without an eval
-    dataset, a scheduler without its arguments, reward weights that do not match the task's rewards."""
+    dataset, a scheduler without its arguments (the rewards' weights: :mod:`harness.config.rules_sampling`)."""
     out: list[Finding] = []
     strategy = ctx.value("eval_strategy")
     if strategy not in (None, "no"):
@@ -385,11 +385,4 @@ def rule_trainer_features(ctx: RunContext) -> list[Finding]:
                 "trainer.lr_scheduler_type = 'cosine_with_min_lr' needs trainer.lr_scheduler_kwargs with "
                 "min_lr or min_lr_rate (e.g. {min_lr_rate: 0.1}); transformers raises at the first step."
             )
-    weights = ctx.value("reward_weights")
-    rewards = list(ctx.run.task.rewards)
-    if weights is not None and len(weights) != len(rewards):
-        out += err(
-            f"trainer.reward_weights = {weights!r} has {len(weights)} weight(s) but task.rewards = {rewards!r} "
-            f"has {len(rewards)} function(s); give one weight per reward."
-        )
     return out

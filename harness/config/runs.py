@@ -19,6 +19,7 @@ from harness.config.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EMBEDDED_SPECS,
     TINY,
+    DynamicSamplingSettings,
     ExecutorSettings,
     HarnessSettings,
     SpecError,
@@ -108,7 +109,7 @@ class RunSpec:
             ``set``, e.g. more GPUs for a bigger model); not part of the run id. SLURM submits runs
             with different resources as separate arrays.
         run_id: :func:`run_id_of` ``settings``.
-        seed, model, task, tiny, trainer, harness: the typed sections (``tiny`` is the embedded
+        seed, model, task, tiny, trainer, harness, dynamic_sampling: the typed sections (``tiny`` is the embedded
             model's spec: a :class:`TinyModelSpec` from the ``tiny`` section for ``model: tiny``, a
             :class:`TinyChatModelSpec` from ``tiny_chat`` for ``model: tiny-chat``, else None;
             ``trainer`` a read-only mapping of GRPOConfig fields as written).
@@ -129,6 +130,7 @@ class RunSpec:
     tiny: TinyModelSpec | None = field(init=False)  # a TinyChatModelSpec for tiny-chat
     trainer: Mapping[str, Any] = field(init=False, repr=False)
     harness: HarnessSettings = field(init=False)
+    dynamic_sampling: DynamicSamplingSettings = field(init=False)
 
     def __post_init__(self) -> None:
         settings = copy_settings(dict(self.settings))
@@ -150,6 +152,7 @@ class RunSpec:
             section = EMBEDDED_MODEL_SECTIONS[model]
             tiny = EMBEDDED_SPECS[section].build(settings.get(section, {}), problems)
         harness = HarnessSettings.build(settings.get("harness", {}), problems)
+        sampling = DynamicSamplingSettings.build(settings.get(DynamicSamplingSettings.SECTION, {}), problems)
         if problems:
             raise SpecError(problems)
         for name, value in (
@@ -161,6 +164,7 @@ class RunSpec:
             ("tiny", tiny),
             ("trainer", MappingProxyType(trainer)),
             ("harness", harness),
+            ("dynamic_sampling", sampling),
         ):
             object.__setattr__(self, name, value)
 

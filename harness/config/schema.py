@@ -41,8 +41,10 @@ EXECUTORS = ("local", "debug", "slurm")
 DEVICES = ("cpu", "cuda", "auto")
 #: Prompt templates of a task (see :mod:`harness.models.tasks`).
 TEMPLATES = ("auto", "bare", "chat", "steps")
-#: Reward functions a task can give TRL (built by :data:`harness.models.tasks.REWARDS`, in this order).
-REWARD_NAMES = ("correctness", "format")
+#: The built-in reward functions (:mod:`harness.rewards`); a grid may also name a registered reward plugin.
+REWARD_NAMES = ("correctness", "format", "soft_overlong")
+#: What a ``task.rewards`` entry written as a mapping may hold beside its reward's own settings.
+REWARD_ENTRY_KEYS = ("name", "weight")
 #: The embedded default model, built by :mod:`harness.models.tiny`.
 TINY = "tiny"
 #: The second embedded default, a chat model (byte-level BPE, chat template), built by
@@ -368,7 +370,10 @@ class TaskSpec(Section):
             else bare).
         train_size: number of training prompts (below :data:`SFT_SEED_BASE`).
         eval_size: number of held-out prompts for greedy eval.
-        rewards: reward function names from :data:`REWARD_NAMES`, in the order TRL should receive them.
+        rewards: the reward functions, in the order TRL receives them: each a name (a built-in of
+            :data:`REWARD_NAMES` or a registered reward plugin, :mod:`harness.rewards`) or a mapping
+            ``{name: ..., weight: ..., <the reward's settings>}``; the weights become TRL's
+            ``reward_weights`` (1.0 where an entry gives none).
 
     Whether reasoning-gym accepts ``name`` and ``kwargs`` is asked by :func:`harness.models.tasks.check_task`.
     """
@@ -398,26 +403,75 @@ class TaskSpec(Section):
         (lambda v: v < SFT_SEED_BASE, f"must be < {SFT_SEED_BASE} (the SFT warm start's seeds start there)"),
     )
     eval_size: int = checked(200, at_least(1))
-    rewards: tuple[str, ...] = checked(
+    rewards: tuple[Any, ...] = checked(
         ("correctness",),
-        (lambda v: len(v) > 0, f"is empty; name one or more of {', '.join(REWARD_NAMES)}"),
+        (lambda v: len(v) > 0, f"is empty; name one or more rewards, e.g. [{', '.join(REWARD_NAMES)}]"),
         (
-            lambda v: all(r in REWARD_NAMES for r in v),
-            f"names an unknown reward; use {', '.join(REWARD_NAMES)}",
+            lambda v: all(reward_entry_problem(e) is None for e in v),
+            "holds an entry that is neither a reward's name nor a mapping {name: ..., weight: ..., <its "
+            "settings>}; write e.g. [correctness, {name: soft_overlong, weight: 1.0, soft_punish_cache: 16}]",
         ),
-        (lambda v: len(set(v)) == len(v), "repeats a name; give each reward once"),
+        (
+            lambda v: len({reward_entry_name(e) for e in v}) == len(v),
+            "repeats a name; give each reward once",
+        ),
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.rewards, list):  # YAML gives lists; the spec is hashable
-            object.__setattr__(self, "rewards", tuple(self.rewards))
+        if isinstance(self.rewards, list | str):  # YAML gives lists; the spec is hashable
+            rewards = [self.rewards] if isinstance(self.rewards, str) else self.rewards
+            object.__setattr__(self, "rewards", tuple(rewards))
         super().__post_init__()
 
     def __hash__(self) -> int:
         return hash(
             (self.name, json.dumps(dict(self.kwargs), sort_keys=True, default=str), self.template)
-            + (self.train_size, self.eval_size, tuple(self.rewards))
+            + (self.train_size, self.eval_size, canonical_json(list(self.rewards)))
         )
+
+    @property
+    def reward_names(self) -> tuple[str, ...]:
+        """The rewards' names, in the order TRL receives them (``rewards/<name>/mean`` in the record)."""
+        return tuple(reward_entry_name(e) for e in self.rewards)
+
+    @property
+    def reward_weights(self) -> tuple[float, ...] | None:
+        """Each reward's weight (1.0 where an entry gives none), or None when no entry gives one
+        (TRL's ``reward_weights`` then stays as the trainer section sets it)."""
+        if not any(isinstance(e, Mapping) and "weight" in e for e in self.rewards):
+            return None
+        return tuple(float(e.get("weight", 1.0)) if isinstance(e, Mapping) else 1.0 for e in self.rewards)
+
+    def reward_settings(self, name: str) -> dict[str, Any]:
+        """The settings an entry gives reward ``name`` (its keys but ``name`` and ``weight``)."""
+        for e in self.rewards:
+            if isinstance(e, Mapping) and e.get("name") == name:
+                return {k: v for k, v in e.items() if k not in REWARD_ENTRY_KEYS}
+        return {}
+
+
+def reward_entry_name(entry: Any) -> str:
+    """The reward a ``task.rewards`` entry names: the entry itself, or its mapping's ``name``."""
+    return str(entry.get("name")) if isinstance(entry, Mapping) else str(entry)
+
+
+def reward_entry_problem(entry: Any) -> str | None:
+    """Why a ``task.rewards`` entry is malformed (its shape only: whether the name is registered
+    and its settings fit are :mod:`harness.config.rules_sampling`'s), or None."""
+    if isinstance(entry, str):
+        return None if entry.strip() else "an empty name"
+    if not isinstance(entry, Mapping):
+        return f"{entry!r} is neither a name nor a mapping"
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return f"{dict(entry)!r} has no name"
+    weight = entry.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+        return f"{name}'s weight {weight!r} is not a finite number"
+    for key, value in entry.items():
+        if key not in REWARD_ENTRY_KEYS and not isinstance(value, str | int | float | bool):
+            return f"{name}'s setting {key} = {value!r} is not a number, string or boolean"
+    return None
 
 
 @dataclass(frozen=True)
@@ -584,6 +638,41 @@ class HarnessSettings(Section):
     device: str = checked("auto", one_of(DEVICES))
     threads: int | None = checked(None, at_least(1, optional=True))
     ref_model_sync_every: str | None = checked(None, one_of((EPOCH,), optional=True))
+
+
+#: What dynamic sampling filters on by default: the reward TRL computes advantages from (the
+#: weighted sum of the reward functions); a reward's name filters on that reward alone.
+DYNAMIC_SAMPLING_REWARD = "reward"
+
+
+@dataclass(frozen=True)
+class DynamicSamplingSettings(Section):
+    """Dynamic sampling (DAPO, arXiv:2503.14476, §3.2; verl's ``algorithm.filter_groups``): the
+    grid's ``dynamic_sampling`` section. Changes what a run trains on, so it is part of the run's
+    identity (a grid that leaves the section out keeps its run ids).
+
+    Attributes:
+        enable: drop every group (a prompt's ``num_generations`` completions) whose metric values
+            are all equal, and generate from further prompts of the training split until the
+            generation batch holds as many kept groups as it would without the filter.
+        metric: ``"reward"`` (the weighted sum TRL computes advantages from) or the name of one of
+            the run's ``task.rewards`` (verl's ``metric``: ``acc``, ``score``, ...).
+        max_gen_batches: generation batches per generation at most, the first included (verl's
+            ``max_num_gen_batches``); when they are spent the step trains on what was kept and its
+            row says it ran short (``dynamic_sampling/short``).
+    """
+
+    SECTION: ClassVar[str] = "dynamic_sampling"
+
+    enable: bool = False
+    metric: str = checked(
+        DYNAMIC_SAMPLING_REWARD,
+        (
+            lambda v: isinstance(v, str) and bool(v.strip()),
+            "must be 'reward' or the name of one of task.rewards",
+        ),
+    )
+    max_gen_batches: int = checked(10, at_least(1, "generation batch"))
 
 
 @dataclass(frozen=True)

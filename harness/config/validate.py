@@ -37,6 +37,7 @@ from harness.config.rules_run import (
     rule_task_and_model,
     rule_tiny_template,
 )
+from harness.config.rules_sampling import rule_dynamic_sampling, rule_rewards
 from harness.config.rules_trainer import (
     clip_sibling_counts,
     rule_clip_effect,
@@ -142,6 +143,8 @@ RULES: tuple[Rule, ...] = (
     rule_context_length,
     rule_seed,
     rule_trainer_features,
+    rule_rewards,
+    rule_dynamic_sampling,
     rule_tiny_template,
     rule_packages,
     rule_report_to,

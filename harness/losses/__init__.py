@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import rewards
 from harness.trl_boundary import KNOWN_LOSS_TYPES, TRL_LOSS_READS, TRL_RATIO_CAPS, loss_types
 
 #: TRL's reductions a plugin may name (``GRPOTrainer._compute_loss``'s aggregation branches):
@@ -384,9 +385,11 @@ def _import_problem(module: str) -> str | None:
         said = f": {e}" if str(e) else ""
         return f"plugins: importing {module!r} raised {type(e).__name__}{said}{_where(e)}; fix the module."
     if not any(p.module == module or p.module.startswith(module + ".") for p in REGISTRY.values()):
+        if rewards.registers_from(module):
+            return None
         return (
-            f"plugins: module {module!r} registers no loss; decorate its loss functions with "
-            "@register_loss (harness.losses), or drop it from plugins:."
+            f"plugins: module {module!r} registers no loss and no reward; decorate its functions with "
+            "@register_loss (harness.losses) or @register_reward (harness.rewards), or drop it from plugins:."
         )
     return None
 
@@ -518,6 +521,7 @@ def grpo_config_kwargs(run: Any, device: str, output_dir: str) -> dict[str, Any]
     optimizer step), ``report_to="none"``, ``bf16=False`` on CPU (TRL defaults it to True), a checkpoint
     every ``harness.checkpoint_steps``, ``disable_tqdm=True``. No ``save_total_limit``: the harness
     prunes to ``harness.keep_checkpoints`` once a new checkpoint is complete (:mod:`harness.train.checkpoints`).
+    Weights given in ``task.rewards`` become ``reward_weights``.
     A loss plugin's run gives ``GRPOConfig`` the plugin's reduction as ``loss_type`` and none of its
     hyperparameters (:func:`grpo_config_settings`); its module is imported first when the run names it
     (:func:`for_run`).
@@ -536,6 +540,9 @@ def grpo_config_kwargs(run: Any, device: str, output_dir: str) -> dict[str, Any]
         kwargs["use_cpu"] = True
         kwargs["bf16"] = False
     kwargs.update(run.trainer)
+    weights = run.task.reward_weights  # task.rewards' weights are TRL's reward_weights
+    if weights is not None and "reward_weights" not in run.trainer:
+        kwargs["reward_weights"] = list(weights)
     if kwargs.get("loss_type", "grpo") not in loss_types():  # a loss plugin: GRPOConfig gets its reduction
         with contextlib.suppress(ValueError):  # an unknown name is validation's to report
             for_run(run.settings)

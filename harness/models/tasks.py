@@ -1,4 +1,4 @@
-"""Tasks from reasoning-gym: prompts, held-out eval split, TRL reward functions and greedy accuracy.
+"""Tasks from reasoning-gym: prompts, held-out eval split, the scorers of the built-in rewards and greedy accuracy.
 
 A task is a reasoning-gym procedural dataset plus a prompt template:
 
@@ -60,7 +60,6 @@ class Task:
             ``"entry"`` (the reasoning-gym item as a JSON string), ``train_size`` rows.
         eval_prompts: held-out prompts in the same format as ``train_dataset["prompt"]``.
         eval_entries: the reasoning-gym items of ``eval_prompts``.
-        reward_funcs: TRL reward functions, one per ``spec.rewards`` name, each named after it.
         eval_overlap: fraction of eval questions whose exact text also occurs in the training split.
     """
 
@@ -71,7 +70,6 @@ class Task:
     train_dataset: Any  # datasets.Dataset
     eval_prompts: list
     eval_entries: list[dict]
-    reward_funcs: list[Callable[..., list[float]]]
     eval_overlap: float
 
     def score(self, completion: str, entry: dict) -> float:
@@ -183,57 +181,43 @@ LENGTH_CORRECT = "completions/mean_length_correct"
 LENGTH_INCORRECT = "completions/mean_length_incorrect"
 
 
-def _correctness_reward(task: Task) -> Callable[..., list[float]]:
-    def correctness(
-        prompts: list,
-        completions: list,
-        entry: list[str],
-        completion_ids: list | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **_: Any,
-    ) -> list[float]:
-        scores = [
-            task.score(_completion_text(c), json.loads(e)) for c, e in zip(completions, entry, strict=True)
-        ]
-        if completion_ids is not None and log_metric is not None:
-            # TRL averages a logged metric over its calls on every process (total / count), so one
-            # call per completion makes the pooled mean over completions.
-            for score, ids in zip(scores, completion_ids, strict=True):
-                log_metric(LENGTH_CORRECT if score == 1.0 else LENGTH_INCORRECT, float(len(ids)))
-        return scores
-
-    return correctness
+def correctness_scores(
+    task: Task,
+    completions: list,
+    entry: list[str],
+    completion_ids: list | None = None,
+    log_metric: Callable[[str, float], None] | None = None,
+) -> list[float]:
+    """The ``correctness`` reward: each completion scored by the dataset's own scorer
+    (:meth:`Task.score`, in [0, 1]) against its item (``entry``, JSON). With ``completion_ids`` and
+    TRL's ``log_metric``, also logs :data:`LENGTH_CORRECT` / :data:`LENGTH_INCORRECT`."""
+    scores = [task.score(_completion_text(c), json.loads(e)) for c, e in zip(completions, entry, strict=True)]
+    if completion_ids is not None and log_metric is not None:
+        # TRL averages a logged metric over its calls on every process (total / count), so one
+        # call per completion makes the pooled mean over completions.
+        for score, ids in zip(scores, completion_ids, strict=True):
+            log_metric(LENGTH_CORRECT if score == 1.0 else LENGTH_INCORRECT, float(len(ids)))
+    return scores
 
 
-def _format_reward(task: Task) -> Callable[..., list[float]]:
-    # Rewards a well-formed answer regardless of its value: bare = one non-empty line with nothing after,
-    # steps = a chain ending in "#<answer>" with nothing after (no step in the answer), chat = an <answer> tag pair holding something.
-    def format_(prompts: list, completions: list, **_: Any) -> list[float]:
-        out = []
-        for c in completions:
-            text = _completion_text(c)
-            answer = extract_answer(text, task.template)
-            if task.template == "steps":
-                ok = (
-                    answer is not None
-                    and not set(answer) & set(";=")
-                    and text.strip().endswith(_STEPS_ANSWER_MARKER + answer)
-                )
-            else:
-                ok = answer is not None and (task.template == "chat" or text.strip() == answer)
-            out.append(1.0 if ok else 0.0)
-        return out
-
-    format_.__name__ = "format"  # TRL logs rewards/<__name__>/mean
-    return format_
-
-
-# name -> factory(task) -> TRL reward function (named after the key); the names are
-# harness.config.schema.REWARD_NAMES, in that order.
-REWARDS: dict[str, Callable[[Task], Callable[..., list[float]]]] = {
-    "correctness": _correctness_reward,
-    "format": _format_reward,
-}
+def format_scores(task: Task, completions: list) -> list[float]:
+    """The ``format`` reward: 1.0 for a well-formed answer regardless of its value, else 0.0. Bare:
+    one non-empty line with nothing after; steps: a chain ending in ``#<answer>`` with nothing after
+    (no step in the answer); chat: an ``<answer>`` tag pair holding something."""
+    out = []
+    for c in completions:
+        text = _completion_text(c)
+        answer = extract_answer(text, task.template)
+        if task.template == "steps":
+            ok = (
+                answer is not None
+                and not set(answer) & set(";=")
+                and text.strip().endswith(_STEPS_ANSWER_MARKER + answer)
+            )
+        else:
+            ok = answer is not None and (task.template == "chat" or text.strip() == answer)
+        out.append(1.0 if ok else 0.0)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -301,7 +285,8 @@ def _entry_json(entry: Mapping[str, Any]) -> str:
 
 
 def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
-    """Build the training split (generator seed ``seed``), the fixed eval split and the reward functions.
+    """Build the training split (generator seed ``seed``) and the fixed eval split (the reward
+    functions TRL gets are :func:`harness.rewards.reward_funcs` of the task).
 
     Args:
         spec: the task.
@@ -335,10 +320,8 @@ def build_task(spec: TaskSpec, seed: int, tokenizer: Any = None) -> Task:
         train_dataset=train_dataset,
         eval_prompts=[make_prompt(e) for e in eval_entries],
         eval_entries=eval_entries,
-        reward_funcs=[],
         eval_overlap=overlap,
     )
-    task.reward_funcs = [REWARDS[name](task) for name in spec.rewards]
     return task
 
 

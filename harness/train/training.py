@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import layout, losses
+from harness import layout, losses, rewards
 from harness.config import lora
 from harness.config.runs import RunSpec
 from harness.config.schema import ExecutorSettings, HarnessSettings
@@ -84,9 +84,10 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
     task = build_task(spec.task, seed=spec.seed, tokenizer=tokenizer)
     peft = spec.settings.get(lora.SECTION)  # None: every weight trains
+    modules = [str(m) for m in spec.settings.get(losses.PLUGINS_KEY) or []]
     trainer = trainer_class(
         model=model_path,
-        reward_funcs=task.reward_funcs,
+        reward_funcs=rewards.reward_funcs(task, config.max_completion_length, modules),
         args=config,
         train_dataset=task.train_dataset,
         processing_class=tokenizer,
