@@ -50,6 +50,9 @@ METRICS_DIR = "metrics"
 COMPACT_FILE = "metrics.parquet"
 PART_PREFIX = "part-"
 SAMPLES_FILE = "samples.jsonl"
+#: Every group dynamic sampling generated: step, generation batch, prompt, completions, rewards,
+#: the filter's metric, kept, trained (one JSON line per group; runs that enable it).
+DS_LOG_FILE = "dynamic_sampling.jsonl"
 DONE_FILE = "DONE"
 DIVERGED_FILE = "DIVERGED"
 FAILED_FILE = "FAILED"  # JSON marker: the run raised (error line, log path, traceback tail)
@@ -87,6 +90,16 @@ OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of
 REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
 POLICY_LAG = "policy_lag"  # max optimizer updates between the old log-probs' policy and the loss's (0 = none)
 CONCURRENT_RUNS = "machine/concurrent_runs"  # live runs sharing this run's GPU (or CPUs), itself included
+# Dynamic sampling (the grid's dynamic_sampling section; harness.train.trainer), per optimizer step,
+# summed over the step's generations (0 in a step that generated nothing); only in runs that enable it:
+DS_PREFIX = "dynamic_sampling/"
+DS_GROUPS_DRAWN = DS_PREFIX + "groups_drawn"  # groups (prompts x num_generations) generated, every batch
+DS_GROUPS_KEPT = DS_PREFIX + "groups_kept"  # of those, groups whose metric was not all equal
+DS_GROUPS_TRAINED = DS_PREFIX + "groups_trained"  # groups in the batch trained on (kept, cut to the batch)
+DS_GEN_BATCHES = DS_PREFIX + "gen_batches"  # generation batches used, the sampler's own included
+DS_COMPLETIONS_GENERATED = DS_PREFIX + "completions_generated"  # = groups_drawn x num_generations
+DS_SHORT = DS_PREFIX + "short"  # 1.0 when max_gen_batches ran out before the batch was full, else 0.0
+DS_REWARD_GENERATED = DS_PREFIX + "reward_generated"  # mean reward over every completion generated
 # What other work on the machine could inflate (harness.train.metrics.StepClock), per optimizer step:
 STEP_CPU_S = "time/step_cpu_s"  # CPU seconds (user + system, every thread) of the run's process in the step
 STEP_GPU_S = "time/step_gpu_s"  # GPU seconds of the step (CUDA events around it); CUDA runs only
@@ -120,6 +133,7 @@ WSEQ_COLUMNS: tuple[str, ...] = (
             "n",
             "n_inf",
             "n_masked",
+            "ess_frac",
         )
     ),
     LOG_WSEQ_PREFIX + "mean",
@@ -147,6 +161,7 @@ _RUN_FILES = (
     CONFIG_FILE,
     PROVENANCE_FILE,
     SAMPLES_FILE,
+    DS_LOG_FILE,
     DONE_FILE,
     DIVERGED_FILE,
     FAILED_FILE,

@@ -85,12 +85,15 @@ def clean_registry():
     """Registered plugins and imported plugin modules are process-wide: put them back after a test."""
     import sys
 
-    from harness import losses
+    from harness import losses, rewards
 
     saved, modules = dict(losses.REGISTRY), set(sys.modules)
+    saved_rewards = dict(rewards.REGISTRY)
     yield
     losses.REGISTRY.clear()
     losses.REGISTRY.update(saved)
+    rewards.REGISTRY.clear()
+    rewards.REGISTRY.update(saved_rewards)
     for name in set(sys.modules) - modules:
         if not name.startswith(("torch", "trl", "transformers")):
             sys.modules.pop(name, None)

@@ -324,6 +324,7 @@ class _StepRecorder:
                 layout.POLICY_LAG: records[layout.POLICY_LAG],
                 layout.REUSE_INDEX: records[layout.REUSE_INDEX],
                 layout.CONCURRENT_RUNS: self._concurrent_runs(),
+                **{k: v for k, v in records.items() if k.startswith(layout.DS_PREFIX)},
             }
         )
         self._pending = {}

@@ -93,6 +93,10 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
         processing_class=tokenizer,
         peft_config=None if peft is None else lora.build_lora_config(peft),
     )
+    if spec.dynamic_sampling.enable:
+        if not hasattr(type(trainer), "dynamic_sampling"):
+            raise TypeError("dynamic sampling needs harness.train.trainer.HarnessGRPOTrainer (or a subclass)")
+        trainer.dynamic_sampling = spec.dynamic_sampling
     from harness.losses import for_run
 
     plugin, hparams = for_run(spec.settings)  # (None, {}) for TRL's own loss types
@@ -274,6 +278,8 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         trainer, task, tokenizer = build_trainer(spec, model_path, config)
     # TRL's checkpoint holds the policy, not a synced reference
     checkpoints.load_ref_model(trainer, resume.path)
+    if spec.dynamic_sampling.enable:
+        trainer.dynamic_sampling_log = run_dir / layout.DS_LOG_FILE
 
     def eval_fn(model) -> float:
         return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
@@ -333,13 +339,15 @@ def _writer(spec: RunSpec, run_dir: Path, settings: HarnessSettings) -> MetricsW
 
 
 def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
-    """Drop the metric rows and samples logged after the checkpoint a run resumes from (rank 0;
+    """Drop the metric rows, samples and dynamic sampling's groups logged after the checkpoint a
+    run resumes from (rank 0;
     they are logged again as the steps are trained again), and return where the running totals
     stand there (elapsed seconds, tokens generated); empty for a fresh run."""
     if writer is None:
         return {}
     writer.truncate_after(resume_step)
     _truncate_samples(run_dir / layout.SAMPLES_FILE, resume_step)
+    _truncate_samples(run_dir / layout.DS_LOG_FILE, resume_step)
     table = read_metrics(run_dir)
     if table is None or not table.num_rows:
         return {}

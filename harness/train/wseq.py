@@ -71,7 +71,8 @@ def wseq_stats(log_w: np.ndarray, log_s: np.ndarray, advantages: np.ndarray, n_m
         ``w_seq/n_inf`` counts overflow to ``inf``. Mean and std (population, ddof=0) are over
         ``w_seq``; quantiles are linear-interpolated quantiles of ``log w_seq`` exponentiated (they
         equal ``w_seq`` at data points and stay defined when some ratios are ``inf``). Means over an
-        empty set are NaN, counts 0.
+        empty set are NaN, counts 0. ``w_seq/ess_frac`` is :func:`ess_fraction` of the step's
+        weights (NaN without completions).
     """
     log_w = np.asarray(log_w, dtype=np.float64)
     log_s = np.asarray(log_s, dtype=np.float64)
@@ -108,9 +109,29 @@ def wseq_stats(log_w: np.ndarray, log_s: np.ndarray, advantages: np.ndarray, n_m
                 SSEQ_PREFIX + "mean": float(s.mean()),
                 SSEQ_PREFIX + "min": float(s.min()),
                 SSEQ_PREFIX + "max": float(s.max()),
+                WSEQ_PREFIX + "ess_frac": ess_fraction(log_w),
             }
         )
     return out
+
+
+def ess_fraction(log_w: np.ndarray) -> float:
+    """The effective sample size of the weights ``w = exp(log_w)`` over their count,
+    ESS/N = (Σw)² / (N·Σw²), in (0, 1] (1 when every weight is equal; 1/N when one weight holds
+    everything): Kish's effective sample size (L. Kish, Survey Sampling, 1965), read in
+    importance sampling as the share of the samples that still carry the estimate (J. S. Liu,
+    Monte Carlo Strategies in Scientific Computing, 2001, ch. 2). Computed from ``log_w`` with the largest subtracted, so it is defined when some
+    ``w`` overflow: those dominate and the fraction tends to (their count)/N.
+
+    Args:
+        log_w: (N,) log weights, N >= 1, no NaN.
+    """
+    log_w = np.asarray(log_w, dtype=np.float64)
+    top = log_w.max()
+    if np.isinf(top):  # +inf weights: the infinite ones share everything equally
+        return float(np.isposinf(log_w).sum() / log_w.size)
+    w = np.exp(log_w - top)
+    return float(w.sum() ** 2 / (log_w.size * (w * w).sum()))
 
 
 def _quantiles(x: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
