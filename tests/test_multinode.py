@@ -205,3 +205,44 @@ def test_a_run_trains_across_two_nodes_and_resumes_after_a_requeue(
     assert fresh.sum() >= STEPS // 2 and fresh[1] and fresh[resumed + 1]
     assert (kl[fresh] <= 1e-6).all(), kl[fresh][kl[fresh] > 1e-6]
     assert (kl[~fresh] > 1e-6).all(), kl[~fresh][kl[~fresh] <= 1e-6]
+
+
+def test_dynamic_sampling_keeps_the_same_groups_on_both_nodes(tmp_path, model_cache, summary):
+    """Dynamic sampling across the two nodes: both ranks filter the rewards gathered from both and
+    choose the same rows (the trainer checks it at every generation and raises otherwise); each
+    trains its half, and the step's w_seq statistics pool the trained completions of both."""
+    results = tmp_path / "results"
+    args = [
+        a for a in _args(results, None) if not a.startswith(("-otrainer.max_steps", "-oharness.checkpoint"))
+    ]
+    cli(
+        "submit",
+        *args,
+        "-otrainer.max_steps=6",
+        "-oharness.checkpoint_steps=3",
+        "-odynamic_sampling.enable=true",
+    )
+    grid_dir = results / "multinode"
+    (run_dir,) = list((grid_dir / layout.RUNS_DIR).iterdir())
+
+    def finished():
+        rows = status.grid_status(grid_dir)
+        return rows if all(r.state in ("done", "failed", "diverged", "stopped") for r in rows) else None
+
+    (row,) = _wait(finished, timeout=600, every=2)
+    assert row.state == "done", row
+    (attempt,) = layout.read_attempts(run_dir)
+    assert len(set(attempt["hosts"])) == 2, attempt
+    groups = [json.loads(line) for line in (run_dir / layout.DS_LOG_FILE).read_text().splitlines()]
+    df = pq.read_table(run_dir / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas().set_index("step")
+    for g in groups:
+        assert g["kept"] == (len(set(g["metric"])) > 1), g
+    generating = sorted({g["step"] for g in groups})
+    for step in generating:
+        mine = [g for g in groups if g["step"] == step]
+        assert df.loc[step, layout.DS_GROUPS_DRAWN] == len(mine)
+        assert df.loc[step, layout.DS_GROUPS_TRAINED] == sum(g["trained"] for g in mine)
+    trained = df[layout.DS_GROUPS_TRAINED].reindex(generating) * 8  # base.yaml: 8 completions a prompt
+    pooled = (df["w_seq/n"] + df["w_seq/n_masked"]).reindex(generating)
+    summary(f"dynamic sampling on two nodes: groups trained {df[layout.DS_GROUPS_TRAINED].tolist()}")
+    assert pooled.tolist() == trained.tolist()
