@@ -67,6 +67,11 @@ ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, resta
 #: the first optimizer step and never again on resume: ``{"step": 0, "eval/accuracy": a, "seconds":
 #: s}`` (the eval's wall time); the low end of normalised scores (:mod:`analysis.tasks`).
 START_EVAL_FILE = "eval_start.json"
+#: The sampled eval's completions (``harness.sampled_eval_n`` > 0 only): one JSON line per eval step
+#: and prompt, ``{"step", "index", "prompt", "completions": [...], "scores": [...]}`` (step 0: the
+#: starting policy, before the first step; ``index``: the prompt's place in the eval split), from
+#: which a prompt's correct count (scores equal to 1) and so every pass@k can be recomputed.
+EVAL_SAMPLES_FILE = "eval_samples.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 GRID_CACHE_DIR = ".cache"  # per grid folder: frames the report loaded, keyed by the runs' files
 LOGS_DIR = "logs"
@@ -85,6 +90,12 @@ TOKENS_TRAINED = "tokens/trained"  # completion tokens that entered the loss thi
 TOKENS_GENERATED_TOTAL = "tokens/generated_total"  # cumulative completion tokens generated
 PEAK_MEMORY_MB = "memory/peak_mb"  # peak resident memory (CPU: RSS of the process; CUDA: max allocated)
 EVAL_ACCURACY = "eval/accuracy"  # greedy accuracy on the held-out split, only on eval steps
+# The sampled eval (harness.sampled_eval_n > 0), beside the greedy one on its steps: "eval/pass@1",
+# "eval/pass@2", "eval/pass@4", ... up to n (and n itself), the unbiased pass@k of Chen et al.
+# (arXiv:2107.03374, Eq. 1) averaged over the prompts (harness.models.passk), and the mean score of
+# every sample
+PASS_AT_PREFIX = "eval/pass@"
+SAMPLED_ACCURACY = "eval/sampled_accuracy"
 # Off-policy state of the step, from what TRL did (harness.train.trainer), 0.0/1.0 and counts as floats:
 OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of an older policy, else 0.0
 REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
@@ -168,6 +179,7 @@ _RUN_FILES = (
     OWNER_FILE,
     PROGRESS_FILE,
     START_EVAL_FILE,
+    EVAL_SAMPLES_FILE,
 )
 
 

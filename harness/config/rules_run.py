@@ -81,6 +81,26 @@ def _chat_template_missing(ctx: RunContext) -> list[Finding]:
     )
 
 
+def rule_sampled_eval(ctx: RunContext) -> list[Finding]:
+    """The sampled eval (``harness.sampled_eval_*``): it runs at the greedy eval's steps, so not
+    without them, and on prompts of the eval split, so on no more than it has."""
+    h, eval_size = ctx.run.harness, ctx.run.task.eval_size
+    out: list[Finding] = []
+    if h.sampled_eval_n > 0 and h.eval_steps == 0:
+        out += err(
+            f"harness.sampled_eval_n = {h.sampled_eval_n} with harness.eval_steps = 0: the sampled eval "
+            "runs at the greedy eval's steps, and this run has none, so nothing would be sampled. Set "
+            "harness.eval_steps > 0, or drop harness.sampled_eval_n."
+        )
+    if h.sampled_eval_prompts is not None and h.sampled_eval_prompts > eval_size:
+        out += err(
+            f"harness.sampled_eval_prompts = {h.sampled_eval_prompts} > task.eval_size = {eval_size}: the "
+            f"eval split has {eval_size} prompts. Set harness.sampled_eval_prompts to at most {eval_size} "
+            "(or leave it unset for all of them), or raise task.eval_size."
+        )
+    return out
+
+
 def rule_seed(ctx: RunContext) -> list[Finding]:
     """The seed against the task's split: its training items must not reach the SFT warm start's
     generator seeds (:data:`harness.config.schema.SFT_SEED_BASE`)."""

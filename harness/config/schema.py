@@ -612,6 +612,13 @@ class HarnessSettings(Section):
         eval_steps: greedy eval accuracy on the held-out split every this many optimizer steps
             (and at the last step); 0 turns it off.
         eval_max_new_tokens: token budget of the greedy eval; None = the trainer's max_completion_length.
+        sampled_eval_n: samples per prompt of the sampled eval, run beside the greedy eval at its steps
+            (and before the first step); it records pass@k for k = 1, 2, 4, ... up to n and the mean
+            score of the samples; 0 turns it off.
+        sampled_eval_temperature: the sampled eval's temperature (> 0, finite); top_p 1 and no top_k,
+            so the temperature alone shapes the distribution.
+        sampled_eval_prompts: the sampled eval takes the first this many prompts of the eval split;
+            None = all ``task.eval_size`` of them.
         samples_steps: every this many steps, ``samples_n`` sampled completions go to samples.jsonl; 0 = off.
         samples_n: completions written each time.
         flush_every: metric rows buffered before a parquet part is written (a kill loses at most this many).
@@ -630,6 +637,11 @@ class HarnessSettings(Section):
 
     eval_steps: int = checked(25, at_least(0))
     eval_max_new_tokens: int | None = checked(None, at_least(1, "token", optional=True))
+    sampled_eval_n: int = checked(0, at_least(0, "samples per prompt"))
+    sampled_eval_temperature: float = checked(
+        1.0, (lambda v: v > 0 and _finite(v), "must be a finite number > 0; the greedy eval is temperature 0")
+    )
+    sampled_eval_prompts: int | None = checked(None, at_least(1, "prompt", optional=True))
     samples_steps: int = checked(25, at_least(0))
     samples_n: int = checked(4, at_least(0))
     flush_every: int = checked(5, at_least(1))

@@ -1,4 +1,5 @@
-"""Tasks from reasoning-gym: prompts, held-out eval split, the scorers of the built-in rewards and greedy accuracy.
+"""Tasks from reasoning-gym: prompts, held-out eval split, the scoring of the built-in rewards, the
+greedy accuracy and the sampled eval (pass@k).
 
 A task is a reasoning-gym procedural dataset plus a prompt template:
 
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
@@ -365,7 +368,6 @@ def generate_completions(
     (the template already wrote them). The model must be in eval mode (dropout off) for the result to be
     deterministic.
     """
-    import torch  # here, not at module level: validating a grid imports this module
     from transformers import GenerationConfig
 
     eos = eos_token_ids(model, tokenizer)
@@ -375,6 +377,17 @@ def generate_completions(
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
         eos_token_id=eos if len(eos) > 1 else eos[0],
     )
+    return _generate(model, tokenizer, prompts, config, batch_size, add_special_tokens)
+
+
+def _generate(
+    model: Any, tokenizer: Any, prompts: list[str], config: Any, batch_size: int, add_special_tokens: bool
+) -> list[str]:
+    """``model.generate`` over ``prompts`` in left-padded batches of ``batch_size`` prompts: the
+    decoded new tokens (special tokens stripped), ``config.num_return_sequences`` per prompt in a
+    row, prompt by prompt."""
+    import torch  # here, not at module level: validating a grid imports this module
+
     device = next(model.parameters()).device
     out: list[str] = []
     with torch.no_grad():
@@ -392,6 +405,58 @@ def generate_completions(
             new_tokens = generated[:, enc["input_ids"].shape[1] :]
             out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     return out
+
+
+def sample_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    n: int,
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int = 64,
+    add_special_tokens: bool = True,
+) -> list[list[str]]:
+    """``n`` sampled completions of each text prompt at ``temperature``, special tokens stripped.
+
+    Sampling from the model's softmax at ``temperature`` alone: top_p 1, top_k 0 (off), min_p 0,
+    typical_p 1, no repetition penalty, whatever the model's generation config says. Stops at
+    :func:`eos_token_ids` and after ``max_new_tokens`` tokens, tokenized as
+    :func:`generate_completions` does. Draws from torch's global RNG (``torch.manual_seed`` first to
+    reproduce; :func:`sampled_eval` seeds and restores it). About ``batch_size`` sequences per
+    ``generate`` call (``batch_size // n`` prompts, at least one). The model must be in eval mode.
+
+    Returns:
+        ``len(prompts)`` lists of ``n`` strings (shape ``(P, n)``).
+
+    Raises:
+        ValueError: ``n < 1`` or a ``temperature`` that is not a finite number > 0.
+    """
+    from transformers import GenerationConfig
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1 samples per prompt, got {n}")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    eos = eos_token_ids(model, tokenizer)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        num_return_sequences=n,
+        temperature=float(temperature),
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,  # set, not None: None would take the model's generation config's value
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+        eos_token_id=eos if len(eos) > 1 else eos[0],
+    )
+    flat = _generate(model, tokenizer, prompts, config, max(1, batch_size // n), add_special_tokens)
+    return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 def greedy_accuracy(
@@ -421,3 +486,116 @@ def greedy_accuracy(
         model.train(was_training)
     scores = [task.score(c, e) for c, e in zip(completions, task.eval_entries, strict=True)]
     return sum(scores) / max(len(scores), 1)
+
+
+@dataclass(frozen=True)
+class SampledEval:
+    """What :func:`sampled_eval` measured: ``n`` samples of each of the first ``P`` eval prompts.
+
+    Attributes:
+        step: the optimizer step it evaluated after (0: the starting policy), one of its seed's parts.
+        n: samples per prompt.
+        temperature: the sampling temperature.
+        prompts: the ``P`` prompts, as in :attr:`Task.eval_prompts` (their indices there are 0..P-1).
+        completions: shape ``(P, n)``: the sampled texts, special tokens stripped.
+        scores: shape ``(P, n)``: each completion's :meth:`Task.score`, in [0, 1].
+        pass_at: ``{k: mean over prompts of the unbiased pass@k}`` for ``k`` in
+            :func:`harness.models.passk.ks_for` ``(n)``; a sample is correct when it scores 1.
+        accuracy: mean score over all ``P * n`` samples, in [0, 1].
+        seconds: wall time of generating and scoring.
+    """
+
+    step: int
+    n: int
+    temperature: float
+    prompts: list
+    completions: list[list[str]]
+    scores: list[list[float]]
+    pass_at: dict[int, float] = field(default_factory=dict)
+    accuracy: float = 0.0
+    seconds: float = 0.0
+
+
+def eval_sampling_seed(seed: int, step: int) -> int:
+    """The torch seed of the sampled eval after optimizer ``step`` (0: before the first) of a run of
+    ``seed``: numpy's ``SeedSequence((seed, step))``'s first 32-bit word, so that a resumed run draws
+    the eval samples an uninterrupted one drew, and each step draws afresh."""
+    import numpy as np
+
+    return int(np.random.SeedSequence((int(seed), int(step))).generate_state(1)[0])
+
+
+def sampled_eval(
+    model: Any,
+    tokenizer: Any,
+    task: Task,
+    n: int,
+    temperature: float,
+    max_new_tokens: int,
+    prompts: int | None = None,
+    seed: int = 0,
+    step: int = 0,
+    batch_size: int = 64,
+) -> SampledEval:
+    """``n`` samples of each of the first ``prompts`` eval prompts at ``temperature``, scored, with
+    their pass@k (:mod:`harness.models.passk`) and mean score.
+
+    Torch's RNG (the CPU's and every CUDA device's) is forked around it and seeded with
+    :func:`eval_sampling_seed` ``(seed, step)``: the same model, settings, seed and step draw the
+    same samples, and whatever draws from torch's RNG next (training) draws what it would without
+    this call.
+
+    Args:
+        model: a causal LM (unwrapped); put in eval mode for the duration and left in the mode it was in.
+        tokenizer: its tokenizer (with a chat template when ``task.template == "chat"``).
+        task: the task whose held-out split is sampled.
+        n: samples per prompt, >= 1.
+        temperature: sampling temperature, a finite number > 0 (:func:`sample_completions`).
+        max_new_tokens: generation budget per sample, in tokens.
+        prompts: how many of ``task.eval_prompts`` (the first ones); None = all.
+        seed: the run's seed.
+        step: the optimizer step evaluated after (0 = the starting policy).
+        batch_size: sequences per ``generate`` call, about.
+
+    Raises:
+        ValueError: ``n < 1``, a bad temperature, ``prompts`` outside ``[1, len(task.eval_prompts)]``,
+            a chat task with a tokenizer lacking a chat template.
+    """
+    import torch
+
+    from harness.models import passk
+
+    count = len(task.eval_prompts) if prompts is None else prompts
+    if not 1 <= count <= len(task.eval_prompts):
+        raise ValueError(f"prompts must lie in [1, {len(task.eval_prompts)}] (the eval split), got {prompts}")
+    chosen = task.eval_prompts[:count]
+    texts = [task.prompt_text(p, tokenizer) for p in chosen]
+    t0 = time.perf_counter()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    devices = list(range(torch.cuda.device_count())) if cuda else []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(eval_sampling_seed(seed, step))
+            completions = sample_completions(
+                model, tokenizer, texts, n, temperature, max_new_tokens, batch_size, task.template != "chat"
+            )
+    finally:
+        model.train(was_training)
+    scores = [
+        [task.score(c, entry) for c in row]
+        for row, entry in zip(completions, task.eval_entries[:count], strict=True)
+    ]
+    pass_at, accuracy = passk.summarise(scores)
+    return SampledEval(
+        step=step,
+        n=n,
+        temperature=float(temperature),
+        prompts=list(chosen),
+        completions=completions,
+        scores=scores,
+        pass_at=pass_at,
+        accuracy=accuracy,
+        seconds=time.perf_counter() - t0,
+    )

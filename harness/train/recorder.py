@@ -1,7 +1,8 @@
 """The run's ``TrainerCallback``: what the harness records at every optimizer step.
 
 One parquet row per logged step (TRL's logs, the w_seq statistics, time, tokens, memory, the
-off-policy state), sampled completions, ``progress.json``, the greedy eval, checkpoint markers, and
+off-policy state), sampled completions, ``progress.json``, the greedy eval and the sampled one
+(pass@k, ``eval_samples.jsonl``), checkpoint markers, and
 the stop when a loss, reward or grad_norm turns non-finite. :func:`harness.train.training.train`
 makes it with :func:`make_callback`.
 """
@@ -66,8 +67,8 @@ class _StepRecorder:
     """What the run's TrainerCallback does (:func:`make_callback`): writes one parquet row per
     logged optimizer step, TRL's logs + w_seq stats + time/tokens/memory.
 
-    Also runs the greedy eval every ``eval_steps`` and once before the first step (time excluded
-    from the step's wall time),
+    Also runs the greedy eval every ``eval_steps`` and once before the first step, with the sampled
+    eval beside it when there is one (time excluded from the step's wall time),
     writes sampled completions, and stops training when loss, reward or grad_norm turns
     non-finite (remembering the first such step, metric and value).
     """
@@ -85,6 +86,7 @@ class _StepRecorder:
         stop_requested: Callable[[], bool] | None = None,
         machine_lease: Any = None,
         share_logs: bool = False,
+        sampled_eval_fn: Callable[[Any, int], Any] | None = None,
     ):
         self.trainer = trainer
         self.share_logs = share_logs  # add the harness's values to the step's logs, for the trackers
@@ -92,6 +94,8 @@ class _StepRecorder:
         self.settings = settings
         self.device = device
         self.eval_fn = eval_fn
+        # (model, step) -> harness.models.tasks.SampledEval, run after eval_fn on the same steps
+        self.sampled_eval_fn = sampled_eval_fn if eval_fn is not None else None
         self.samples_path = samples_path
         self.elapsed_offset = offsets.get(layout.ELAPSED_S, 0.0)
         self.generated_total = offsets.get(layout.TOKENS_GENERATED_TOTAL, 0.0)
@@ -123,12 +127,15 @@ class _StepRecorder:
         self.clock.start()
 
     def _start_eval(self, args, state) -> None:
-        """The greedy eval of the starting policy, once per run, before the first optimizer step
-        (its time is no step's): written to :data:`harness.layout.START_EVAL_FILE` by rank 0. Not
-        on resume (the trainer resumed past step 0) and not when the file is already there (a run
-        that failed before its first checkpoint starts again from step 0 with the same weights).
-        The torch RNG state is restored after it, so training draws exactly what it would without
-        it (``tests/test_start_eval.py``)."""
+        """The greedy eval of the starting policy (and the sampled one, when on), once per run,
+        before the first optimizer step (its time is no step's): written to
+        :data:`harness.layout.START_EVAL_FILE` by rank 0, the samples to
+        :data:`harness.layout.EVAL_SAMPLES_FILE` as step 0 (replacing the file: an attempt killed
+        before the start eval's file was written left at most step 0's lines there). Not on resume
+        (the trainer resumed past step 0) and not when the file is already there (a run that failed
+        before its first checkpoint starts again from step 0 with the same weights). The torch RNG
+        state is restored after it, so training draws exactly what it would without it
+        (``tests/test_start_eval.py``)."""
         if self.eval_fn is None:
             return
         path = self.samples_path.parent / layout.START_EVAL_FILE
@@ -139,31 +146,71 @@ class _StepRecorder:
         t0 = time.perf_counter()
         devices = [torch.cuda.current_device()] if self.device == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            accuracy = self._greedy_eval(state)
-        if state.is_world_process_zero and accuracy is not None:
-            atomic_write_json(
-                path,
+            accuracy, sampled = self._evaluate(state, 0)
+        if not state.is_world_process_zero or accuracy is None:
+            return
+        record = {layout.STEP: 0, layout.EVAL_ACCURACY: accuracy, "seconds": time.perf_counter() - t0}
+        if sampled is not None:
+            self._write_eval_samples(sampled, replace=True)
+            record.update(sampled_columns(sampled))
+            record.update(
                 {
-                    layout.STEP: 0,
-                    layout.EVAL_ACCURACY: accuracy,
-                    "seconds": time.perf_counter() - t0,
-                },
+                    "sampled_eval_n": sampled.n,
+                    "sampled_eval_temperature": sampled.temperature,
+                    "sampled_eval_prompts": len(sampled.prompts),
+                    "sampled_seconds": sampled.seconds,
+                }
             )
+        atomic_write_json(path, record)
 
-    def _greedy_eval(self, state) -> float | None:
-        """The greedy accuracy of the model now (on rank 0; None on the other ranks)."""
+    def _evaluate(self, state, step: int) -> tuple[float | None, Any]:
+        """The greedy accuracy of the model now and its sampled eval after ``step`` (a
+        :class:`harness.models.tasks.SampledEval`, or None when off), on rank 0; ``(None, None)``
+        on the other ranks."""
         from trl.models import unwrap_model_for_generation
 
         # Under ZeRO-3 every rank holds a shard and every forward pass is a collective (the
         # start-of-forward hook checks that the ranks agree), even with the parameters gathered:
-        # every rank generates the same greedy completions, in step, and rank 0 records them
+        # every rank generates the same greedy completions, in step, and rank 0 records them. The
+        # sampled eval seeds every rank alike (the run's seed and the step), so they draw the same
+        # samples too, and transformers' generate keeps ranks that finish early in step
+        # (synced_gpus under ZeRO-3)
         trainer = self.trainer
         every = checkpoints.zero3(trainer)
-        accuracy = None
+        accuracy = sampled = None
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as whole:
             if every or state.is_world_process_zero:
                 accuracy = float(self.eval_fn(whole))
-        return accuracy if state.is_world_process_zero else None
+                if self.sampled_eval_fn is not None:
+                    sampled = self.sampled_eval_fn(whole, step)
+        return (accuracy, sampled) if state.is_world_process_zero else (None, None)
+
+    def _write_eval_samples(self, sampled, replace: bool = False) -> None:
+        """One line of :data:`harness.layout.EVAL_SAMPLES_FILE` per prompt of ``sampled`` (a
+        :class:`harness.models.tasks.SampledEval`): appended, or written as the whole file
+        (atomically) when ``replace``."""
+        lines = "".join(
+            json.dumps(
+                {
+                    "step": sampled.step,
+                    "index": i,
+                    "prompt": plain_json(prompt),
+                    "completions": list(completions),
+                    "scores": [float(x) for x in scores],
+                }
+            )
+            + "\n"
+            for i, (prompt, completions, scores) in enumerate(
+                zip(sampled.prompts, sampled.completions, sampled.scores, strict=True)
+            )
+        )
+        path = self.samples_path.parent / layout.EVAL_SAMPLES_FILE
+        if replace:
+            with layout.atomic_path(path) as tmp:
+                Path(tmp).write_text(lines, encoding="utf-8")
+        else:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(lines)
 
     def on_step_end(self, args, state, control, model=None, **kw):
         self.clock.stop()
@@ -174,9 +221,12 @@ class _StepRecorder:
         s = self.settings
         due = s.eval_steps > 0 and (step % s.eval_steps == 0 or step == self.max_steps)
         if self.eval_fn is not None and due:
-            accuracy = self._greedy_eval(state)
+            accuracy, sampled = self._evaluate(state, step)
             if accuracy is not None:
                 self._pending[layout.EVAL_ACCURACY] = accuracy
+            if sampled is not None:
+                self._pending.update(sampled_columns(sampled))
+                self._write_eval_samples(sampled)
         if s.samples_steps > 0 and step % s.samples_steps == 0 and state.is_world_process_zero:
             self._write_samples(step)
         if self.stop_requested is not None and step < self.max_steps and self._agreed_stop(args):
@@ -373,6 +423,15 @@ class _StepRecorder:
         except Exception:  # counting is a nicety: never fail a run over it
             return None
         return None if n is None else float(n)
+
+
+def sampled_columns(sampled) -> dict[str, float]:
+    """The metrics columns of a sampled eval (a :class:`harness.models.tasks.SampledEval`):
+    ``eval/pass@<k>`` for each of its k (:data:`harness.layout.PASS_AT_PREFIX`) and
+    :data:`harness.layout.SAMPLED_ACCURACY`."""
+    columns = {f"{layout.PASS_AT_PREFIX}{k}": float(v) for k, v in sampled.pass_at.items()}
+    columns[layout.SAMPLED_ACCURACY] = float(sampled.accuracy)
+    return columns
 
 
 def _lease_pids(lease) -> Callable[[], list[int]] | None:

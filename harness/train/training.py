@@ -252,9 +252,6 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     from harness.trl_boundary import build_grpo_config
 
     settings, device, state, prov = _start(spec, run_dir, device, threads)
-
-    from harness.models.tasks import greedy_accuracy
-
     model_path = prepare_model(spec, run_dir)
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
     kwargs = grpo_config_kwargs(spec, device, str(ckpt_dir))
@@ -281,8 +278,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
     if spec.dynamic_sampling.enable:
         trainer.dynamic_sampling_log = run_dir / layout.DS_LOG_FILE
 
-    def eval_fn(model) -> float:
-        return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
+    eval_fn, sampled_eval_fn = _eval_fns(spec, task, tokenizer, max_new)
 
     from harness.train.sharing import MachineLease
 
@@ -293,7 +289,8 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         writer=writer,
         settings=settings,
         device=device,
-        eval_fn=eval_fn if settings.eval_steps > 0 else None,
+        eval_fn=eval_fn,
+        sampled_eval_fn=sampled_eval_fn,
         samples_path=run_dir / layout.SAMPLES_FILE,
         offsets=offsets,
         max_steps=config.max_steps,
@@ -315,6 +312,37 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         "device": device,
     }
     return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _eval_fns(spec: RunSpec, task, tokenizer, max_new: int) -> tuple[Callable | None, Callable | None]:
+    """The run's evals, ``(greedy, sampled)``: ``greedy(model)``, the greedy accuracy
+    (:func:`harness.models.tasks.greedy_accuracy`), None when ``harness.eval_steps`` is 0;
+    ``sampled(model, step)``, the sampled eval after ``step``
+    (:func:`harness.models.tasks.sampled_eval`, seeded by the run's seed and the step), None unless
+    ``harness.sampled_eval_n`` > 0 too. Both generate at most ``max_new`` tokens."""
+    from harness.models.tasks import greedy_accuracy, sampled_eval
+
+    h = spec.harness
+    if h.eval_steps <= 0:
+        return None, None
+
+    def greedy(model) -> float:
+        return greedy_accuracy(model, tokenizer, task, max_new_tokens=max_new)
+
+    def sampled(model, step: int):
+        return sampled_eval(
+            model,
+            tokenizer,
+            task,
+            n=h.sampled_eval_n,
+            temperature=h.sampled_eval_temperature,
+            max_new_tokens=max_new,
+            prompts=h.sampled_eval_prompts,
+            seed=spec.seed,
+            step=step,
+        )
+
+    return greedy, (sampled if h.sampled_eval_n > 0 else None)
 
 
 def _fit(trainer, resume_path: Path | None, lease, tracked, is_main: bool) -> float:
@@ -339,8 +367,8 @@ def _writer(spec: RunSpec, run_dir: Path, settings: HarnessSettings) -> MetricsW
 
 
 def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: int) -> dict[str, float]:
-    """Drop the metric rows, samples and dynamic sampling's groups logged after the checkpoint a
-    run resumes from (rank 0;
+    """Drop the metric rows, samples, eval samples and dynamic sampling's groups logged after the
+    checkpoint a run resumes from (rank 0;
     they are logged again as the steps are trained again), and return where the running totals
     stand there (elapsed seconds, tokens generated); empty for a fresh run."""
     if writer is None:
@@ -348,6 +376,7 @@ def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: in
     writer.truncate_after(resume_step)
     _truncate_samples(run_dir / layout.SAMPLES_FILE, resume_step)
     _truncate_samples(run_dir / layout.DS_LOG_FILE, resume_step)
+    _truncate_samples(run_dir / layout.EVAL_SAMPLES_FILE, resume_step)  # step 0, the start eval, stays
     table = read_metrics(run_dir)
     if table is None or not table.num_rows:
         return {}
@@ -356,8 +385,8 @@ def _resume_records(writer: MetricsWriter | None, run_dir: Path, resume_step: in
 
 
 def _truncate_samples(path: Path, resume_step: int) -> None:
-    """Keep the lines of ``samples.jsonl`` logged at or before ``resume_step`` (atomically); a line
-    that does not parse (cut by a kill) is dropped too."""
+    """Keep the lines of ``samples.jsonl`` (or ``eval_samples.jsonl``) logged at or before
+    ``resume_step`` (atomically); a line that does not parse (cut by a kill) is dropped too."""
     if not path.exists():
         return
     kept = []
