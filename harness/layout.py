@@ -82,6 +82,11 @@ TOKENS_TRAINED = "tokens/trained"  # completion tokens that entered the loss thi
 TOKENS_GENERATED_TOTAL = "tokens/generated_total"  # cumulative completion tokens generated
 PEAK_MEMORY_MB = "memory/peak_mb"  # peak resident memory (CPU: RSS of the process; CUDA: max allocated)
 EVAL_ACCURACY = "eval/accuracy"  # greedy accuracy on the held-out split, only on eval steps
+# Sampled eval (on eval steps, and in START_EVAL_FILE for the starting policy): n completions per
+# held-out prompt; pass@k by the unbiased estimator of Chen et al. 2021 (arXiv:2107.03374, Eq. 1)
+# for k = 1, 2, 4, ... up to n, and n itself.
+SAMPLED_ACCURACY = "eval/sampled_accuracy"  # mean correctness of the sampled completions
+PASS_AT_PREFIX = "eval/pass@"  # + k: "eval/pass@1", "eval/pass@2", ...
 # Off-policy state of the step, from what TRL did (harness.train.trainer), 0.0/1.0 and counts as floats:
 OFF_POLICY = "off_policy"  # 1.0 when a micro-batch's loss used old log-probs of an older policy, else 0.0
 REUSE_INDEX = "reuse_index"  # 1-based pass over the generation batch of the step's last micro-batch
@@ -100,6 +105,9 @@ RUN_THREADS = "machine/threads"  # torch threads of the run's process
 WSEQ_PREFIX = "w_seq/"
 LOG_WSEQ_PREFIX = "log_w_seq/"
 SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a different quantity
+#: Per step, ESS/N = (Σw)² / (N·Σw²) of the step's N sequence weights w = w_seq: 1 when every w_seq
+#: is equal, 1/N when one completion carries all the weight; NaN on a step without completions.
+WSEQ_ESS_FRAC = WSEQ_PREFIX + "ess_frac"
 
 #: The w_seq columns of a metrics row, in order (:func:`harness.train.wseq.wseq_stats` makes them).
 WSEQ_COLUMNS: tuple[str, ...] = (
@@ -129,6 +137,30 @@ WSEQ_COLUMNS: tuple[str, ...] = (
     SSEQ_PREFIX + "min",
     SSEQ_PREFIX + "max",
 )
+
+# Dynamic sampling (runs that enable it), per step: the groups drawn and kept, the generation
+# batches and completions it took, and 1.0 when the step ran out of generation batches.
+DYNAMIC_SAMPLING_PREFIX = "dynamic_sampling/"
+DS_GROUPS_DRAWN = DYNAMIC_SAMPLING_PREFIX + "groups_drawn"
+DS_GROUPS_KEPT = DYNAMIC_SAMPLING_PREFIX + "groups_kept"
+DS_GEN_BATCHES = DYNAMIC_SAMPLING_PREFIX + "gen_batches"
+DS_COMPLETIONS = DYNAMIC_SAMPLING_PREFIX + "completions_generated"
+DS_SHORT = DYNAMIC_SAMPLING_PREFIX + "short"
+
+
+def pass_at_k(name: str) -> int | None:
+    """``k`` of a pass@k column (``"eval/pass@4"`` → 4); None for any other name (``k`` must be a
+    positive integer written in decimal digits)."""
+    if not isinstance(name, str) or not name.startswith(PASS_AT_PREFIX):
+        return None
+    k = name[len(PASS_AT_PREFIX) :]
+    return int(k) if k.isdigit() and k.isascii() and int(k) >= 1 and k == str(int(k)) else None
+
+
+def is_eval_metric(name: str) -> bool:
+    """Whether ``name`` is logged on eval steps only (greedy accuracy, sampled accuracy, pass@k):
+    a run's final value of it is its last evaluation, not a mean over its last steps."""
+    return name in (EVAL_ACCURACY, SAMPLED_ACCURACY) or pass_at_k(name) is not None
 
 
 # Run states: one vocabulary for ``plan``, ``run``, ``submit``, ``status`` and ``report``
@@ -277,11 +309,19 @@ def read_start_eval(run_dir: str | os.PathLike) -> float | None:
     """The starting policy's greedy accuracy from the run's :data:`START_EVAL_FILE`; None when the
     run has none (eval off, recorded before the file existed, or not yet measured) or the file
     cannot be read or holds no finite number."""
-    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE))
-    value = info.get(EVAL_ACCURACY) if info else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+    return read_start_evals(run_dir).get(EVAL_ACCURACY)
+
+
+def read_start_evals(run_dir: str | os.PathLike) -> dict[str, float]:
+    """Every eval metric (:func:`is_eval_metric`: greedy and sampled accuracy, pass@k) of the run's
+    :data:`START_EVAL_FILE` that holds a finite number, ``{name: value}``; empty when the run has no
+    such file or it cannot be read."""
+    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE)) or {}
+    return {
+        k: float(v)
+        for k, v in info.items()
+        if is_eval_metric(k) and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    }
 
 
 def read_attempts(run_dir: str | os.PathLike) -> list[dict]:
