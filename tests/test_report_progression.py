@@ -326,3 +326,17 @@ def test_a_damaged_recorded_progression_is_named(grid):
     (grid / layout.GRID_FILE).write_text(json.dumps(info))
     with pytest.raises(report.ReportError, match=r"report.progression.rows has 1 row\(s\)"):
         report.make_report(grid)
+
+
+def test_a_report_across_folders_leaves_the_progression_to_each_folders_own_report(grid, tmp_path):
+    import shutil
+
+    other = tmp_path / "other" / "toy"
+    shutil.copytree(grid, other)
+    out = report.make_report([grid, other], across="folder", out=tmp_path / "both")
+    index = (out / "index.md").read_text()
+    assert not (out / "progression.md").exists() and "## Progression" not in index
+    assert (
+        "Note: a progression (report: progression:) compares the runs of one grid: it is in each folder's own "
+        f"report, `grpo-harness report {grid}`, `grpo-harness report {other}`."
+    ) in index
