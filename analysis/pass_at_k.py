@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
 
 from analysis import stats, style
-from analysis.aggregate import factorize_runs
+from analysis.aggregate import band_caption, factorize_runs
 from analysis.grouping import by_run_and_step
 from analysis.limits import clamp_limits, curve_limits
 from analysis.panels import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
@@ -226,9 +226,9 @@ def _count_text(counts: Sequence[int]) -> str:
 
 def pass_at_k_caption(points: PassAtK, *, n: Sequence[int] = (), temperature: Sequence[float] = ()) -> str:
     """What the pass@k figure and table show: the estimator, n and the temperature (each as the
-    runs' configs state it; ``n`` else the largest k recorded), which step is the end, and how many
-    runs each point has (a point of one run has no interval)."""
-    pct = f"{100 * points.confidence:g}%"
+    runs' configs state it; ``n`` else the largest k recorded), which step is the end, the band
+    (:func:`analysis.aggregate.band_caption`: with 2 or 3 runs its t quantile) and how many runs
+    each point has (a point of one run has no band)."""
     ns = sorted({int(v) for v in n})
     n_text = (
         f"n = {', '.join(map(str, ns))} sampled completions per eval prompt"
@@ -250,7 +250,8 @@ def pass_at_k_caption(points: PassAtK, *, n: Sequence[int] = (), temperature: Se
         else "–"
     )
     counts = {w: points.frame.loc[points.frame["when"] == w, "runs"].tolist() for w in (START, END)}
-    runs_text = "; ".join(f"{w}: {_count_text(c)} run(s) per point" for w, c in counts.items() if c)
+    all_counts = [int(n) for c in counts.values() for n in c]
+    runs_text = ", ".join(f"{w} {_count_text(c)}" for w, c in counts.items() if c)
     missing = (
         points.runs.loc[points.runs["when"] == END, layout.RUN_ID].nunique()
         - points.runs.loc[points.runs["when"] == START, layout.RUN_ID].nunique()
@@ -258,8 +259,9 @@ def pass_at_k_caption(points: PassAtK, *, n: Sequence[int] = (), temperature: Se
     return (
         f"pass@k against k (log2 axis) from the sampled eval: {ESTIMATOR}; {n_text}, {t_text}. Dashed: the "
         "starting policy, before step 1 (each run's eval_start.json); solid: the end, each run's last eval "
-        f"step ({end_text}). Mean over runs (seeds) with its {pct} Student-t interval (df = runs - 1); no "
-        f"interval where fewer than 2 runs have the point (a hollow marker: one run). {runs_text}."
+        f"step ({end_text}). {band_caption('t', points.confidence, runs=all_counts)}"
+        + (" A hollow marker: a point of one run, without a band." if min(all_counts, default=2) < 2 else "")
+        + f" Runs per point: {runs_text}."
         + (
             f" {missing} run(s) recorded no start (no sampled eval in eval_start.json)."
             if missing > 0

@@ -62,7 +62,9 @@ PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 #: The greedy eval of the starting policy (``harness.eval_steps`` > 0 only), measured once before
 #: the first optimizer step and never again on resume: ``{"step": 0, "eval/accuracy": a, "seconds":
-#: s}`` (the eval's wall time); the low end of normalised scores (:mod:`analysis.tasks`).
+#: s}`` (the eval's wall time), with the sampled eval's columns too where it is on
+#: (:data:`SAMPLED_ACCURACY`, ``eval/pass@k``); the low end of normalised scores
+#: (:mod:`analysis.tasks`) and the start of pass@k against k (:mod:`analysis.pass_at_k`).
 START_EVAL_FILE = "eval_start.json"
 CHECKPOINTS_DIR = "checkpoints"
 GRID_CACHE_DIR = ".cache"  # per grid folder: frames the report loaded, keyed by the runs' files

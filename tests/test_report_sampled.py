@@ -95,7 +95,9 @@ def test_pass_at_k_points_are_the_mean_over_seeds_with_a_student_t_interval(samp
         "n = 4 sampled",
         "temperature 0.7",
         "step 20",
-        "1-3 run(s) per point",
+        "Runs per point: start 1-3, end 1-3.",
+        "A hollow marker: a point of one run",
+        "t = 4.30 for 3 runs",
     ):
         assert text in caption, text
     rows = md_rows(tables.to_markdown(data.pass_at_k_table))
