@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.findings import NOT_READ, verdict
+from analysis.scores import score_rule
 from analysis.tables import Table, fmt
 from harness import layout
 
@@ -158,14 +159,11 @@ def progression_caption(
     """What the progression table shows and how its numbers were made (``runs``: the runs counted
     per row, in order; ``reps``: the resamples of its bootstraps)."""
     pct = f"{100 * confidence:g}%"
-    rule = (
-        "its last evaluation" if layout.is_eval_metric(metric) else "the mean of its last 10% of logged steps"
-    )
     seeds = f"{runs[0]} per row" if len(set(runs)) == 1 else f"{', '.join(map(str, runs))}, row by row"
     resamples = f"{reps[0]:,}" if len(reps) == 1 else f"{min(reps):,}-{max(reps):,}" if reps else "no"
     return (
         "Rows as the grid file's report: progression: lists them, each adding one technique to the row above. "
-        f"Per row, its finished runs (seeds: {seeds}); each run's final {metric} is {rule}. Mean over runs with its "
+        f"Per row, its finished runs (seeds: {seeds}); each run's final {metric}: {score_rule(metric)}. Mean over runs with its "
         f"{pct} Student-t interval (df = runs - 1). Difference: the row's mean minus the row above's, with its {pct} "
         "Welch t interval (unequal variances, Welch-Satterthwaite df). P(> row above): the probability that a "
         "run of the row has the higher final value than a run of the row above (Mann-Whitney U / nm; Agarwal "

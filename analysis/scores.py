@@ -40,6 +40,7 @@ __all__ = [
     "final_performance_table",
     "final_scores",
     "resolvable_differences",
+    "score_rule",
 ]
 
 
@@ -73,6 +74,12 @@ class Resolvable:
     frame: pd.DataFrame
     power: float = 0.8
     alpha: float = 0.05
+
+
+def score_rule(metric: str) -> str:
+    """How :func:`final_scores` (by default) scores a run on ``metric``, as captions say it: "its
+    last evaluation" for an eval metric, else "mean of its last 10% of logged steps"."""
+    return "its last evaluation" if layout.is_eval_metric(metric) else "mean of its last 10% of logged steps"
 
 
 def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd.Series:

@@ -235,7 +235,7 @@ def test_progression_table_by_hand():
         "C: no comparison with the row above (3 and 1 run(s)): a row with fewer than 2 runs has no spread to "
         "test against; run at least 2 seeds per row.",
     )
-    for text in ("final eval/accuracy is its last evaluation", "seeds: 3, 3, 1, row by row", "Student-t", "Welch",
+    for text in ("final eval/accuracy: its last evaluation", "seeds: 3, 3, 1, row by row", "Student-t", "Welch",
                  "Mann-Whitney U / nm", "50,000 resamples"):  # fmt: skip
         assert text in table.caption, text
 

@@ -13,6 +13,7 @@ from analysis import findings as findings_mod
 from analysis import states, tables, timing
 from analysis.power import min_detectable_effect, pooled_sd
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, ReportData
+from analysis.scores import score_rule
 from analysis.tables import Table, fmt
 from harness import layout
 
@@ -239,7 +240,7 @@ def _off_policy_text(data: ReportData) -> str:
 
 
 def _score_rule(metric: str) -> str:
-    return "its last evaluation" if layout.is_eval_metric(metric) else "mean of its last 10% of logged steps"
+    return score_rule(metric)
 
 
 def _timing_caption(baseline: str | None, at_once: bool) -> str:
