@@ -31,7 +31,7 @@ from matplotlib.lines import Line2D
 from analysis import style
 from analysis.aggregate import X_LABELS, Curves, XKind, curves
 from analysis.labels import metric_label
-from analysis.limits import clamp_limits, curve_limits
+from analysis.limits import metric_limits
 from analysis.offpolicy import is_ratio_metric, off_policy_rows
 from analysis.panels import (
     ON_POLICY_NOTE,
@@ -166,7 +166,7 @@ def plot_curve_set(
                     ax.set_xlabel(X_LABELS.get(c.x, c.x))
                 if j == 0:
                     ax.set_ylabel(ylabel or metric_label(c.metric))
-        lim = clamp_limits(curve_limits(means, bands), c.metric, agg["mean"].to_numpy())
+        lim = metric_limits(c.metric, means, bands, agg["mean"].to_numpy())
         if lim is not None and sharey:
             axes[0, 0].set_ylim(*lim)
         _curve_legend(
@@ -255,7 +255,7 @@ def plot_highlight(
             if k % ncols == 0:
                 ax.set_ylabel(ylabel or metric_label(c.metric))
         finish_grid(axes, {(k // ncols, k % ncols) for k in range(n)}, c.x)
-        lim = clamp_limits(curve_limits(line_values, band_values), c.metric, agg["mean"].to_numpy())
+        lim = metric_limits(c.metric, line_values, band_values, agg["mean"].to_numpy())
         if lim is not None:
             axes[0, 0].set_ylim(*lim)
         handles = [Line2D([], [], color="0.82", linewidth=0.7, label="the other variants")]

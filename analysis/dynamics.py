@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from analysis import style
 from analysis.aggregate import Curves, XKind, curves
 from analysis.labels import metric_label
-from analysis.limits import clamp_limits, curve_limits
+from analysis.limits import metric_limits
 from analysis.offpolicy import is_ratio_metric, off_policy_rows
 from analysis.panels import (
     ON_POLICY_NOTE,
@@ -61,7 +61,8 @@ def plot_panels(
     importance-ratio metrics (:data:`analysis.offpolicy.RATIO_PREFIXES`) count off-policy steps
     only (:func:`analysis.offpolicy.off_policy_rows`). A metric that is absent or all-NaN in ``df``
     is left out (``skip_missing``) or drawn as a "no data" panel; if no metric has data, one "no
-    data" panel is returned. Each panel has its own robust y-limits.
+    data" panel is returned. Each panel has its own robust y-limits (a metric of
+    :data:`analysis.limits.FIXED_LIMITS`, e.g. ESS/N, its fixed range).
 
     Args:
         df: frame from :func:`analysis.load.load`.
@@ -122,8 +123,7 @@ def plot_panels(
         for i, j, m, _ in cells:
             key = i if col is not None else -1 - (i * nc + j)
             if key in row_curves:
-                lim = curve_limits(row_curves[key], row_bands[key])
-                lim = clamp_limits(lim, m, np.concatenate(row_curves[key]))
+                lim = metric_limits(m, row_curves[key], row_bands[key], np.concatenate(row_curves[key]))
                 if lim is not None and axes[i, j].get_ylim() != lim:
                     axes[i, j].set_ylim(*lim)
         used = {(i, j) for i, j, _, _ in cells}

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness import layout
+
 NONE_LABEL = "(none)"
 
 __all__ = [
@@ -91,6 +93,7 @@ _METRIC_LABELS: dict[str, str] = {
     "reward": "reward",
     "reward_std": "reward std within group",
     "eval/accuracy": "eval accuracy (greedy)",
+    "eval/sampled_accuracy": "eval accuracy (sampled)",
     "entropy": "token entropy (nats)",
     "kl": "KL to reference",
     "clip_ratio/region_mean": "clipped fraction (any)",
@@ -102,6 +105,7 @@ _METRIC_LABELS: dict[str, str] = {
     "completions/mean_length_incorrect": "incorrect length (tokens)",
     "completions/clipped_ratio": "truncated (fraction)",
     "vespo/phi_seq_mean": "VESPO phi_seq (mean)",
+    "w_seq/ess_frac": "ESS/N of w_seq",
     "frac_reward_zero_std": "groups with zero reward std",
     "loss": "loss",
     "grad_norm": "gradient norm",
@@ -110,8 +114,10 @@ _METRIC_LABELS: dict[str, str] = {
 
 
 def metric_label(metric: str) -> str:
-    """Human-readable axis label for a metric column (the column name itself when unknown)."""
-    return _METRIC_LABELS.get(metric, metric)
+    """Human-readable axis label for a metric column (the column name itself when unknown);
+    ``eval/pass@k`` is ``eval pass@k (sampled)``."""
+    k = layout.pass_at_k(metric)
+    return f"eval pass@{k} (sampled)" if k is not None else _METRIC_LABELS.get(metric, metric)
 
 
 def is_missing(v: Any) -> bool:

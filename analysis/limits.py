@@ -11,7 +11,14 @@ import numpy as np
 
 from harness import layout
 
-__all__ = ["FRACTION_PREFIXES", "clamp_limits", "curve_limits", "robust_limits"]
+__all__ = [
+    "FIXED_LIMITS",
+    "FRACTION_PREFIXES",
+    "clamp_limits",
+    "curve_limits",
+    "fixed_limits",
+    "robust_limits",
+]
 
 
 def robust_limits(values: np.ndarray, *, q: float = 0.01, pad: float = 0.06) -> tuple[float, float] | None:
@@ -43,6 +50,9 @@ def robust_limits(values: np.ndarray, *, q: float = 0.01, pad: float = 0.06) -> 
 #: Metrics that are fractions or probabilities: their axis never needs to go beyond [0, 1].
 FRACTION_PREFIXES: tuple[str, ...] = (
     layout.EVAL_ACCURACY,
+    layout.SAMPLED_ACCURACY,
+    layout.PASS_AT_PREFIX,
+    layout.WSEQ_ESS_FRAC,
     "clip_ratio/",
     "cispo_clip_ratio",
     "frac_",
@@ -90,3 +100,28 @@ def clamp_limits(
     if metric.startswith(FRACTION_PREFIXES):
         hi = min(hi, 1.0 + margin)
     return (lo, hi) if hi > lo else lim
+
+
+#: Metrics drawn on a fixed y-range whatever their values: ESS/N is read against its whole range
+#: (1: every completion weighs the same; 1/N: one carries the weight), so its axis is [0, 1] even
+#: when every value sits near 1.
+FIXED_LIMITS: dict[str, tuple[float, float]] = {layout.WSEQ_ESS_FRAC: (0.0, 1.0)}
+
+
+def fixed_limits(metric: str) -> tuple[float, float] | None:
+    """The y-limits of a metric drawn on a fixed range (:data:`FIXED_LIMITS`), widened by 3% of the
+    range on each side so that values at its ends stay visible; None for any other metric."""
+    lim = FIXED_LIMITS.get(metric)
+    if lim is None:
+        return None
+    margin = 0.03 * (lim[1] - lim[0])
+    return lim[0] - margin, lim[1] + margin
+
+
+def metric_limits(
+    metric: str, curves_: Sequence[np.ndarray], bands: Sequence[np.ndarray], means: np.ndarray
+) -> tuple[float, float] | None:
+    """The y-limits of a panel of ``metric``'s curves: its fixed range (:func:`fixed_limits`),
+    else :func:`curve_limits` of what is drawn kept in the metric's natural range
+    (:func:`clamp_limits` with the mean values ``means``)."""
+    return fixed_limits(metric) or clamp_limits(curve_limits(curves_, bands), metric, means)

@@ -175,11 +175,17 @@ def _read_config(path: str) -> tuple[dict[str, Any], dict[str, Any], str | None]
     return flat, varying_flat, data.get("grid")
 
 
+#: How a wanted column that stands for every column it starts ends: ``pg_noclip/`` (a plugin's
+#: metrics), ``eval/pass@`` (pass@k for every k recorded).
+PREFIX_ENDS = ("/", "@")
+
+
 def _expand_prefixes(want: Sequence[str], names: Sequence[str]) -> list[str]:
-    """``want`` with each entry ending in "/" (``pg_noclip/``) replaced by the ``names`` it starts."""
+    """``want`` with each entry ending in one of :data:`PREFIX_ENDS` (``pg_noclip/``,
+    ``eval/pass@``) replaced by the ``names`` it starts."""
     out: list[str] = []
     for w in want:
-        out += [n for n in names if n.startswith(w)] if w.endswith("/") else [w]
+        out += [n for n in names if n.startswith(w)] if w.endswith(PREFIX_ENDS) else [w]
     return out
 
 
@@ -523,8 +529,9 @@ def _metric_data(
     Args:
         tables: the metric tables read (:func:`_normalise`d); ``owners[k]`` is the position in
             ``ids`` of the run ``tables[k]`` belongs to.
-        want: the metrics asked for (None: every column found); one ending in "/" stands for
-            every column found that starts with it (none: no column).
+        want: the metrics asked for (None: every column found); one ending in "/" or "@"
+            (:data:`PREFIX_ENDS`) stands for every column found that starts with it (none: no
+            column).
 
     Returns:
         ``({column: (rows,) values}, metric names)``, rows sorted by (run, step), the last of a

@@ -40,6 +40,7 @@ __all__ = [
     "final_performance_table",
     "final_scores",
     "resolvable_differences",
+    "score_rule",
 ]
 
 
@@ -75,9 +76,16 @@ class Resolvable:
     alpha: float = 0.05
 
 
+def score_rule(metric: str) -> str:
+    """How :func:`final_scores` (by default) scores a run on ``metric``, as captions say it: "its
+    last evaluation" for an eval metric, else "mean of its last 10% of logged steps"."""
+    return "its last evaluation" if layout.is_eval_metric(metric) else "mean of its last 10% of logged steps"
+
+
 def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd.Series:
-    """Per-run score: final value of a sparse eval metric, else mean of the last k logged steps
-    (default: the last 10% of the run's logged steps, at least one).
+    """Per-run score: for an eval metric (greedy or sampled accuracy, pass@k:
+    :func:`harness.layout.is_eval_metric`) its last evaluation, else the mean of the last k logged
+    steps (default: the last 10% of the run's logged steps, at least one).
 
     Returns:
         Score per run id (sorted), runs without a logged value left out.
@@ -91,7 +99,7 @@ def final_scores(df: pd.DataFrame, metric: str, last_k: int | None = None) -> pd
     counts = np.bincount(c, minlength=n_runs)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
     pos_from_end = np.repeat(starts + counts, counts) - np.arange(c.size) - 1  # 0 = last logged step
-    if metric == layout.EVAL_ACCURACY:
+    if layout.is_eval_metric(metric):
         k = np.ones(n_runs)
     else:
         k = np.maximum(1, np.ceil(0.1 * counts)) if last_k is None else np.full(n_runs, int(last_k))
@@ -158,7 +166,8 @@ def final_performance_table(
     """Final performance per variant: mean and IQM over runs with stratified bootstrap intervals.
 
     A run's score is the mean of ``metric`` over its last ``last_k`` logged steps (default: the
-    last 10% of its steps, at least one), or, for ``eval/accuracy``, its last evaluation. Scores
+    last 10% of its steps, at least one), or, for an eval metric (``eval/accuracy``,
+    ``eval/sampled_accuracy``, ``eval/pass@k``), its last evaluation. Scores
     form an ``(runs, tasks)`` matrix per variant (one task unless ``task`` names a column or
     ``task.name`` varies). Aggregates and intervals follow Agarwal et al. 2021 (rliable): mean,
     IQM (25% trimmed mean), percentile intervals from a bootstrap over runs stratified by task,
@@ -382,7 +391,7 @@ def _final_caption(
     """How :func:`final_performance_table` scored, aggregated and compared the runs."""
     how = (
         "last evaluation"
-        if metric == layout.EVAL_ACCURACY
+        if layout.is_eval_metric(metric)
         else (
             "mean of the last 10% of logged steps"
             if last_k is None

@@ -124,13 +124,25 @@ def format_plan(plan, grid_dir: Path | None = None) -> str:
         applied.append(f"profile {g.profile}: {settings or 'no settings'}")
     if g.overrides:
         applied.append(f"overrides: {' '.join(g.overrides)}")
-    if g.report:
-        applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in g.report.items()))
+    shown = {k: v for k, v in g.report.items() if k != "progression"}
+    if shown:
+        applied.append("report: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in shown.items()))
     description = [g.description.strip()] if g.description else []
     from harness.config.findings import plan_lines as finding_lines
+    from harness.config.report_check import progression_lines
     from harness.losses import plan_lines
 
-    return "\n".join([title, *description, *applied, *plan_lines(plan.runs), *finding_lines(plan), *lines])
+    return "\n".join(
+        [
+            title,
+            *description,
+            *applied,
+            *progression_lines(plan),
+            *plan_lines(plan.runs),
+            *finding_lines(plan),
+            *lines,
+        ]
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -65,7 +65,9 @@ PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 #: The greedy eval of the starting policy (``harness.eval_steps`` > 0 only), measured once before
 #: the first optimizer step and never again on resume: ``{"step": 0, "eval/accuracy": a, "seconds":
-#: s}`` (the eval's wall time); the low end of normalised scores (:mod:`analysis.tasks`).
+#: s}`` (the eval's wall time), with the sampled eval's columns too where it is on
+#: (:data:`SAMPLED_ACCURACY`, ``eval/pass@k``); the low end of normalised scores
+#: (:mod:`analysis.tasks`) and the start of pass@k against k (:mod:`analysis.pass_at_k`).
 START_EVAL_FILE = "eval_start.json"
 #: The sampled eval's completions (``harness.sampled_eval_n`` > 0 only): one JSON line per eval step
 #: and prompt, ``{"step", "index", "prompt", "completions": [...], "scores": [...]}`` (step 0: the
@@ -124,6 +126,9 @@ RUN_THREADS = "machine/threads"  # torch threads of the run's process
 WSEQ_PREFIX = "w_seq/"
 LOG_WSEQ_PREFIX = "log_w_seq/"
 SSEQ_PREFIX = "s_seq/"  # GSPO's length-normalised ratio exp(mean_t ...), a different quantity
+#: Per step, ESS/N = (Σw)² / (N·Σw²) of the step's N sequence weights w = w_seq: 1 when every w_seq
+#: is equal, 1/N when one completion carries all the weight; NaN on a step without completions.
+WSEQ_ESS_FRAC = WSEQ_PREFIX + "ess_frac"
 
 #: The w_seq columns of a metrics row, in order (:func:`harness.train.wseq.wseq_stats` makes them).
 WSEQ_COLUMNS: tuple[str, ...] = (
@@ -154,6 +159,21 @@ WSEQ_COLUMNS: tuple[str, ...] = (
     SSEQ_PREFIX + "min",
     SSEQ_PREFIX + "max",
 )
+
+
+def pass_at_k(name: str) -> int | None:
+    """``k`` of a pass@k column (``"eval/pass@4"`` → 4); None for any other name (``k`` must be a
+    positive integer written in decimal digits)."""
+    if not isinstance(name, str) or not name.startswith(PASS_AT_PREFIX):
+        return None
+    k = name[len(PASS_AT_PREFIX) :]
+    return int(k) if k.isdigit() and k.isascii() and int(k) >= 1 and k == str(int(k)) else None
+
+
+def is_eval_metric(name: str) -> bool:
+    """Whether ``name`` is logged on eval steps only (greedy accuracy, sampled accuracy, pass@k):
+    a run's final value of it is its last evaluation, not a mean over its last steps."""
+    return name in (EVAL_ACCURACY, SAMPLED_ACCURACY) or pass_at_k(name) is not None
 
 
 # Run states: one vocabulary for ``plan``, ``run``, ``submit``, ``status`` and ``report``
@@ -304,11 +324,19 @@ def read_start_eval(run_dir: str | os.PathLike) -> float | None:
     """The starting policy's greedy accuracy from the run's :data:`START_EVAL_FILE`; None when the
     run has none (eval off, recorded before the file existed, or not yet measured) or the file
     cannot be read or holds no finite number."""
-    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE))
-    value = info.get(EVAL_ACCURACY) if info else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
+    return read_start_evals(run_dir).get(EVAL_ACCURACY)
+
+
+def read_start_evals(run_dir: str | os.PathLike) -> dict[str, float]:
+    """Every eval metric (:func:`is_eval_metric`: greedy and sampled accuracy, pass@k) of the run's
+    :data:`START_EVAL_FILE` that holds a finite number, ``{name: value}``; empty when the run has no
+    such file or it cannot be read."""
+    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE)) or {}
+    return {
+        k: float(v)
+        for k, v in info.items()
+        if is_eval_metric(k) and not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+    }
 
 
 def read_attempts(run_dir: str | os.PathLike) -> list[dict]:

@@ -173,3 +173,43 @@ def md_rows(md: str) -> list[list[str]]:
         for line in md.splitlines()
         if line.startswith("|")
     ]
+
+
+def write_start_eval(grid_dir: Path, run_id: str, values: Mapping[str, float]) -> Path:
+    """The run's ``eval_start.json``: the starting policy's evals (``eval/accuracy``, the sampled
+    ``eval/sampled_accuracy`` and ``eval/pass@k``), as the recorder writes it before step 1."""
+    path = layout.run_dir(grid_dir, run_id) / layout.START_EVAL_FILE
+    path.write_text(json.dumps({"step": 0, **dict(values), "seconds": 1.0}))
+    return path
+
+
+def eval_steps_run(
+    grid_dir: Path,
+    run_id: str,
+    *,
+    loss_type: str,
+    seed: int,
+    evals: Mapping[int, Mapping[str, float]],
+    steps: int = 20,
+    columns: Mapping[str, Sequence[Any]] | None = None,
+    state: str = "done",
+    harness: Mapping[str, Any] | None = None,
+) -> Path:
+    """A run of ``steps`` steps logging reward every step and, on the steps of ``evals``
+    (``{step: {column: value}}``), those eval columns (NaN on the other steps); ``columns`` adds
+    per-step columns, ``harness`` the run's ``harness`` settings."""
+    step = list(range(1, steps + 1))
+    cols: dict[str, Any] = {layout.STEP: step, "reward": [0.01 * k for k in step], **dict(columns or {})}
+    for name in dict.fromkeys(c for values in evals.values() for c in values):
+        cols[name] = [evals.get(k, {}).get(name) for k in step]
+    config = config_for(loss_type, seed)
+    if harness is not None:
+        config["harness"] = dict(harness)
+    return write_run(
+        grid_dir,
+        run_id,
+        config=config,
+        varying={"trainer.loss_type": loss_type, "seed": seed},
+        columns=cols,
+        state=state,
+    )

@@ -14,8 +14,10 @@ stopped or running at step s of ``max_steps``), and ``include_unfinished`` adds 
 whose ``config.json`` is damaged is named and left out. A run that never had a learning signal
 is flagged and never counts as improved. Curves are smoothed by a stated rule; importance-ratio
 metrics are drawn over off-policy steps only. A grid with a ``findings:`` section gets the verdict
-on each finding (:mod:`analysis.findings`) near the top; every report states, under the final
-performance table, the smallest difference of final score its seeds can resolve.
+on each finding (:mod:`analysis.findings`) near the top, and one with a ``report: progression:``
+its progression table (:mod:`analysis.progression`) after it; runs with a sampled eval get pass@k
+against k (:mod:`analysis.pass_at_k`); every report states, under the final performance table, the
+smallest difference of final score its seeds can resolve.
 
 Layout comes, in order of precedence, from the command line, the grid file's ``report:``
 section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
@@ -30,6 +32,8 @@ The modules, in the order a report is made:
 ``baseline``        the baseline variant and the variants table
 ``compute``         every number of the report (:func:`compute_report`), no drawing
 ``compute_tables``  the report's tables as numbers: display names, unfinished runs, runs at once
+``pass_at_k``       the pass@k figure and table as numbers: counted runs, n, temperature, caption
+``progression``     the progression table as numbers: each row's runs from ``grid.json``, scored
 ``data``            :class:`ReportData` (frozen, built once), what ``compute`` hands to ``render``
 ``render``          the figures and ``index.md`` (:func:`render_report`)
 ``render_tables``   the table and findings sections of ``index.md`` and their captions

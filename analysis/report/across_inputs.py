@@ -30,6 +30,16 @@ def report_section(comparison: Comparison) -> tuple[Mapping[str, Any] | None, li
     """
     sections = [_grid_section(g.path) for g in comparison.grids]
     notes = []
+    with_progression = [
+        g for g, s in zip(comparison.grids, sections, strict=True) if s and s.get("progression")
+    ]
+    if with_progression:
+        # its rows name the run ids of one folder: a progression is made in that folder's report
+        sections = [{k: v for k, v in s.items() if k != "progression"} if s else s for s in sections]
+        notes.append(
+            "a progression (report: progression:) compares the runs of one grid: it is in each folder's own "
+            "report, " + ", ".join(f"`grpo-harness report {g.path}`" for g in with_progression)
+        )
     if any(s != sections[0] for s in sections[1:]):
         notes.append(
             f"the folders' report: sections differ; the layout starts from {comparison.grids[0].label}'s"
@@ -121,6 +131,7 @@ def _combine(
             aliases=aliases,
         ),
         start_evals={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_evals.items()},
+        start_sampled={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_sampled.items()},
     )
 
 

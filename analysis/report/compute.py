@@ -23,6 +23,8 @@ from analysis.report.baseline import _baseline_label, _variants_table
 from analysis.report.compute_tables import finish_tables, table_jobs, with_at_once
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, VARIANT, Layout, ReportData, ReportInputs, _Keys
 from analysis.report.inputs import TRL_LOSS_TYPES
+from analysis.report.pass_at_k import pass_at_k_numbers
+from analysis.report.progression import progression_numbers
 from analysis.report.runs import (
     _check_axes,
     _compared_lines,
@@ -39,7 +41,7 @@ from analysis.report.runs import (
 from analysis.report.settings import ReportError, ReportSettings
 from analysis.report.tasks import task_layout, task_section
 from harness import layout
-from harness.config.report_section import REPORT_X
+from harness.config.report_section import DYNAMICS_METRICS, RECENT_DYNAMICS, REPORT_X
 
 
 def compute_report(
@@ -104,6 +106,7 @@ def compute_report(
         "left_out": c.left_out,
         "variants": _variants_table(c.runs, c.keys.label, c.layout, c.placed),
         "findings": found,
+        **progression_numbers(c.df, c.runs, without, s.progression),
         **c.layout.layout_fields(),
     }
     lines += c.lines
@@ -118,6 +121,7 @@ def compute_report(
     return ReportData(
         **head,
         **numbers,
+        **pass_at_k_numbers(work, runs, inputs, c.layout, (c.keys.col, c.keys.row)),
         runs=runs,
         lines=[*lines, *number_lines],
         on_policy=on_policy,
@@ -315,7 +319,8 @@ def _metric_notes(
         if m not in work.columns:
             lines.append(f"Note: no run logged `{m}`; its curve is not drawn.")
     dyn_metrics = [m for m in s.metrics if m in work.columns and work[m].notna().any()]
-    dyn_missing = [m for m in s.metrics if m not in dyn_metrics]
+    recent = RECENT_DYNAMICS if tuple(s.metrics) == DYNAMICS_METRICS else ()
+    dyn_missing = [m for m in s.metrics if m not in dyn_metrics and m not in recent]
     dyn_metrics = merge_plugin_metrics(dyn_metrics, plugin_metrics(work))
     if s.x != "step":
         x_missing = runs.index[runs["included"]].difference(

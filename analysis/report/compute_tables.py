@@ -15,7 +15,7 @@ from analysis import timing as timing_mod
 from analysis.grouping import joined_keys
 from analysis.load import LoadInfo
 from analysis.report.data import AT_ONCE, Layout, _Keys
-from analysis.report.runs import _display_names
+from analysis.report.runs import display_names
 from analysis.report.settings import ReportSettings
 from analysis.tables import Table
 from harness import layout
@@ -92,7 +92,7 @@ def finish_tables(
     """The tables with display names (and unfinished runs marked, per row of each: the timing
     table's rows also split by runs at once), the final scores per run and the performance
     profile, as :class:`ReportData` fields."""
-    names = _display_names(layout_, info, keys.col, keys.row)
+    names = display_names(layout_, info, keys.col, keys.row)
     (final, scores), timing, check = results["final"], results["timing"], results["check"]
     summary = learning_check.learning_summary(check, by=by).with_headers(names)
     timing, final = timing.with_headers(names), final.with_headers(names)

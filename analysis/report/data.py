@@ -15,6 +15,8 @@ from analysis import curves, finals
 from analysis import tasks as tasks_mod
 from analysis.aggregate import Curves
 from analysis.load import LoadInfo
+from analysis.pass_at_k import PassAtK
+from analysis.progression import ProgressionTable
 from analysis.report.settings import ReportSettings
 from analysis.scores import FinalTable, Resolvable
 from analysis.tables import Table
@@ -80,6 +82,8 @@ class ReportInputs:
             columns, varying keys and aliases.
         start_evals: ``{run_id: greedy accuracy}`` of the starting policy, for each requested run
             that measured it before its first step (:func:`harness.layout.read_start_eval`).
+        start_sampled: ``{run_id: {column: value}}``: the starting policy's sampled eval
+            (``eval/sampled_accuracy``, ``eval/pass@k``) of each requested run that measured one.
     """
 
     frame: pd.DataFrame
@@ -90,6 +94,7 @@ class ReportInputs:
     grid_runs: Mapping[str, Mapping[str, Any]]
     load: LoadInfo
     start_evals: Mapping[str, float] = field(default_factory=dict)
+    start_sampled: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Any]:
         """``frame, states, grid_info, run_set = inputs``."""
@@ -159,6 +164,13 @@ class ReportData(Layout):
         profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
         resolvable: :func:`analysis.scores.resolvable_differences` of the final scores per panel.
         findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
+        progression: :func:`analysis.progression.progression_table` of the ``report:`` section's
+            progression (None without one).
+        progression_lines: the lines under the progression table (runs left out, notes, what dynamic
+            sampling cost), or why it is not made.
+        pass_at_k: :func:`analysis.pass_at_k.pass_at_k_points` of the counted runs (None when none
+            recorded a pass@k).
+        pass_at_k_table: its table, with the caption of the figure and the table.
         tasks: :func:`analysis.report.tasks.task_section`: the normalised scores aggregated over
             tasks, when the runs are on several (None otherwise).
     """
@@ -188,6 +200,10 @@ class ReportData(Layout):
     profile: finals.Profile | None = None
     resolvable: Resolvable | None = None
     findings: Table | None = None
+    progression: ProgressionTable | None = None
+    progression_lines: tuple[str, ...] = ()
+    pass_at_k: PassAtK | None = None
+    pass_at_k_table: Table | None = None
     tasks: TaskSection | None = None
     empty: bool = False
 

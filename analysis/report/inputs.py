@@ -17,6 +17,7 @@ from analysis import findings as findings_mod
 from analysis import states, wseq
 from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
 from analysis.report.data import ReportInputs
+from analysis.report.pass_at_k import SAMPLED_N, SAMPLED_TEMPERATURE
 from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
 from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
 from analysis.tables import Table
@@ -52,6 +53,9 @@ def report_columns(settings: ReportSettings) -> list[str]:
         "w_seq/min",
         "w_seq/max",
         *([settings.wseq_split] if settings.wseq_split else []),
+        *([settings.progression.metric] if settings.progression else []),
+        layout.PASS_AT_PREFIX,
+        layout.DS_PREFIX,
     ]
     keys = [*(settings.hue or ()), *settings.col, *settings.row]
     keys += [k for k, _ in (_baseline_pairs(settings.baseline or "") or [])]
@@ -61,6 +65,8 @@ def report_columns(settings: ReportSettings) -> list[str]:
         "trainer.sync_ref_model",
         "trainer.ref_model_sync_steps",
         "trainer.importance_sampling_level",
+        SAMPLED_N,
+        SAMPLED_TEMPERATURE,
     ]
     config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
     return list(dict.fromkeys([*metrics, *config]))
@@ -114,19 +120,30 @@ def load_report_inputs(
         requested_runs=tuple(ids),
         grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
         load=loaded.info,
-        start_evals=start_evals(grid_dir, [r for r in ids if r in present]),
+        **start_values(grid_dir, [r for r in ids if r in present]),
     )
 
 
 def start_evals(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, float]:
     """``{run_id: the starting policy's greedy accuracy}`` of the runs that measured it
     (:func:`harness.layout.read_start_eval`)."""
-    out = {}
+    return start_values(grid_dir, run_ids)["start_evals"]
+
+
+def start_values(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The starting policy's evals of the runs that measured them, each run's file read once
+    (:func:`harness.layout.read_start_evals`): ``{"start_evals": {run_id: greedy accuracy},
+    "start_sampled": {run_id: {column: value}}}`` (the sampled eval's columns, sampled accuracy and
+    pass@k), the :class:`ReportInputs` fields."""
+    greedy: dict[str, float] = {}
+    sampled: dict[str, dict[str, float]] = {}
     for rid in run_ids:
-        value = layout.read_start_eval(layout.run_dir(grid_dir, rid))
-        if value is not None:
-            out[rid] = value
-    return out
+        values = layout.read_start_evals(layout.run_dir(grid_dir, rid))
+        if layout.EVAL_ACCURACY in values:
+            greedy[rid] = values.pop(layout.EVAL_ACCURACY)
+        if values:
+            sampled[rid] = values
+    return {"start_evals": greedy, "start_sampled": sampled}
 
 
 def read_run_set(

@@ -11,7 +11,7 @@ import pandas as pd
 from filelock import FileLock
 
 from analysis import aggregate as agg_mod
-from analysis import curves, dynamics, finals, labels, states, style, wseq
+from analysis import curves, dynamics, finals, labels, pass_at_k, states, style, tables, wseq
 from analysis.offpolicy import is_ratio_metric
 from analysis.report.data import REPORT_SUFFIXES, ReportData
 from analysis.report.render_tables import (
@@ -21,6 +21,7 @@ from analysis.report.render_tables import (
     _score_rule,
     _section,
     _table_sections,
+    progression_section,
 )
 from analysis.report.render_tasks import task_sections
 from analysis.report.runs import _count_range
@@ -60,9 +61,11 @@ def render_report(data: ReportData, out: Path) -> list[str]:
     )
     parts = (
         _findings_section,
+        progression_section,
         first,
         then,
         _tasks_section,
+        _pass_at_k_section,
         _dynamics_section,
         _wseq_section,
         _aggregate_sections,
@@ -189,6 +192,29 @@ def _tasks_section(data: ReportData, out: Path) -> list[str]:
     """The normalised scores across tasks (:mod:`analysis.report.render_tasks`), when the runs are
     on several tasks."""
     return task_sections(data.tasks, out, data.colors)
+
+
+def _pass_at_k_section(data: ReportData, out: Path) -> list[str]:
+    """The pass@k figure and its table, when a counted run recorded a sampled eval."""
+    lines: list[str] = []
+    if data.pass_at_k is None or data.pass_at_k_table is None:
+        return lines
+    fig, _ = pass_at_k.plot_pass_at_k(
+        data.pass_at_k,
+        hue=data.hue,
+        col=data.col,
+        row=data.row,
+        colors=data.colors,
+        hue_order=data.hue_order,
+        col_values=data.col_values,
+        row_values=data.row_values,
+        legend_title=data.legend_title,
+    )
+    table = data.pass_at_k_table
+    _figure_section(lines, fig, out / "pass_at_k", "pass@k", "pass@k against k", table.caption)
+    tables.write_table(table, out / "pass_at_k_table")
+    lines.extend([tables.to_markdown(table), "Files: pass_at_k.png/.pdf, pass_at_k_table.md/.csv/.tex", ""])
+    return lines
 
 
 def _dynamics_section(data: ReportData, out: Path) -> list[str]:

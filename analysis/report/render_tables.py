@@ -13,6 +13,7 @@ from analysis import findings as findings_mod
 from analysis import states, tables, timing
 from analysis.power import min_detectable_effect, pooled_sd
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, ReportData
+from analysis.scores import score_rule
 from analysis.tables import Table, fmt
 from harness import layout
 
@@ -136,6 +137,24 @@ def _findings_section(data: ReportData, out: Path) -> list[str]:
     return lines
 
 
+def progression_section(data: ReportData, out: Path) -> list[str]:
+    """The progression table (the ``report:`` section's ``progression``), near the top of the
+    report, with the runs it leaves out and its notes under it; or why it is not made."""
+    lines: list[str] = []
+    table = data.progression
+    if table is None:
+        if data.progression_lines:
+            _section(lines, "Progression", " ".join(data.progression_lines))
+        return lines
+    notes = list(data.progression_lines)
+    tables.write_table(table, out / "progression", notes=notes)
+    _section(lines, f"Progression: final {data.settings.progression.metric}", table.caption)
+    lines.extend(
+        [tables.to_markdown(table), *(f"{line}\n" for line in notes), "Files: progression.md/.csv/.tex", ""]
+    )
+    return lines
+
+
 def _table_sections(data: ReportData, out: Path) -> list[str]:
     """The tables, written as markdown, CSV and LaTeX and shown in the index."""
     s = data.settings
@@ -221,7 +240,7 @@ def _off_policy_text(data: ReportData) -> str:
 
 
 def _score_rule(metric: str) -> str:
-    return "its last evaluation" if metric == layout.EVAL_ACCURACY else "mean of its last 10% of logged steps"
+    return score_rule(metric)
 
 
 def _timing_caption(baseline: str | None, at_once: bool) -> str:

@@ -550,7 +550,7 @@ def _where(r: pd.Series, facets: Labelled | Layout) -> str:
     return "; ".join(parts) if parts else "all runs"
 
 
-def _display_names(
+def display_names(
     layout_: Layout, info: LoadInfo, col_keys: Sequence[str], row_keys: Sequence[str]
 ) -> dict[str, str]:
     """The tables' headers of the panel and panel-row label columns: the titles of their keys."""

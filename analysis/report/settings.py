@@ -14,6 +14,7 @@ from harness.config.report_section import (
     ReportError,
     ReportSettings,
     SmoothingError,
+    check_progression,
     parse_normalise,
     parse_smoothing,
     parse_smoothing_text,
@@ -47,6 +48,10 @@ def check_section(section: Any, where: str) -> list[str]:
                 parse_normalise(value)
             except ValueError as e:
                 problems.append(f"{where}: report.normalise = {value!r}: {e}")
+            continue
+        if key == "progression":
+            if value is not None:
+                problems += [f"{where}: {p}" for p in check_progression(value, recorded=True)[1]]
             continue
         ok = {
             "hue": names(value) and bool(value),

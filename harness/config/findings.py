@@ -171,7 +171,7 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
             )
     for arm in ARMS:
         if finding.get(arm) is not None:
-            out[arm] = _selector(finding[arm], f"{where}.{arm}", problems)
+            out[arm] = check_selector(finding[arm], f"{where}.{arm}", problems)
     scaled = finding.get("scaled")
     if scaled is not None and not isinstance(scaled, str):
         problems.append(
@@ -212,12 +212,18 @@ def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
     return None
 
 
-def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
-    """An arm's selector: ``{dotted key: value}``, keys written like grid keys, values type-checked
-    and coerced as grid values are; not ``seed`` (an arm pools its seeds)."""
+def check_selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """A selector (a finding's arm, a progression row of the ``report:`` section), checked and
+    normalised: ``{dotted key: value}``, keys written like grid keys, values type-checked and
+    coerced as grid values are, :data:`SUBGRID` a sub-grid's name; not ``seed`` (a selector pools
+    the runs of every seed). Problems go to ``problems``, each starting with ``where``.
+
+    Returns:
+        The normalised selector, or None when it has a problem.
+    """
     if not isinstance(value, Mapping) or not value:
         problems.append(
-            f"{where} = {_shown(value)}: give a non-empty mapping of settings that select the arm's runs, "
+            f"{where} = {_shown(value)}: give a non-empty mapping of settings that select its runs, "
             "written like grid keys, e.g. {epsilon_high: 0.28, num_iterations: 4}."
         )
         return None
@@ -236,8 +242,8 @@ def _selector(value: Any, where: str, problems: list[str]) -> dict[str, Any] | N
         key = normalize_key(str(raw))
         if key == "seed" or key == "trainer.seed":
             problems.append(
-                f"{where}.{raw}: an arm pools the runs of every seed, so seed cannot select one; drop it "
-                "(the verdict compares the arms over their seeds)."
+                f"{where}.{raw}: a selector pools the runs of every seed, so seed cannot select one; drop "
+                "it (the comparison is over the seeds)."
             )
             ok = False
             continue
@@ -283,7 +289,8 @@ def arm_runs(runs: Sequence[Any], selector: Mapping[str, Any]) -> list[Any]:
     return [r for r in runs if selects(r, selector)]
 
 
-def _setting_text(selector: Mapping[str, Any]) -> str:
+def setting_text(selector: Mapping[str, Any]) -> str:
+    """A selector as ``key=value`` text (``epsilon_high=0.28, subgrid="clip"``), for messages."""
     return ", ".join(f"{k.removeprefix('trainer.')}={json.dumps(v)}" for k, v in selector.items())
 
 
@@ -307,8 +314,8 @@ def plan_problems(plan: Any) -> list[str]:
             arms[arm] = arm_runs(runs, selector)
             if not arms[arm]:
                 problems.append(
-                    _no_run_problem(f"{where}.{arm}", selector, runs, plan)
-                    + _applied_text(plan.grid, selector)
+                    no_run_problem(f"{where}.{arm}", selector, runs, plan)
+                    + applied_text(plan.grid, selector)
                     + _origin_text(plan.grid.source, fid)
                 )
         shared = {r.run_id for r in arms["baseline"]} & {r.run_id for r in arms["variant"]}
@@ -316,30 +323,32 @@ def plan_problems(plan: Any) -> list[str]:
             example = next(r for r in arms["baseline"] if r.run_id in shared)
             keys = list(dict.fromkeys([*finding["baseline"], *finding["variant"]]))
             problems.append(
-                f"{where}: baseline ({_setting_text(finding['baseline'])}) and variant "
-                f"({_setting_text(finding['variant'])}) share {len(shared)} run(s), e.g. run {example.run_id} "
-                f"({_setting_text({k: example.varying.get(k) for k in plan.varying_keys})}), and a run cannot "
+                f"{where}: baseline ({setting_text(finding['baseline'])}) and variant "
+                f"({setting_text(finding['variant'])}) share {len(shared)} run(s), e.g. run {example.run_id} "
+                f"({setting_text({k: example.varying.get(k) for k in plan.varying_keys})}), and a run cannot "
                 f"be compared with itself; give both arms the keys {', '.join(k.removeprefix('trainer.') for k in keys)} "
                 "with a different value of one of them." + _origin_text(plan.grid.source, fid)
             )
     return problems
 
 
-def _applied_text(grid: Any, selector: Mapping[str, Any]) -> str:
+def applied_text(grid: Any, selector: Mapping[str, Any], noun: str = "arm") -> str:
     """A sentence naming the profile settings and ``-o`` overrides that set a key ``selector``
-    selects by ("" when none does): they apply before the arms select runs."""
+    selects by ("" when none does): they apply before the selectors (``noun``: arm, row) select
+    runs."""
     given = [(k, f"--profile {grid.profile} ({k}={json.dumps(v)})") for k, v in grid.profile_settings]
     given += [(o.split("=", 1)[0].strip(), f"-o {o}") for o in grid.overrides]
     hits = [text for key, text in given if normalize_key(key.removeprefix("grid.")) in selector]
     if not hits:
         return ""
     return (
-        f" ({' and '.join(dict.fromkeys(hits))} applies before the arms select runs: an arm that selects by "
-        "a key it sets must use the value it gives, or select by other keys or by subgrid.)"
+        f" ({' and '.join(dict.fromkeys(hits))} applies before the {noun}s select runs: "
+        f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun} that selects by a key it sets must use the value it "
+        "gives, or select by other keys or by subgrid.)"
     )
 
 
-def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any], plan: Any = None) -> str:
+def no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any], plan: Any = None) -> str:
     """Why ``selector`` matches no run: the first key whose value no run has (with the values the
     grid has), else the combination (with the values of the runs that match all but the last key)."""
 
@@ -364,8 +373,8 @@ def _no_run_problem(where: str, selector: Mapping[str, Any], runs: Sequence[Any]
     partial = arm_runs(runs, {k: selector[k] for k in keys[:-1]})
     last = keys[-1]
     return (
-        f"{where}: no run has all of {_setting_text(selector)}; the runs with "
-        f"{_setting_text({k: selector[k] for k in keys[:-1]})} have {last} = {values_of(last, partial)}. "
+        f"{where}: no run has all of {setting_text(selector)}; the runs with "
+        f"{setting_text({k: selector[k] for k in keys[:-1]})} have {last} = {values_of(last, partial)}. "
         "Pick values that occur together in the grid."
     )
 
@@ -413,7 +422,8 @@ KNOWN_METRICS = (
 
 def metric_warning(metric: str) -> str | None:
     """A warning for a finding's ``metric`` that is not a known column (:data:`KNOWN_METRICS`, the
-    harness's own, ``rewards/<name>/mean|std``) but is close to one, naming it; else None."""
+    harness's own, ``rewards/<name>/mean|std``, ``eval/pass@k``) but is close to one, naming it;
+    else None."""
     from harness import layout
     from harness.config.schema import REWARD_NAMES
     from harness.layout import WSEQ_COLUMNS
@@ -422,11 +432,13 @@ def metric_warning(metric: str) -> str | None:
     own = (
         layout.STEP_WALL_S, layout.ELAPSED_S, layout.TOKENS_GENERATED, layout.TOKENS_TRAINED,
         layout.TOKENS_GENERATED_TOTAL, layout.PEAK_MEMORY_MB, layout.EVAL_ACCURACY, layout.OFF_POLICY,
-        layout.REUSE_INDEX, layout.POLICY_LAG, LENGTH_CORRECT, LENGTH_INCORRECT,
+        layout.REUSE_INDEX, layout.POLICY_LAG, LENGTH_CORRECT, LENGTH_INCORRECT, layout.SAMPLED_ACCURACY,
+        layout.WSEQ_ESS_FRAC, layout.DS_GROUPS_DRAWN, layout.DS_GROUPS_KEPT, layout.DS_GEN_BATCHES,
+        layout.DS_COMPLETIONS_GENERATED, layout.DS_SHORT, layout.DS_GROUPS_TRAINED, layout.DS_REWARD_GENERATED,
     )  # fmt: skip
     rewards = tuple(f"rewards/{r}/{s}" for r in REWARD_NAMES for s in ("mean", "std"))
     known = (*KNOWN_METRICS, *own, *WSEQ_COLUMNS, *rewards)
-    if metric in known:
+    if metric in known or layout.pass_at_k(metric) is not None:
         return None
     close = difflib.get_close_matches(metric, known, n=1, cutoff=0.8)
     if not close:
@@ -449,7 +461,7 @@ def plan_lines(plan: Any, width: int = 72) -> list[str]:
         a, b = f["window"]
         lines.append(f"  {fid}: {claim}")
         counts = {arm: len(arm_runs(plan.runs, f[arm])) for arm in ARMS}
-        arms = "; ".join(f"{arm} {_setting_text(f[arm])}: {counts[arm]} run(s)" for arm in ARMS)
+        arms = "; ".join(f"{arm} {setting_text(f[arm])}: {counts[arm]} run(s)" for arm in ARMS)
         lines.append(
             f"    {f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps"
             + (", off-policy steps only" if f["off_policy_only"] else "")

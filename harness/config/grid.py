@@ -251,8 +251,10 @@ def plan_record(plan: Plan) -> dict[str, Any]:
     """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
     specified, so the report covers exactly these runs, its ``report:`` layout (``{}`` when it
     has none), so the report needs no YAML, and its ``findings:`` with each arm's run ids
-    (:func:`harness.config.findings.record`)."""
+    (:func:`harness.config.findings.record`); a progression's rows get their run ids too
+    (:func:`harness.config.report_check.report_record`)."""
     from harness.config.findings import record
+    from harness.config.report_check import report_record
 
     return {
         "name": plan.grid.name,
@@ -262,6 +264,6 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "run_ids": [r.run_id for r in plan.runs],
         "varying": list(plan.varying_keys),
         "runs": {r.run_id: {k: r.varying.get(k) for k in plan.varying_keys} for r in plan.runs},
-        "report": dict(plan.grid.report),
+        "report": report_record(plan),
         "findings": record(plan),
     }

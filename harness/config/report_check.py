@@ -3,7 +3,8 @@
 Its schema (keys, choices, the smoothing parser) is :class:`harness.config.report_section.ReportSettings`,
 shared with the report; here each key's value is checked against the grid: ``hue``/``col``/``row``
 and the ``baseline``'s keys name run settings, metric names are names, ``target`` a finite number.
-No run setting: no run id depends on it.
+No run setting: no run id depends on it. A progression's rows are checked against the plan's runs
+(:func:`progression_problems`) and recorded with their run ids (:func:`report_record`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from harness import layout
 from harness.config import report_section
+from harness.config.findings import applied_text, arm_runs, check_selector, no_run_problem, setting_text
 from harness.config.keys import is_number, normalize_key, run_setting_key, suggest
 from harness.config.report_section import REPORT_KEYS, REPORT_LEAD, REPORT_X
 
@@ -106,7 +109,7 @@ def _report_names(value: Any, where: str, problems: list[str], many: bool) -> An
     """``metric`` (``many`` False): a metric name; ``curves``/``metrics``: a list of them."""
     if not many:
         if isinstance(value, str) and value.strip():
-            return value.strip()
+            return value.strip() if _pass_at_k_ok(value.strip(), where, problems) else None
         problems.append(f"{where} = {value!r}: give a metric name, e.g. reward or eval/accuracy.")
         return None
     if not isinstance(value, list) or not all(isinstance(m, str) and m.strip() for m in value):
@@ -114,11 +117,118 @@ def _report_names(value: Any, where: str, problems: list[str], many: bool) -> An
         problems.append(f"{where} = {value!r}: give a list of metric names, e.g. {example}.")
         return None
     names = [m.strip() for m in value]
+    if not all([_pass_at_k_ok(m, where, problems) for m in names]):
+        return None
     twice = sorted({m for m in names if names.count(m) > 1})
     if twice:
         problems.append(f"{where}: {', '.join(twice)} is listed more than once; list each metric once.")
         return None
     return names
+
+
+def _pass_at_k_ok(name: str, where: str, problems: list[str]) -> bool:
+    """Whether a metric name that starts like a pass@k column (``eval/pass@``) names one, ``k`` a
+    positive integer (:func:`harness.layout.pass_at_k`); a problem otherwise."""
+    if not name.startswith(layout.PASS_AT_PREFIX) or layout.pass_at_k(name) is not None:
+        return True
+    problems.append(
+        f"{where}: {name!r} is no pass@k column: k is a positive integer, one of 1, 2, 4, ... up to the "
+        f"samples per prompt n, or n itself; write e.g. {layout.PASS_AT_PREFIX}4."
+    )
+    return False
+
+
+def _report_progression(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+    """``progression``: its shape (:func:`harness.config.report_section.check_progression`), the
+    metric a name, each row's selector as a finding's arm's (:func:`harness.config.findings.check_selector`);
+    as JSON data with the selectors normalised, or None (problems)."""
+    checked, found = report_section.check_progression(value, where=where)
+    problems += found
+    metric = value.get("metric", layout.EVAL_ACCURACY) if isinstance(value, Mapping) else None
+    ok = checked is not None
+    if isinstance(metric, str) and metric.strip():
+        ok = _report_names(metric, f"{where}.metric", problems, many=False) is not None and ok
+    raw = value.get("rows") if isinstance(value, Mapping) else None
+    selects = []
+    for k, row in enumerate(raw if isinstance(raw, list | tuple) else ()):
+        select = row.get("select") if isinstance(row, Mapping) else None
+        if isinstance(select, Mapping) and select:  # an empty or missing one: check_progression says so
+            select = check_selector(select, f"{where}.rows[{k}].select", problems)
+            ok = ok and select is not None
+        selects.append(select)
+    if not ok or checked is None:
+        return None
+    rows = [{"label": r.label, "select": sel} for r, sel in zip(checked.rows, selects, strict=True)]
+    return {"metric": checked.metric, "rows": rows}
+
+
+def progression_problems(plan: Any) -> list[str]:
+    """Problems of the ``report:`` section's progression against the plan's runs
+    (:class:`harness.config.grid.Plan`), as the findings' arms are checked
+    (:func:`harness.config.findings.plan_problems`): a row that selects no run (naming the key or
+    combination no run has and the values the grid has), and two rows that select a run in common.
+
+    Returns:
+        One sentence per problem, each with the fix; empty without a progression or when every row
+        selects runs of its own.
+    """
+    section = (plan.grid.report or {}).get("progression")
+    if not section:
+        return []
+    where = "report.progression"
+    runs = list(plan.runs)
+    picked = [arm_runs(runs, row["select"]) for row in section["rows"]]
+    problems = []
+    for k, (row, selected) in enumerate(zip(section["rows"], picked, strict=True)):
+        if not selected:
+            problems.append(
+                no_run_problem(f"{where}.rows[{k}] ({row['label']}).select", row["select"], runs, plan)
+                + applied_text(plan.grid, row["select"], noun="row")
+            )
+    for i in range(len(picked)):
+        for j in range(i + 1, len(picked)):
+            shared = [r for r in picked[i] if r.run_id in {x.run_id for x in picked[j]}]
+            if shared:
+                a, b = section["rows"][i], section["rows"][j]
+                problems.append(
+                    f"{where}.rows[{i}] ({a['label']}: {setting_text(a['select'])}) and rows[{j}] ({b['label']}: "
+                    f"{setting_text(b['select'])}) select the same {len(shared)} run(s), e.g. run "
+                    f"{shared[0].run_id} ({setting_text({k: shared[0].varying.get(k) for k in plan.varying_keys})}); "
+                    "a run belongs to one row (each row is one set of techniques, compared with the row above): "
+                    "give the rows selectors that no run satisfies together, e.g. a sub-grid each (select: "
+                    "{subgrid: NAME})."
+                )
+    return problems
+
+
+def progression_lines(plan: Any) -> list[str]:
+    """What ``grpo-harness plan`` prints of the ``report:`` section's progression: its metric, and
+    each row with its selector and the runs it selects; none without one."""
+    section = (plan.grid.report or {}).get("progression")
+    if not section:
+        return []
+    lines = [f"report progression ({len(section['rows'])} rows, final {section['metric']}):"]
+    for row in section["rows"]:
+        n = len(arm_runs(list(plan.runs), row["select"]))
+        lines.append(f"  {row['label']}: {setting_text(row['select'])}: {n} run(s)")
+    return lines
+
+
+def report_record(plan: Any) -> dict[str, Any]:
+    """What ``grid.json`` records of the ``report:`` section: the section as checked, a
+    progression's rows each with the run ids its selector picks from the plan (``runs``), so the
+    report needs neither the YAML nor a second matching."""
+    out = dict(plan.grid.report or {})
+    section = out.get("progression")
+    if section:
+        runs = list(plan.runs)
+        out["progression"] = {
+            **section,
+            "rows": [
+                {**row, "runs": [r.run_id for r in arm_runs(runs, row["select"])]} for row in section["rows"]
+            ],
+        }
+    return out
 
 
 def _report_choice(value: Any, where: str, problems: list[str], choices: Sequence[str], what: str) -> Any:
@@ -201,4 +311,5 @@ _REPORT_CHECKS: dict[str, Callable[[Any, str, list[str], Sequence[str]], Any]] =
     "target": lambda v, w, p, g: _report_target(v, w, p),
     "seeds": lambda v, w, p, g: _report_seeds(v, w, p),
     "normalise": lambda v, w, p, g: _report_normalise(v, w, p),
+    "progression": lambda v, w, p, g: _report_progression(v, w, p),
 }

@@ -17,6 +17,7 @@ import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 from harness import layout
@@ -25,17 +26,25 @@ __all__ = [
     "AUTO",
     "DYNAMICS_METRICS",
     "NORMALISE_WHAT",
+    "PROGRESSION_KEYS",
+    "PROGRESSION_ROW_KEYS",
+    "PROGRESSION_WHAT",
+    "RECENT_DYNAMICS",
     "REPORT_CI",
     "REPORT_KEYS",
     "REPORT_LEAD",
     "REPORT_SMOOTHING",
     "REPORT_X",
     "ReportError",
+    "Progression",
+    "ProgressionRow",
     "ReportSettings",
     "SmoothingError",
     "add_arguments",
     "given_in",
     "parse_normalise",
+    "check_progression",
+    "parse_progression",
     "parse_smoothing",
     "parse_smoothing_text",
 ]
@@ -58,7 +67,12 @@ DYNAMICS_METRICS: tuple[str, ...] = (
     "clip_ratio/high_mean",
     "completions/mean_length",
     "vespo/phi_seq_mean",
+    layout.WSEQ_ESS_FRAC,
 )
+#: Default dynamics panels that only results recorded since their column exists have (w_seq's
+#: ESS/N): drawn when a run logged them, left out without a note otherwise, so that a report of
+#: older results reads as it did. Named in a grid's own ``metrics:``, a missing one is noted.
+RECENT_DYNAMICS: tuple[str, ...] = (layout.WSEQ_ESS_FRAC,)
 
 #: Keys whose value is a tuple of names (a single string counts as one name).
 _TUPLES = ("hue", "col", "row", "curves", "metrics")
@@ -178,6 +192,157 @@ def parse_normalise(value: Any) -> dict[str, Any]:
     return out
 
 
+#: What the ``progression`` setting takes, for messages.
+PROGRESSION_WHAT = (
+    "a mapping {metric: NAME (default eval/accuracy), rows: [{label: TEXT, select: {subgrid: NAME, KEY: "
+    "VALUE, ...}}, ...]} with at least 2 rows, each adding one technique to the row above"
+)
+#: Keys of the ``progression`` setting, and of one of its rows (``runs``: recorded by the plan).
+PROGRESSION_KEYS = ("metric", "rows")
+PROGRESSION_ROW_KEYS = ("label", "select")
+
+
+@dataclass(frozen=True)
+class ProgressionRow:
+    """One row of a progression table: a variant that adds one technique to the row above.
+
+    Attributes:
+        label: the row's name in the table (``+ Clip-Higher``).
+        select: the settings that select its runs, in the findings' selector language
+            (``{dotted key: value}``, ``subgrid`` for a sub-grid's name). Read-only.
+        runs: the run ids the plan selected (``grid.json``); None when not recorded.
+    """
+
+    label: str
+    select: Mapping[str, Any]
+    runs: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "select", MappingProxyType(dict(self.select)))
+
+
+@dataclass(frozen=True)
+class Progression:
+    """The ``progression`` setting (DAPO's Table 1 shape, arXiv:2503.14476): rows in order, each
+    compared with the row above on each run's final ``metric``.
+
+    Attributes:
+        rows: at least two :class:`ProgressionRow`, labels distinct.
+        metric: the score compared (each run's final value, as the final-performance table scores).
+    """
+
+    rows: tuple[ProgressionRow, ...]
+    metric: str = layout.EVAL_ACCURACY
+
+    def as_json(self) -> dict[str, Any]:
+        """The setting as ``grid.json`` records it: ``{metric, rows: [{label, select[, runs]}]}``."""
+        rows = []
+        for r in self.rows:
+            row: dict[str, Any] = {"label": r.label, "select": dict(r.select)}
+            if r.runs is not None:
+                row["runs"] = list(r.runs)
+            rows.append(row)
+        return {"metric": self.metric, "rows": rows}
+
+
+def parse_progression(
+    value: Any, *, recorded: bool = False, where: str = "report.progression"
+) -> Progression:
+    """A ``progression`` setting as a :class:`Progression` (:func:`check_progression`).
+
+    Raises:
+        ValueError: every problem :func:`check_progression` finds, joined by "; ".
+    """
+    out, problems = check_progression(value, recorded=recorded, where=where)
+    if out is None:
+        raise ValueError("; ".join(problems))
+    return out
+
+
+def check_progression(
+    value: Any, *, recorded: bool = False, where: str = "report.progression"
+) -> tuple[Progression | None, list[str]]:
+    """A ``progression`` setting's shape checked: a mapping of ``metric`` (a name; default
+    ``eval/accuracy``) and ``rows`` (at least 2, each ``{label, select}``, labels distinct). A
+    row's selector keys are checked against the grid's settings by
+    :mod:`harness.config.report_check`, its runs against the plan's. ``recorded``: the form
+    ``grid.json`` holds, where each row may also list its ``runs``.
+
+    Returns:
+        ``(progression, problems)``: the setting (None when there is any problem) and one sentence
+        per problem, each naming ``where`` and the key, the value and the fix.
+    """
+    if isinstance(value, Progression):
+        return value, []
+    if not isinstance(value, Mapping):
+        return None, [f"{where} = {value!r}: give {PROGRESSION_WHAT}."]
+    problems = [
+        f"{where}: unknown key {k!r}{_did_you_mean(str(k), PROGRESSION_KEYS)}; a progression has "
+        f"{' and '.join(PROGRESSION_KEYS)}."
+        for k in value
+        if k not in PROGRESSION_KEYS
+    ]
+    metric = value.get("metric", layout.EVAL_ACCURACY)
+    if not isinstance(metric, str) or not metric.strip():
+        problems.append(f"{where}.metric = {metric!r}: give a metric name, e.g. metric: eval/accuracy.")
+    rows = value.get("rows")
+    if not isinstance(rows, list | tuple) or len(rows) < 2:
+        n = len(rows) if isinstance(rows, list | tuple) else 0
+        problems.append(
+            f"{where}.rows has {n} row(s): each row is compared with the row above, so give at least 2, e.g. "
+            "rows: [{label: Naive GRPO, select: {subgrid: naive}}, {label: + Clip-Higher, select: {subgrid: "
+            "clip_higher}}]."
+        )
+    out = [_progression_row(r, f"{where}.rows[{k}]", recorded, problems) for k, r in enumerate(rows or ())]
+    labels = [r.label for r in out if r is not None]
+    for label in dict.fromkeys(lab for lab in labels if labels.count(lab) > 1):
+        problems.append(
+            f"{where}.rows: {labels.count(label)} rows are labelled {label!r}; give each row its own label."
+        )
+    if problems:
+        return None, problems
+    return Progression(rows=tuple(r for r in out if r is not None), metric=str(metric).strip()), []
+
+
+def _progression_row(row: Any, where: str, recorded: bool, problems: list[str]) -> ProgressionRow | None:
+    """One row of a ``progression`` setting (:func:`check_progression`), None with a problem."""
+    allowed = (*PROGRESSION_ROW_KEYS, "runs") if recorded else PROGRESSION_ROW_KEYS
+    if not isinstance(row, Mapping):
+        problems.append(
+            f"{where} = {row!r}: a row is a mapping {{label: TEXT, select: {{KEY: VALUE, ...}}}}."
+        )
+        return None
+    found = [
+        f"{where}: unknown key {k!r}{_did_you_mean(str(k), allowed)}; a row has {' and '.join(allowed)}."
+        for k in row
+        if k not in allowed
+    ]
+    label, select, runs = row.get("label"), row.get("select"), row.get("runs")
+    if not isinstance(label, str) or not label.strip():
+        found.append(f"{where}.label = {label!r}: give the row's name as text, e.g. label: + Clip-Higher.")
+    if not isinstance(select, Mapping) or not select:
+        found.append(
+            f"{where}.select = {select!r}: give the settings that select the row's runs, written like grid "
+            "keys, e.g. select: {subgrid: clip_higher} or select: {epsilon_high: 0.28}."
+        )
+    if runs is not None and not (isinstance(runs, list | tuple) and all(isinstance(r, str) for r in runs)):
+        found.append(f"{where}.runs = {runs!r}: the run ids the plan selected, a list of text.")
+    problems += found
+    if found:
+        return None
+    return ProgressionRow(
+        label=" ".join(label.split()), select=dict(select), runs=None if runs is None else tuple(runs)
+    )
+
+
+def _did_you_mean(key: str, allowed: tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for the allowed key closest to ``key``, "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _setting(default: Any, what: str, *, section: bool = True, **flag: Any) -> Any:
     """A field of :class:`ReportSettings`: its default, what it takes (``what``), whether a grid
     file's ``report:`` section may set it, and its command-line flag (``flag["flag"]`` and
@@ -207,6 +372,8 @@ class ReportSettings:
         seeds: also draw each run's curve faintly.
         normalise: stated ends of the tasks' normalised scores (:func:`parse_normalise`); None:
             each task's start eval up to 1.
+        progression: a progression table (:class:`Progression`, :func:`parse_progression`): rows of
+            runs, each adding one technique to the row above; None: none.
         ci: ``t`` or ``bootstrap`` bands.
         include_unfinished: count runs that did not finish too (marked).
         wseq_split: split the w_seq figure by this column (e.g. ``reuse_index``).
@@ -269,6 +436,7 @@ class ReportSettings:
         False, "true or false", flag="--seeds", action="store_true", help="also draw each run faintly"
     )
     normalise: Mapping[str, Any] | None = _setting(None, NORMALISE_WHAT)
+    progression: Progression | None = _setting(None, PROGRESSION_WHAT)
     ci: str = _setting(
         "t", "t or bootstrap", section=False, flag="--ci", choices=REPORT_CI, help="curve band (default: t)"
     )
@@ -326,6 +494,11 @@ def _normalised(name: str, value: Any) -> Any:
             return parse_normalise(value)
         except ValueError as e:
             raise ReportError(f"report.normalise = {value!r}: {e}") from e
+    if name == "progression" and value is not None:
+        try:
+            return parse_progression(value, recorded=True)
+        except ValueError as e:
+            raise ReportError(str(e)) from e
     return value
 
 

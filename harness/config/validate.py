@@ -315,39 +315,48 @@ def _unused_sections(plan: Plan) -> list[Finding]:
 
 
 def _report_cannot_act(plan: Plan) -> list[Finding]:
-    """The ``report:`` section's choices no run can fill: the greedy accuracy when no run evaluates
-    (``harness.eval_steps = 0`` everywhere): as ``report.metric``, the score of every table, an
-    error (the tables would be empty); as a panel of ``curves`` or ``metrics``, a warning. And a
-    ``baseline`` of KEY=VALUE pairs that no cell has (:func:`_baseline_missing`), an error: the
-    report would compare nothing with it."""
+    """The ``report:`` section's choices no run can fill: an eval metric (greedy or sampled
+    accuracy, pass@k: :func:`harness.layout.is_eval_metric`) when no run evaluates
+    (``harness.eval_steps = 0`` everywhere): as ``report.metric``, the score of every table, or as
+    a progression's metric, an error (the tables would be empty); as a panel of ``curves`` or
+    ``metrics``, a warning. A ``baseline`` of KEY=VALUE pairs that no cell has
+    (:func:`_baseline_missing`), an error: the report would compare nothing with it. A
+    progression's row that selects no run, or two rows that share one
+    (:func:`harness.config.report_check.progression_problems`), an error."""
     from harness import layout
     from harness.config.findings import metric_warning
+    from harness.config.report_check import progression_problems
 
     report = plan.grid.report or {}
     out = _baseline_missing(plan, report.get("baseline"))
+    out += [Finding("error", p) for p in progression_problems(plan)]
+    progression = report.get("progression") or {}
     for key in ("metric", "curves", "metrics"):
         names = report.get(key)
         for name in [names] if isinstance(names, str) else names or []:
             said = metric_warning(name) if isinstance(name, str) else None
             if said:
                 out.append(Finding("warning", f"report.{key}: {said}"))
+    if progression and metric_warning(progression["metric"]):
+        out.append(Finding("warning", f"report.progression.metric: {metric_warning(progression['metric'])}"))
     if not plan.runs or any(run.harness.eval_steps > 0 for run in plan.runs):
         return out
-    if report.get("metric") == layout.EVAL_ACCURACY:
-        out.append(
-            Finding(
-                "error",
-                f"report.metric = {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): every "
-                "table of the report would be empty. Set harness.eval_steps > 0, or score on reward.",
+    for key, metric in (("metric", report.get("metric")), ("progression.metric", progression.get("metric"))):
+        if isinstance(metric, str) and layout.is_eval_metric(metric):
+            out.append(
+                Finding(
+                    "error",
+                    f"report.{key} = {metric}, but no run evaluates (harness.eval_steps = 0): every table of "
+                    "the report would be empty. Set harness.eval_steps > 0, or score on reward.",
+                )
             )
-        )
-    named = [k for k in ("curves", "metrics") if layout.EVAL_ACCURACY in (report.get(k) or [])]
-    if named:
-        keys = " and ".join(f"report.{k}" for k in named)
+    named = [(k, m) for k in ("curves", "metrics") for m in report.get(k) or [] if layout.is_eval_metric(m)]
+    for metric in dict.fromkeys(m for _, m in named):
+        keys = " and ".join(f"report.{k}" for k, m in named if m == metric)
         out.append(
             Finding(
                 "warning",
-                f"{keys} name {layout.EVAL_ACCURACY}, but no run evaluates (harness.eval_steps = 0): its panels "
+                f"{keys} name {metric}, but no run evaluates (harness.eval_steps = 0): its panels "
                 "would be empty. Set harness.eval_steps > 0, or drop it from the report section.",
             )
         )
