@@ -299,6 +299,23 @@ def read_start_eval(run_dir: str | os.PathLike) -> float | None:
     return float(value)
 
 
+def read_start_metrics(run_dir: str | os.PathLike) -> dict[str, float] | None:
+    """Every metric the run's :data:`START_EVAL_FILE` holds for its starting policy (``eval/...``
+    keys, e.g. :data:`EVAL_ACCURACY`), as ``{name: value}``, finite numbers only; None when the
+    run has no such file or it cannot be read (an entry that is no finite number is left out)."""
+    info = read_json_object(os.path.join(run_dir, START_EVAL_FILE))
+    if info is None:
+        return None
+    return {
+        str(k): float(v)
+        for k, v in info.items()
+        if str(k).startswith("eval/")
+        and not isinstance(v, bool)
+        and isinstance(v, int | float)
+        and math.isfinite(v)
+    }
+
+
 def read_attempts(run_dir: str | os.PathLike) -> list[dict]:
     """The run's attempts, oldest first, from ``attempts.jsonl``: each start record (``started_at``,
     host, SLURM ids, ``resume_from_step``, damaged checkpoints passed over) merged with the end

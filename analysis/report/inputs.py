@@ -115,6 +115,7 @@ def load_report_inputs(
         grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
         load=loaded.info,
         start_evals=start_evals(grid_dir, [r for r in ids if r in present]),
+        start_metrics=start_metrics(grid_dir, [r for r in ids if r in present]),
     )
 
 
@@ -126,6 +127,17 @@ def start_evals(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, float]:
         value = layout.read_start_eval(layout.run_dir(grid_dir, rid))
         if value is not None:
             out[rid] = value
+    return out
+
+
+def start_metrics(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """``{run_id: {eval metric: value}}`` of the starting policy, for each run with an
+    ``eval_start.json`` (:func:`harness.layout.read_start_metrics`)."""
+    out = {}
+    for rid in run_ids:
+        values = layout.read_start_metrics(layout.run_dir(grid_dir, rid))
+        if values is not None:
+            out[rid] = values
     return out
 
 
@@ -294,7 +306,9 @@ def findings_results(grid_dir: str | Path) -> Table:
         # the report's score metric plays no part: a finding reads its own (the step is always there)
         runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
         finished, without = findings_runs(runs, without, df)
-    return findings_mod.findings_table(df, findings, finished, unfinished=without, logged=logged)
+    return findings_mod.findings_table(
+        df, findings, finished, unfinished=without, logged=logged, starts=inputs.start_metrics
+    )
 
 
 def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
