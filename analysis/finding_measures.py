@@ -364,7 +364,7 @@ def paired_verdict(
         "p_improve": float(np.mean(d > 0)) if n else nan,
         "p_improve_lo": nan,
         "p_improve_hi": nan,
-        "pooled_sd": float(d.std(ddof=1)) if n >= 2 else nan,
+        "pooled_sd": nan,
         "verdict": "",
         "seeds_80": nan,
         "reps": 0,
@@ -372,6 +372,7 @@ def paired_verdict(
     if n < 2:
         out["verdict"] = f"not enough runs ({n} with a start and an end; 2 needed)"
         return out
+    out["pooled_sd"] = 0.0 if out["effect_lo"] == out["effect_hi"] else float(d.std(ddof=1))  # no spread
     out["reps"] = bootstrap_reps(n) if reps is None else reps
     (values,) = stats.stratified_bootstrap_replicates(
         [stats.mean_score], (d > 0).astype(np.float64), reps=out["reps"], seed=seed
@@ -458,10 +459,10 @@ def record_problems(f: Mapping[str, Any]) -> list[str]:
         return ["measure"]
     bad = []
     target = f.get("target")
+    number = isinstance(target, int | float) and not isinstance(target, bool) and math.isfinite(target)
     if measure == TO_TARGET:
-        number = isinstance(target, int | float) and not isinstance(target, bool) and math.isfinite(target)
         if not (number or target == BASELINE_TARGET):
-            bad.append("target")
+            return ["target"]
         if f.get("x", "step") not in X_UNITS:
             bad.append("x")
     elif "target" in f or "x" in f:

@@ -180,7 +180,8 @@ def paired_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[
 
     Returns:
         ``(mean, lo, hi)``; ``lo``/``hi`` NaN with fewer than two differences, and equal to the mean
-        when every difference is the same (no spread).
+        when every difference is the same (no spread; equal up to float rounding, within 1e-12 of
+        their magnitude, counts as the same: a t interval of rounding noise would be no result).
 
     Raises:
         ValueError: if ``confidence`` is not in (0, 1).
@@ -194,7 +195,7 @@ def paired_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[
     mean = float(d.mean())
     if d.size < 2:
         return mean, float("nan"), float("nan")
-    if d.var(ddof=1) == 0:
+    if np.ptp(d) <= 1e-12 * np.abs(d).max():  # equal up to float rounding (0.7 - 0.2 vs 0.75 - 0.25)
         return mean, mean, mean
     ci = _st.ttest_1samp(d, 0.0).confidence_interval(confidence)
     return mean, float(ci.low), float(ci.high)

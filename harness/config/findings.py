@@ -306,6 +306,14 @@ def _measure_keys(
     return out
 
 
+def _numeric_text(value: Any) -> bool:
+    """Whether ``value`` is text that reads as a number (``"0.6"``, ``"1e-1"``)."""
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
 def _target_keys(finding: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
     """A to_target finding's ``target`` (``baseline`` or a float) and ``x`` (``step`` when not
     given); a stated target with a window is a problem (no window is read)."""
@@ -318,7 +326,7 @@ def _target_keys(finding: Mapping[str, Any], where: str, problems: list[str]) ->
         problems.append(
             f"{where}.target = {_shown(target)}: give baseline (the baseline arm's mean of its runs' means over "
             "window) or a finite number, e.g. target: 0.6"
-            + ("; a number in quotes is text: write it bare." if isinstance(target, str) else ".")
+            + ("; a number in quotes is text: write it bare." if _numeric_text(target) else ".")
         )
     if number and finding.get("window") is not None:
         problems.append(
