@@ -180,7 +180,12 @@ def to_target_values(
     Returns:
         A :class:`TargetValues`. A run without a value is left out with why: no finite metric, no
         ``tokens/generated_total`` at its row, or no target (no baseline run has a window mean).
+
+    Raises:
+        ValueError: if ``target`` is neither ``"baseline"`` nor a number.
     """
+    if target != BASELINE_TARGET and (isinstance(target, bool) or not isinstance(target, int | float)):
+        raise ValueError(f"target must be {BASELINE_TARGET!r} or a number, got {target!r}")
     if target == BASELINE_TARGET:
         st = window_stats if window_stats is not None else pd.DataFrame({"value": []})
         base = st["value"].reindex(list(arms.get("baseline", ()))).to_numpy(dtype=np.float64)

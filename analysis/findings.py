@@ -486,7 +486,7 @@ def _finding_row(
         st = cache[key]
     extra: dict[str, Any] = {**_MEASURE_DEFAULTS, "measure": f.measure}
     if f.measure == TO_TARGET:
-        tv = finding_measures.to_target_values(df, f.metric, f.target or 0.0, f.x, ids, st)
+        tv = finding_measures.to_target_values(df, f.metric, f.target, f.x, ids, st)
         left += tv.left
         out = verdict(tv.values["baseline"], tv.values["variant"], f.direction, **options)
         censoring = finding_measures.censoring_note(tv.censored, f.x, out["effect"], out["verdict"])

@@ -136,6 +136,8 @@ def test_crossing_stats_first_logged_row_at_or_above_the_target():
     assert fmx.crossing_stats(df, ACC, math.nan)["censored"].tolist() == [True, True, True, False]
     with pytest.raises(ValueError, match="x must be one of"):
         fmx.crossing_stats(df, ACC, 0.6, x="time")
+    with pytest.raises(ValueError, match="target must be 'baseline' or a number"):
+        fmx.to_target_values(df, ACC, None, "step", {"baseline": ["a"], "variant": ["b"]})
 
 
 BASE_CURVES = {"b0": [0.3, 0.5, 0.6, 0.6], "b1": [0.4, 0.6, 0.7, 0.7], "b2": [0.5, 0.7, 0.8, 0.8]}
