@@ -4,7 +4,9 @@ A grid file's ``findings:`` section (:mod:`harness.config.findings`) states, per
 claim, the metric that tests it, a window of each run, the direction the paper finds and two arms
 of runs (baseline and variant); ``grid.json`` records each arm's run ids. Here, pure functions:
 
-1. :func:`window_values`: one number per run, the nan-mean of the metric over the window;
+1. :func:`window_values`: one number per run, the nan-mean of the metric over the window (a
+   finding's ``measure`` may instead be ``to_target`` or ``from_start``: the steps or tokens to a
+   target, or each run's end against its own start; :mod:`analysis.finding_measures`);
 2. :func:`verdict`: the arms' values in, the effect (variant mean - baseline mean) with its Welch
    t interval, the probability of improvement with its stratified-bootstrap interval, and the
    verdict (reproduced / opposite / not resolved, with the seeds per arm that would resolve the
@@ -23,8 +25,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import stats
+from analysis import finding_measures, stats
 from analysis.aggregate import factorize_runs
+from analysis.finding_measures import (
+    DIRECTIONS,
+    FROM_START,
+    NOT_RESOLVED,
+    TO_TARGET,
+    WINDOW,
+)
 from analysis.power import pooled_sd, seeds_for_power, welch_interval
 from analysis.scores import REPORT_REPS, bootstrap_reps
 from analysis.tables import Table, fmt
@@ -44,8 +53,6 @@ __all__ = [
     "window_values",
 ]
 
-DIRECTIONS = ("higher", "lower")
-REPRODUCED, OPPOSITE, NOT_RESOLVED = "reproduced", "opposite", "not resolved"
 #: Why an arm's run is left out when nothing else says: it is not among the runs read.
 NOT_READ = "not among the runs read (not in grid.json's run_ids, or not given to this report)"
 
@@ -58,24 +65,34 @@ class Finding:
         id: the finding's key in the grid file.
         claim, paper, scaled: the texts of the grid file (``scaled`` "" when not given).
         metric: a per-step metric column of the runs.
-        window: ``(a, b)``, fractions of each run's logged steps, ``0 <= a < b <= 1``.
-        direction: ``"higher"`` or ``"lower"``: what the paper finds for the variant's metric.
-        baseline, variant: the selectors (``{dotted key: value}``), for display.
-        arms: ``{"baseline": run ids, "variant": run ids}`` as the plan selected them.
+        window: ``(a, b)``, fractions of each run's logged steps, ``0 <= a < b <= 1``; None only for
+            a ``to_target`` finding with a stated target.
+        direction: ``"higher"`` or ``"lower"``: what the paper finds for the variant's metric (for
+            ``to_target``, its steps or tokens; for ``from_start``, its end against its start).
+        baseline, variant: the selectors (``{dotted key: value}``), for display; ``baseline`` is
+            ``{}`` for ``from_start`` (each run's own start).
+        arms: ``{"baseline": run ids, "variant": run ids}`` as the plan selected them (for
+            ``from_start`` both the variant's).
         off_policy_only: only rows with ``off_policy == 1`` count.
+        measure: ``"window"``, ``"to_target"`` or ``"from_start"`` (:mod:`analysis.finding_measures`).
+        target: ``to_target``'s level, a number or ``"baseline"``; None otherwise.
+        x: ``to_target``'s x, ``"step"`` or ``"tokens"``.
     """
 
     id: str
     claim: str
     paper: str
     metric: str
-    window: tuple[float, float]
+    window: tuple[float, float] | None
     direction: str
     baseline: Mapping[str, Any] = field(default_factory=dict)
     variant: Mapping[str, Any] = field(default_factory=dict)
     arms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     scaled: str = ""
     off_policy_only: bool = False
+    measure: str = WINDOW
+    target: float | str | None = None
+    x: str = "step"
 
 
 def read_findings(section: Any, where: str) -> list[Finding]:
@@ -105,20 +122,23 @@ def read_findings(section: Any, where: str) -> list[Finding]:
         if problem:
             problems.append(problem)
             continue
-        window, arms = f["window"], f["arms"]
+        window, arms, target = f.get("window"), f["arms"], f.get("target")
         out.append(
             Finding(
                 id=str(fid),
                 claim=f["claim"],
                 paper=f["paper"],
                 metric=f["metric"],
-                window=(float(window[0]), float(window[1])),
+                window=None if window is None else (float(window[0]), float(window[1])),
                 direction=f["direction"],
-                baseline=dict(f.get("baseline") or {}),
+                baseline=dict(f["baseline"]) if isinstance(f.get("baseline"), Mapping) else {},
                 variant=dict(f.get("variant") or {}),
                 arms={a: tuple(arms[a]) for a in ("baseline", "variant")},
                 scaled=f.get("scaled") or "",
                 off_policy_only=f.get("off_policy_only", False),
+                measure=f.get("measure", WINDOW),
+                target=target if isinstance(target, str) or target is None else float(target),
+                x=f.get("x", "step"),
             )
         )
     if problems:
@@ -136,14 +156,21 @@ def _record_problem(f: Any, here: str) -> str:
         for k in ("claim", "paper", "metric", "direction")
         if not (isinstance(f.get(k), str) and f[k].strip())
     ]
-    bad += [k for k in ("baseline", "variant") if not isinstance(f.get(k, {}), Mapping)]
+    from_start = f.get("measure") == FROM_START
+    bad += finding_measures.record_problems(f)
+    bad += [
+        k
+        for k in ("baseline", "variant")
+        if not isinstance(f.get(k, {}), Mapping) and not (k == "baseline" and from_start)
+    ]
     if not isinstance(f.get("scaled", ""), str | None):
         bad.append("scaled")
     if not isinstance(f.get("off_policy_only", False), bool):
         bad.append("off_policy_only")
     window = f.get("window")
-    if not (
-        isinstance(window, list | tuple)
+    if "window" not in bad and not (
+        window is None
+        or isinstance(window, list | tuple)
         and len(window) == 2
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in window)
         and 0 <= window[0] < window[1] <= 1
@@ -168,7 +195,7 @@ def _record_problem(f: Any, here: str) -> str:
         )
         return f"{here}: {', '.join(dict.fromkeys(bad))} missing or malformed{why}"
     shared = sorted(set(arms["baseline"]) & set(arms["variant"]))
-    if shared:
+    if shared and not from_start:
         more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
         return (
             f"{here}: arms baseline and variant share run(s) {', '.join(shared[:3])}{more} (a run cannot be "
@@ -353,13 +380,9 @@ def verdict(
         [stats.probability_of_improvement], v, b, reps=out["reps"], seed=seed
     )
     out["p_improve_lo"], out["p_improve_hi"] = stats.percentile_interval(values, confidence)
-    lo, hi = out["effect_lo"], out["effect_hi"]
-    side = "higher" if lo > 0 else ("lower" if hi < 0 else None)
-    if side is None:
-        out["verdict"] = NOT_RESOLVED
+    out["verdict"] = finding_measures.resolved(out["effect_lo"], out["effect_hi"], direction)
+    if out["verdict"] == NOT_RESOLVED:
         out["seeds_80"] = seeds_for_power(out["effect"], out["pooled_sd"], power, alpha)
-    else:
-        out["verdict"] = REPRODUCED if side == direction else OPPOSITE
     return out
 
 
@@ -370,21 +393,25 @@ def findings_table(
     *,
     unfinished: Mapping[str, str] | None = None,
     logged: Collection[str] = (),
+    starts: Mapping[str, Mapping[str, float]] | None = None,
     confidence: float = 0.95,
     reps: int | None = None,
     seed: int = 0,
 ) -> Table:
-    """One row per finding: each arm's finished runs' window values, and :func:`verdict`.
+    """One row per finding: each arm's finished runs' values (per the finding's ``measure``), and
+    :func:`verdict` (:func:`analysis.finding_measures.paired_verdict` for ``from_start``).
 
     Args:
         df: frame from :func:`analysis.load.load` with each finding's metric (runs of neither arm
-            are ignored).
+            are ignored) and, for a ``to_target`` finding over tokens, ``tokens/generated_total``.
         findings: from :func:`read_findings`.
         finished: the run ids the verdicts may count (the report's finished runs); an arm's other
             runs are left out.
         unfinished: why each run of an arm that is not in ``finished`` is not (its state, e.g.
             "diverged at step 12 (loss)"); a run it does not name is :data:`NOT_READ`.
         logged: metric names the runs log, to suggest one for a metric that no run logs.
+        starts: ``{run id: {eval metric: value}}``, each run's ``eval_start.json``
+            (:func:`harness.layout.read_start_evals`), the start of ``from_start`` findings.
         confidence, reps, seed: as in :func:`verdict`.
 
     Returns:
@@ -393,95 +420,163 @@ def findings_table(
         ``window_hi``, ``off_policy_only``, ``direction``, ``baseline``, ``variant`` (the
         selectors as ``key=value`` text), then :func:`verdict`'s keys, then ``left_out`` (the
         arms' runs without a value and why, as text: "" when none) and ``note`` (what else limits
-        the numbers: "" when nothing).
+        the numbers: "" when nothing). When a finding's measure is not ``window``, also
+        ``measure``, ``target`` (the level reached; NaN but for to_target), ``target_runs`` (the
+        baseline runs it averages; 0 when stated), ``x`` and ``censored_baseline``,
+        ``censored_variant`` (the arms' runs that never reached it). For ``from_start`` the
+        ``baseline_*`` keys are the runs' starts, ``variant_*`` their ends and ``pooled_sd`` the SD
+        of their differences.
     """
     finished = {str(r) for r in finished}
     unfinished = {str(k): str(v) for k, v in (unfinished or {}).items()}
     rows = []
     cache: dict[tuple, pd.DataFrame] = {}
     used: set[str] = set()
+    options = {"confidence": confidence, "reps": reps, "seed": seed}
     for f in findings:
-        key = (f.metric, f.window, f.off_policy_only)
-        if key not in cache:
-            cache[key] = window_stats(df, f.metric, f.window, off_policy_only=f.off_policy_only)
-        st = cache[key]
-        arm, left = _arm_values(st, f, finished, unfinished)
-        left_ids = {r for _, r, _ in left}
-        used.update(r for name in ("baseline", "variant") for r in f.arms.get(name, ()) if r not in left_ids)
-        out = verdict(
-            arm["baseline"], arm["variant"], f.direction, confidence=confidence, reps=reps, seed=seed
-        )
-        rows.append(
-            {
-                "finding": f.id,
-                "claim": f.claim,
-                "paper": f.paper,
-                "scaled": f.scaled,
-                "metric": f.metric,
-                "window_lo": f.window[0],
-                "window_hi": f.window[1],
-                "off_policy_only": f.off_policy_only,
-                "direction": f.direction,
-                "baseline": _selector_text(f.baseline),
-                "variant": _selector_text(f.variant),
-                **out,
-                "left_out": _left_out_text(left, f.metric, st, logged),
-                "note": _note(arm["baseline"], arm["variant"], out),
-            }
-        )
+        row, counted = _finding_row(df, f, finished, unfinished, starts or {}, cache, logged, options)
+        rows.append(row)
+        used.update(counted)
     table = pd.DataFrame(rows)
+    kinds = {f.measure for f in findings}
+    if kinds <= {WINDOW}:
+        table = table.drop(columns=list(_MEASURE_DEFAULTS), errors="ignore")
     drawn = sorted({int(n) for n in table.get("reps", []) if n})
     return Table(
         table,
         caption=caption(
-            reps=drawn or [_default_reps(reps)], seed=seed, confidence=confidence, finished_runs=len(used)
+            reps=drawn or [_default_reps(reps)],
+            seed=seed,
+            confidence=confidence,
+            finished_runs=len(used),
+            measures=kinds,
         ),
     )
 
 
+#: The columns a findings frame adds when a finding's measure is not ``window``, with a window
+#: finding's values.
+_MEASURE_DEFAULTS = {
+    "measure": WINDOW,
+    "target": float("nan"),
+    "target_runs": 0,
+    "x": "",
+    "censored_baseline": 0,
+    "censored_variant": 0,
+}
+
+
+def _finding_row(
+    df: pd.DataFrame,
+    f: Finding,
+    finished: Collection[str],
+    unfinished: Mapping[str, str],
+    starts: Mapping[str, Mapping[str, float]],
+    cache: dict[tuple, pd.DataFrame],
+    logged: Collection[str],
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Any], set[str]]:
+    """One finding's row of :func:`findings_table` and the runs it counted."""
+    ids, left = _finished_ids(f, finished, unfinished)
+    st = None
+    if f.window is not None:
+        key = (f.metric, f.window, f.off_policy_only)
+        if key not in cache:
+            cache[key] = window_stats(df, f.metric, f.window, off_policy_only=f.off_policy_only)
+        st = cache[key]
+    extra: dict[str, Any] = {**_MEASURE_DEFAULTS, "measure": f.measure}
+    if f.measure == TO_TARGET:
+        tv = finding_measures.to_target_values(df, f.metric, f.target, f.x, ids, st)
+        left += tv.left
+        out = verdict(tv.values["baseline"], tv.values["variant"], f.direction, **options)
+        censoring = finding_measures.censoring_note(tv.censored, f.x, out["effect"], out["verdict"])
+        note = "; ".join(t for t in (_note(tv.values["baseline"], tv.values["variant"], out), censoring) if t)
+        extra.update(target=tv.target, target_runs=tv.target_runs, x=f.x)
+        extra.update({f"censored_{a}": len(tv.censored[a]) for a in ("baseline", "variant")})
+    elif f.measure == FROM_START:
+        sv = finding_measures.from_start_values(st, starts, f.metric, f.window, ids["variant"])
+        left += sv.left
+        out = finding_measures.paired_verdict(sv.start, sv.end, f.direction, **options)
+        note = _paired_note(out)
+    else:
+        arm, more = _arm_values(st, f, ids)
+        left += more
+        out = verdict(arm["baseline"], arm["variant"], f.direction, **options)
+        note = _note(arm["baseline"], arm["variant"], out)
+    window = f.window or (float("nan"), float("nan"))
+    row = {
+        "finding": f.id,
+        "claim": f.claim,
+        "paper": f.paper,
+        "scaled": f.scaled,
+        "metric": f.metric,
+        "window_lo": window[0],
+        "window_hi": window[1],
+        "off_policy_only": f.off_policy_only,
+        "direction": f.direction,
+        "baseline": _selector_text(f.baseline) if f.measure != FROM_START else finding_measures.START,
+        "variant": _selector_text(f.variant),
+        **out,
+        "left_out": _left_out_text(_in_arm_order(f, left), f.metric, _none_logged(df, f.metric), logged),
+        "note": note,
+        **extra,
+    }
+    left_ids = {r for _, r, _ in left}
+    return row, {r for name in ids for r in ids[name] if r not in left_ids}
+
+
+def _in_arm_order(f: Finding, left: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``left`` (``(arm, run id, why)``) ordered as the arms list their runs, baseline first."""
+    arms = ("variant",) if f.measure == FROM_START else ("baseline", "variant")
+    pos = {(a, r): (k, i) for k, a in enumerate(arms) for i, r in enumerate(dict.fromkeys(f.arms.get(a, ())))}
+    return sorted(left, key=lambda t: pos.get((t[0], t[1]), (len(arms), 0)))
+
+
+def _finished_ids(
+    f: Finding, finished: Collection[str], unfinished: Mapping[str, str]
+) -> tuple[dict[str, list[str]], list[tuple[str, str, str]]]:
+    """Each arm's finished runs, and the others ``(arm, run id, why)`` (a ``from_start`` finding's
+    one arm is its variant's runs)."""
+    names = ("variant",) if f.measure == FROM_START else ("baseline", "variant")
+    ids: dict[str, list[str]] = {}
+    left: list[tuple[str, str, str]] = []
+    for name in names:
+        given = list(dict.fromkeys(f.arms.get(name, ())))
+        ids[name] = [r for r in given if r in finished]
+        left += [(name, r, unfinished.get(r, NOT_READ)) for r in given if r not in finished]
+    return ids, left
+
+
 def _arm_values(
-    st: pd.DataFrame, f: Finding, finished: Collection[str], unfinished: Mapping[str, str]
+    st: pd.DataFrame, f: Finding, ids: Mapping[str, Sequence[str]]
 ) -> tuple[dict[str, np.ndarray], list[tuple[str, str, str]]]:
-    """Each arm's values (its finished runs with a value in the window; ``st``: :func:`window_stats`)
-    and the runs left out, ``(arm, run id, why)``."""
+    """Each arm's values (its finished runs ``ids`` with a value in the window; ``st``:
+    :func:`window_stats`) and the runs left out, ``(arm, run id, why)``."""
     arm: dict[str, np.ndarray] = {}
     left: list[tuple[str, str, str]] = []
     for name in ("baseline", "variant"):
-        ids = list(dict.fromkeys(f.arms.get(name, ())))
-        counted = [r for r in ids if r in finished and r in st.index and np.isfinite(st.at[r, "value"])]
+        counted = [r for r in ids[name] if r in st.index and np.isfinite(st.at[r, "value"])]
         arm[name] = st["value"].reindex(counted).to_numpy(dtype=np.float64)
-        for r in ids:
-            if r not in finished:
-                left.append((name, r, unfinished.get(r, NOT_READ)))
-            elif r not in counted:
-                left.append((name, r, _why_no_value(st, r, f)))
+        left += [
+            (name, r, finding_measures.why_no_value(st, r, f.metric, f.window))
+            for r in ids[name]
+            if r not in counted
+        ]
     return arm, left
 
 
-def _why_no_value(st: pd.DataFrame, run_id: str, f: Finding) -> str:
-    """Why a finished run has no value for finding ``f`` (``st``: :func:`window_stats`)."""
-    if run_id not in st.index or st.at[run_id, "rows"] == 0:
-        return "no logged step"
-    r = st.loc[run_id]
-    rows = int(r["rows"])
-    window = f"{100 * f.window[0]:g}-{100 * f.window[1]:g}% of its steps"
-    if r["finite"] == 0:
-        return f"no finite {f.metric} at any of its {rows} logged step(s)"
-    if r["in_window"] == 0:
-        return f"its {rows} logged step(s) put none in the window ({window})"
-    if r["finite_in_window"] == 0:
-        return (
-            f"no finite {f.metric} in the window ({window}: {int(r['in_window'])} step(s)); it has one at "
-            f"{int(r['finite'])} of its {rows} steps, all outside"
-        )
-    return f"no off-policy step (off_policy == 1) with a finite {f.metric} in the window ({window})"
+def _none_logged(df: pd.DataFrame, metric: str) -> bool:
+    """Whether the frame has runs but no finite value of ``metric`` in any of them."""
+    if len(df) == 0:
+        return False
+    return metric not in df.columns or not np.isfinite(df[metric].to_numpy(dtype=np.float64)).any()
 
 
 def _left_out_text(
-    left: Sequence[tuple[str, str, str]], metric: str, st: pd.DataFrame, logged: Collection[str]
+    left: Sequence[tuple[str, str, str]], metric: str, none_logged: bool, logged: Collection[str]
 ) -> str:
     """The arms' runs left out, grouped by arm and reason: "variant: `a`, `b` (diverged ...)";
-    a metric that no run of the frame logs says so, with the closest logged names."""
+    a metric that no run of the frame logs (``none_logged``) says so, with the closest logged names."""
     if not left:
         return ""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -492,7 +587,7 @@ def _left_out_text(
         shown = ", ".join(f"`{r}`" for r in ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
         parts.append(f"{name} {shown} ({why})")
     text = "; ".join(parts)
-    if len(st) and int(st["finite"].sum()) == 0 and any(why.startswith("no finite") for *_, why in left):
+    if none_logged and any(why.startswith("no finite") for *_, why in left):
         import difflib
 
         close = difflib.get_close_matches(metric, [str(c) for c in logged], n=3, cutoff=0.6)
@@ -514,6 +609,16 @@ def _note(baseline: np.ndarray, variant: np.ndarray, out: Mapping[str, Any]) -> 
     return ""
 
 
+def _paired_note(out: Mapping[str, Any]) -> str:
+    """What limits a ``from_start`` verdict beyond its numbers: every run moved by the same amount."""
+    if out["variant_n"] >= 2 and out["pooled_sd"] == 0:
+        return (
+            "every run's end minus start is the same (no run-to-run spread), so the interval is the "
+            "difference itself: no test stands behind it; check that the metric varies with the seed"
+        )
+    return ""
+
+
 def _default_reps(reps: int | None) -> int:
     """``reps``, or the report's default resamples for small arms."""
     return REPORT_REPS if reps is None else reps
@@ -530,10 +635,16 @@ def _value_text(v: Any) -> str:
 
 
 def caption(
-    *, reps: Sequence[int], seed: int, confidence: float = 0.95, finished_runs: int | None = None
+    *,
+    reps: Sequence[int],
+    seed: int,
+    confidence: float = 0.95,
+    finished_runs: int | None = None,
+    measures: Collection[str] = (),
 ) -> str:
     """What the findings table shows and how its numbers were made (``reps``: the resamples the
-    findings' bootstraps used, one or several values)."""
+    findings' bootstraps used, one or several values; ``measures``: the findings' measures, each
+    beside ``window`` explained by :func:`analysis.finding_measures.caption_text`)."""
     pct = f"{100 * confidence:g}%"
     resamples = f"{reps[0]:,}" if len(reps) == 1 else f"{min(reps):,}-{max(reps):,} (fewer for large arms)"
     return (
@@ -552,6 +663,7 @@ def caption(
         "none with fewer than 2 finished runs in an arm. Seeds for 80% power (not resolved only): runs per arm "
         "at which a two-sided 5% two-sample t test detects the observed effect with 80% power at the observed "
         "pooled SD (noncentral t); — when the effect or the spread is 0."
+        + finding_measures.caption_text(measures)
     )
 
 
@@ -577,6 +689,8 @@ def _seeds(n: float) -> str:
 
 
 def _metric_text(r: Mapping[str, Any]) -> str:
+    if r.get("measure", WINDOW) != WINDOW:
+        return finding_measures.metric_text(r)
     return (
         f"{r['metric']} ({100 * r['window_lo']:g}-{100 * r['window_hi']:g}% of steps"
         + (", off-policy" if r["off_policy_only"] else "")
@@ -650,10 +764,13 @@ def compact_table(table: Table) -> pd.DataFrame:
     rows = []
     for r in table.frame.to_dict("records"):
         text = r["verdict"]
+        paired = r.get("measure") == FROM_START
         if text == NOT_RESOLVED and not math.isnan(r["seeds_80"]):
-            text += f" ({_seeds(r['seeds_80'])} seeds/arm for 80% power)"
+            text += f" ({_seeds(r['seeds_80'])} {'runs, paired,' if paired else 'seeds/arm'} for 80% power)"
+        elif text == NOT_RESOLVED and r["effect"] == 0:
+            text += " (the runs' mean difference is 0)" if paired else " (the arms' means are equal)"
         elif text == NOT_RESOLVED:
-            text += " (the arms' means are equal)" if r["effect"] == 0 else " (no spread to size it by)"
+            text += " (no spread to size it by)"
         rows.append(
             {
                 "claim": f"{r['finding']}: {r['claim']}",

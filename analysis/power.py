@@ -1,18 +1,31 @@
 """Two arms of runs compared by a t test: the Welch interval of their difference, the pooled SD,
-the power of the two-sample t test, the seeds it needs and the smallest difference it resolves.
+the power of the two-sample t test, the seeds it needs and the smallest difference it resolves;
+and the paired case: the one-sample t interval of per-run differences, its power and seeds.
 
-Small pure functions over numpy arrays, each with its source (Welch 1947; Cohen 1988, ch. 2);
-the findings' verdicts and the report's line under the final-performance table rest on them.
+Small pure functions over numpy arrays, each with its source (Student 1908; Welch 1947; Cohen
+1988, ch. 2); the findings' verdicts and the report's line under the final-performance table rest
+on them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats as _st
 
-__all__ = ["min_detectable_effect", "pooled_sd", "seeds_for_power", "t_test_power", "welch_interval"]
+__all__ = [
+    "min_detectable_effect",
+    "one_sample_t_power",
+    "paired_interval",
+    "pooled_sd",
+    "seeds_for_paired_power",
+    "seeds_for_power",
+    "smallest_n",
+    "t_test_power",
+    "welch_interval",
+]
 
 
 def welch_interval(
@@ -128,17 +141,106 @@ def seeds_for_power(
     if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0 or sd <= 0:
         return float("nan")
     d = abs(effect) / sd
-    if t_test_power(d, 2, alpha) >= power:
+    return smallest_n(lambda n: t_test_power(d, n, alpha), power, max_n)
+
+
+def smallest_n(power_at: Callable[[int], float], power: float, max_n: int = 1_000_000) -> float:
+    """The smallest ``n >= 2`` with ``power_at(n) >= power``, for a power that grows with ``n``:
+    found by doubling, then bisection.
+
+    Returns:
+        ``n`` as a float (a whole number); ``inf`` when ``power_at(max_n) < power``.
+    """
+    if power_at(2) >= power:
         return 2.0
     lo, hi = 2, 4
-    while t_test_power(d, hi, alpha) < power:
+    while power_at(hi) < power:
         if hi >= max_n:
             return float("inf")
         lo, hi = hi, min(2 * hi, max_n)
     while hi - lo > 1:  # power(lo) < power <= power(hi)
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if t_test_power(d, mid, alpha) >= power else (mid, hi)
+        lo, hi = (lo, mid) if power_at(mid) >= power else (mid, hi)
     return float(hi)
+
+
+def paired_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean of paired differences (one per run, e.g. a run's end minus its own start) with the
+    one-sample Student t interval.
+
+    Student (1908), "The probable error of a mean", Biometrika 6: ``mean ± t_{(1+c)/2, n-1} · s /
+    sqrt(n)`` over the ``n`` differences, ``s`` their SD (ddof 1); computed by
+    ``scipy.stats.ttest_1samp(differences, 0).confidence_interval``. Pairing each run with itself
+    removes the run-to-run spread of the level both ends share, which a two-sample interval would
+    count.
+
+    Args:
+        differences: shape ``(n,)``; NaNs are dropped.
+        confidence: two-sided coverage in (0, 1).
+
+    Returns:
+        ``(mean, lo, hi)``; ``lo``/``hi`` NaN with fewer than two differences, and equal to the mean
+        when every difference is the same (no spread; equal up to float rounding, within 1e-12 of
+        their magnitude, counts as the same: a t interval of rounding noise would be no result).
+
+    Raises:
+        ValueError: if ``confidence`` is not in (0, 1).
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(d.mean())
+    if d.size < 2:
+        return mean, float("nan"), float("nan")
+    if np.ptp(d) <= 1e-12 * np.abs(d).max():  # equal up to float rounding (0.7 - 0.2 vs 0.75 - 0.25)
+        return mean, mean, mean
+    ci = _st.ttest_1samp(d, 0.0).confidence_interval(confidence)
+    return mean, float(ci.low), float(ci.high)
+
+
+def one_sample_t_power(effect_size: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided one-sample (or paired) t test over ``n`` differences.
+
+    Cohen (1988), ch. 2, Cases 3 and 4 (one sample; paired observations, tested as one sample of
+    differences with ``d_z`` = mean difference / SD of the differences); G*Power's "difference from constant" (Faul, Erdfelder,
+    Lang, Buchner 2007, Behavior Research Methods 39): the t statistic follows a noncentral t with
+    ``n - 1`` degrees of freedom and noncentrality ``d_z · sqrt(n)``; the power is
+    ``P(T > t_crit) + P(T < -t_crit)``, ``t_crit = t_{1 - alpha/2, n-1}`` (``scipy.stats.nct``).
+
+    Args:
+        effect_size: ``d_z`` (its sign does not matter).
+        n: the number of differences (runs), at least 2.
+        alpha: two-sided significance level in (0, 1).
+
+    Returns:
+        The power in [alpha, 1]; NaN for ``n < 2`` or a non-finite ``effect_size``.
+    """
+    if n < 2 or not math.isfinite(effect_size):
+        return float("nan")
+    dof = n - 1
+    crit = _st.t.ppf(1.0 - alpha / 2.0, dof)
+    nc = abs(effect_size) * math.sqrt(n)
+    return float(_st.nct.sf(crit, dof, nc) + _st.nct.cdf(-crit, dof, nc))
+
+
+def seeds_for_paired_power(
+    effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, max_n: int = 1_000_000
+) -> float:
+    """Fewest runs at which a two-sided paired t test detects a mean difference ``effect`` with
+    ``power``: the smallest ``n >= 2`` with :func:`one_sample_t_power` ``(|effect| / sd, n, alpha) >=
+    power``, at the SD of the differences ``sd`` taken as known.
+
+    Returns:
+        ``n`` as a float (a whole number); ``inf`` beyond ``max_n``; NaN when ``effect`` or ``sd``
+        is 0 or not finite.
+    """
+    if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0 or sd <= 0:
+        return float("nan")
+    d = abs(effect) / sd
+    return smallest_n(lambda n: one_sample_t_power(d, n, alpha), power, max_n)
 
 
 def min_detectable_effect(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float:

@@ -397,3 +397,151 @@ def test_plan_warns_of_a_metric_name_close_to_a_known_one(tmp_path):
     assert "did you mean 'completions/mean_length_incorrect'" in warning
     plan = plan_of(tmp_path, {"F1": {**F1, "metric": "entropyy"}})
     assert any("did you mean 'entropy'" in line for line in findings.plan_lines(plan))
+
+
+# --- measure: to_target and from_start --------------------------------------------------------------
+
+T1 = {
+    **F1,
+    "claim": "With epsilon_high = 0.28 the reward reaches the baseline's final level in fewer steps.",
+    "metric": "eval/accuracy",
+    "window": [0.9, 1.0],
+    "direction": "lower",
+    "measure": "to_target",
+    "target": "baseline",
+}
+S1 = {
+    **F1,
+    "claim": "Training raises eval accuracy above the starting policy's.",
+    "metric": "eval/pass@16",
+    "direction": "higher",
+    "measure": "from_start",
+    "baseline": "start",
+}
+
+
+def test_the_new_measures_are_checked_and_normalised(tmp_path):
+    grid = load_grid(write(tmp_path, {**BASE, "findings": {"T": T1, "S": S1}}))
+    t, s = grid.findings["T"], grid.findings["S"]
+    assert list(t) == [*findings.FINDING_KEYS[:9], "measure", "target", "x"]
+    assert (t["measure"], t["target"], t["x"], t["window"]) == ("to_target", "baseline", "step", [0.9, 1.0])
+    assert (s["measure"], s["baseline"], s["metric"]) == ("from_start", "start", "eval/pass@16")
+    assert "target" not in s and "x" not in s
+    stated = {**T1, "target": 1, "x": "tokens"}
+    del stated["window"]
+    grid = load_grid(write(tmp_path, {**BASE, "findings": {"T": stated}}))
+    assert grid.findings["T"]["target"] == 1.0 and type(grid.findings["T"]["target"]) is float
+    assert "window" not in grid.findings["T"] and grid.findings["T"]["x"] == "tokens"
+    # measure: window written out is today's finding, key for key
+    plain = load_grid(write(tmp_path, {**BASE, "findings": {"F1": {**F1, "measure": "window"}}}))
+    assert plain.findings == load_grid(write(tmp_path, {**BASE, "findings": {"F1": F1}})).findings
+
+
+def _without(d: dict, key: str) -> dict:
+    return {k: v for k, v in d.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("finding", "expected"),
+    [
+        (
+            {**T1, "measure": "fastest"},
+            ["findings.F1.measure = 'fastest'", "window (the default", "to_target", "from_start"],
+        ),
+        ({**T1, "measure": "to_targt"}, ["findings.F1.measure = 'to_targt'", "Did you mean 'to_target'"]),
+        ({**T1, "target": "0.6"}, ["findings.F1.target = '0.6'", "baseline", "write it bare"]),
+        ({**T1, "target": True}, ["findings.F1.target = True", "a finite number"]),
+        (_without(T1, "target"), ["findings.F1.target is not set", "target: baseline", "target: 0.6"]),
+        ({**T1, "x": "time"}, ["findings.F1.x = 'time'", "step", "tokens", "x: tokens"]),
+        ({**T1, "target": 0.6}, ["findings.F1.window = [0.9, 1.0]", "no window is read", "target: baseline"]),
+        (_without(T1, "window"), ["findings.F1.window is not set: with target: baseline", "[0.9, 1.0]"]),
+        ({**T1, "baseline": "start"}, ["findings.F1.baseline = 'start'", "add measure: from_start"]),
+        ({**T1, "off_policy_only": True}, ["findings.F1.off_policy_only = true", "only measure: window"]),
+        ({**F1, "target": 0.6}, ["findings.F1.target = 0.6", "only with measure: to_target", "drop it"]),
+        ({**F1, "x": "tokens"}, ["findings.F1.x = 'tokens'", "only with measure: to_target"]),
+        ({**F1, "baseline": "start"}, ["findings.F1.baseline = 'start'", "from_start only"]),
+        (
+            {**S1, "baseline": {"epsilon_high": 0.2}},
+            [
+                "findings.F1.baseline = {'epsilon_high': 0.2}",
+                "its own starting policy",
+                "write baseline: start",
+            ],
+        ),
+        (
+            _without(S1, "baseline"),
+            ["findings.F1.baseline is not set: with measure: from_start", "baseline: start"],
+        ),
+        (
+            {**S1, "metric": "reward"},
+            ["findings.F1.metric = 'reward'", "eval/ metrics only", "eval/accuracy"],
+        ),
+        ({**S1, "target": "baseline"}, ["findings.F1.target = 'baseline'", "only with measure: to_target"]),
+        ({**S1, "off_policy_only": True}, ["findings.F1.off_policy_only = true", "drop it"]),
+        (_without(S1, "window"), ["findings.F1.window is not set", "window: [0.5, 1.0]"]),
+    ],
+)
+def test_each_bad_measure_key_is_one_problem_naming_key_value_and_fix(tmp_path, finding, expected):
+    found = problems(write(tmp_path, {**BASE, "findings": {"F1": finding}}))
+    assert len(found) == 1, found
+    for part in expected:
+        assert part in found[0], found[0]
+
+
+def test_every_problem_of_a_new_measure_is_listed_at_once(tmp_path):
+    bad = {**T1, "target": "high", "x": "seconds", "baseline": "start", "off_policy_only": True}
+    found = problems(
+        write(tmp_path, {**BASE, "findings": {"T": bad, "S": {**S1, "metric": "kl", "x": "step"}}})
+    )
+    assert [p.split(" ")[0] for p in found] == [
+        "findings.S.x",  # the file's order (write() sorts the keys)
+        "findings.S.metric",
+        "findings.T.target",
+        "findings.T.x",
+        "findings.T.baseline",
+        "findings.T.off_policy_only",
+    ], found
+    assert "write it bare" not in found[2]  # "high" is no number in quotes
+
+
+def test_a_from_start_finding_has_one_arm_at_plan_and_in_grid_json(tmp_path, capsys):
+    plan = plan_of(tmp_path, {"S": S1, "T": T1})
+    assert findings.plan_problems(plan) == []
+    record = plan_record(plan)["findings"]
+    variant = [r.run_id for r in findings.arm_runs(plan.runs, plan.grid.findings["S"]["variant"])]
+    assert len(variant) == 3 and record["S"]["arms"] == {"baseline": variant, "variant": variant}
+    assert record["S"]["baseline"] == "start" and record["T"]["target"] == "baseline"
+    assert record["T"]["arms"]["baseline"] != record["T"]["arms"]["variant"]
+    lines = findings.plan_lines(plan)
+    assert (
+        "    eval/pass@16 over 50-100% of each run's steps minus its own start (eval_start.json), higher "
+        "expected; variant epsilon_high=0.28, num_iterations=4: 3 run(s)"
+    ) in lines
+    assert any(
+        line.startswith(
+            "    steps until eval/accuracy first reaches the baseline's mean over 90-100% of its runs'"
+        )
+        and "censored at its last step), lower expected; baseline epsilon_high=0.2" in line
+        for line in lines
+    ), lines
+    # an empty variant arm is still named; a baseline of runs is not looked for
+    plan = plan_of(tmp_path, {"S": {**S1, "variant": {"epsilon_high": 0.3}}})
+    (problem,) = findings.plan_problems(plan)
+    assert problem.startswith("findings.S.variant: no run of the grid has trainer.epsilon_high = 0.3")
+    path = write(tmp_path, {**BASE, "findings": {"S": S1}}, "s.yaml")
+    assert cli.main(["plan", str(path)]) == 0
+    assert "minus its own start" in capsys.readouterr().out
+
+
+def test_plan_warns_when_runs_a_new_measure_reads_do_not_evaluate(tmp_path):
+    plan = plan_of(tmp_path, {"S": S1, "T": T1}, harness={"eval_steps": 0})
+    warnings = [line for line in findings.plan_lines(plan) if "harness.eval_steps = 0" in line]
+    assert warnings == [
+        "    warning: 3 of the finding's 3 run(s) set harness.eval_steps = 0, so they write no eval_start.json "
+        "and no eval/ metric and will have no value; set harness.eval_steps > 0 for them.",
+        "    warning: 6 of the finding's 6 run(s) set harness.eval_steps = 0, so they write no eval/ metric and "
+        "will have no value; set harness.eval_steps > 0 for them.",
+    ]
+    assert not any(
+        "eval_steps" in line for line in findings.plan_lines(plan_of(tmp_path, {"S": S1, "T": T1}))
+    )

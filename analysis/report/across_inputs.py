@@ -131,7 +131,7 @@ def _combine(
             aliases=aliases,
         ),
         start_evals={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_evals.items()},
-        start_sampled={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_sampled.items()},
+        start_metrics={f"{g.label}/{r}": v for g, inp in parts for r, v in inp.start_metrics.items()},
     )
 
 

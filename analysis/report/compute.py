@@ -99,7 +99,9 @@ def compute_report(
     found = None
     if findings:
         finished, why = findings_runs(c.runs, without)
-        found = findings_mod.findings_table(c.df, findings, finished, unfinished=why, logged=logged_metrics)
+        found = findings_mod.findings_table(
+            c.df, findings, finished, unfinished=why, logged=logged_metrics, starts=inputs.start_metrics
+        )
     head = {
         "title": title,
         "settings": s,

@@ -82,8 +82,9 @@ class ReportInputs:
             columns, varying keys and aliases.
         start_evals: ``{run_id: greedy accuracy}`` of the starting policy, for each requested run
             that measured it before its first step (:func:`harness.layout.read_start_eval`).
-        start_sampled: ``{run_id: {column: value}}``: the starting policy's sampled eval
-            (``eval/sampled_accuracy``, ``eval/pass@k``) of each requested run that measured one.
+        start_metrics: ``{run_id: {eval metric: value}}``, every metric of each requested run's
+            ``eval_start.json`` (:func:`harness.layout.read_start_evals`; a run without the file is
+            absent): the start of a ``measure: from_start`` finding.
     """
 
     frame: pd.DataFrame
@@ -94,7 +95,7 @@ class ReportInputs:
     grid_runs: Mapping[str, Mapping[str, Any]]
     load: LoadInfo
     start_evals: Mapping[str, float] = field(default_factory=dict)
-    start_sampled: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    start_metrics: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Any]:
         """``frame, states, grid_info, run_set = inputs``."""

@@ -120,30 +120,31 @@ def load_report_inputs(
         requested_runs=tuple(ids),
         grid_runs=grid_runs if isinstance(grid_runs, Mapping) else {},
         load=loaded.info,
-        **start_values(grid_dir, [r for r in ids if r in present]),
+        start_evals=start_evals(grid_dir, [r for r in ids if r in present]),
+        start_metrics=start_metrics(grid_dir, [r for r in ids if r in present]),
     )
 
 
 def start_evals(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, float]:
     """``{run_id: the starting policy's greedy accuracy}`` of the runs that measured it
     (:func:`harness.layout.read_start_eval`)."""
-    return start_values(grid_dir, run_ids)["start_evals"]
-
-
-def start_values(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The starting policy's evals of the runs that measured them, each run's file read once
-    (:func:`harness.layout.read_start_evals`): ``{"start_evals": {run_id: greedy accuracy},
-    "start_sampled": {run_id: {column: value}}}`` (the sampled eval's columns, sampled accuracy and
-    pass@k), the :class:`ReportInputs` fields."""
-    greedy: dict[str, float] = {}
-    sampled: dict[str, dict[str, float]] = {}
+    out = {}
     for rid in run_ids:
-        values = layout.read_start_evals(layout.run_dir(grid_dir, rid))
-        if layout.EVAL_ACCURACY in values:
-            greedy[rid] = values.pop(layout.EVAL_ACCURACY)
-        if values:
-            sampled[rid] = values
-    return {"start_evals": greedy, "start_sampled": sampled}
+        value = layout.read_start_eval(layout.run_dir(grid_dir, rid))
+        if value is not None:
+            out[rid] = value
+    return out
+
+
+def start_metrics(grid_dir: Path, run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """``{run_id: {eval metric: value}}`` of the starting policy (greedy and sampled accuracy,
+    pass@k), for each run with an ``eval_start.json`` (:func:`harness.layout.read_start_evals`)."""
+    out = {}
+    for rid in run_ids:
+        folder = layout.run_dir(grid_dir, rid)
+        if (folder / layout.START_EVAL_FILE).exists():
+            out[rid] = layout.read_start_evals(folder)
+    return out
 
 
 def read_run_set(
@@ -311,7 +312,9 @@ def findings_results(grid_dir: str | Path) -> Table:
         # the report's score metric plays no part: a finding reads its own (the step is always there)
         runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
         finished, without = findings_runs(runs, without, df)
-    return findings_mod.findings_table(df, findings, finished, unfinished=without, logged=logged)
+    return findings_mod.findings_table(
+        df, findings, finished, unfinished=without, logged=logged, starts=inputs.start_metrics
+    )
 
 
 def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:

@@ -44,7 +44,7 @@ def pass_at_k_numbers(
     if not cols:
         return {"pass_at_k": None, "pass_at_k_table": None}
     by = [b for b in (layout_.hue, layout_.col, layout_.row) if b]
-    points = pak.pass_at_k_points(work, inputs.start_sampled, by)
+    points = pak.pass_at_k_points(work, inputs.start_metrics, by)
     info = inputs.load
     caption = pak.pass_at_k_caption(
         points,

@@ -14,6 +14,12 @@ A grid may state, beside its runs, what a paper found and which of its runs test
         scaled: "what was scaled from the paper's setting, and how"   # optional
         off_policy_only: false       # optional: only rows with off_policy == 1 count
 
+``measure`` (optional) says what each run's value is: ``window`` (the default, as above),
+``to_target`` (the steps, or with ``x: tokens`` the generated tokens, until a run's metric first
+reaches ``target``: a number, or ``baseline``, the baseline arm's mean over ``window``), or
+``from_start`` (each run's end, its mean over ``window``, minus its own starting policy's value in
+``eval_start.json``; then ``baseline: start`` and no baseline arm). See docs/findings.md.
+
 Like ``report:``, the section is no run setting: no run id depends on it. It is checked in two
 steps, each listing every problem at once with the file, key, value and fix: its shape when the
 grid is loaded (:func:`check_findings`, called by :func:`harness.config.spec.load_grid`), and its arms
@@ -46,10 +52,22 @@ FINDING_KEYS = (
     "variant",
     "scaled",
     "off_policy_only",
+    "measure",
+    "target",
+    "x",
 )
 REQUIRED_KEYS = ("claim", "paper", "metric", "window", "direction", "baseline", "variant")
 DIRECTIONS = ("higher", "lower")
 ARMS = ("baseline", "variant")
+#: What a finding measures per run (analysis.finding_measures.MEASURES: the analysis reads the
+#: same three, and tests/test_findings_measures.py checks the two agree).
+WINDOW, TO_TARGET, FROM_START = "window", "to_target", "from_start"
+MEASURES = (WINDOW, TO_TARGET, FROM_START)
+#: A to_target finding's x: optimizer steps, or the completion tokens generated so far.
+X_UNITS = ("step", "tokens")
+#: ``baseline: start`` (from_start): each run's own starting policy; ``target: baseline``
+#: (to_target): the baseline arm's mean of its runs' window means.
+START, BASELINE_TARGET = "start", "baseline"
 
 #: What to write for each required key left out.
 _MISSING_FIX = {
@@ -60,6 +78,17 @@ _MISSING_FIX = {
     "direction": "say what the paper finds for the variant against the baseline: direction: higher or lower",
     "baseline": "give the settings that select the baseline's runs, e.g. baseline: {epsilon_high: 0.2}",
     "variant": "give the settings that select the variant's runs, e.g. variant: {epsilon_high: 0.28}",
+    "target": (
+        "give the level each run must reach: target: baseline (the baseline arm's mean over window) or a "
+        "number, e.g. target: 0.6"
+    ),
+}
+#: What to write for a key left out that a measure needs in its own way.
+_MISSING_FIX_OF = {
+    (FROM_START, "baseline"): "with measure: from_start write baseline: start (each run against its own "
+    "starting policy, from eval_start.json)",
+    (TO_TARGET, "window"): "with target: baseline give the window of the baseline's runs whose mean is the "
+    "target, e.g. window: [0.9, 1.0] (their final level)",
 }
 
 _UNSET = object()
@@ -146,10 +175,13 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
                 f"{where}: unknown key '{key}'.{suggest(str(key), FINDING_KEYS)} A finding has "
                 f"{', '.join(FINDING_KEYS)}."
             )
-    for key in REQUIRED_KEYS:
+    measure = _measure(finding, where, problems)
+    for key in _required(measure, finding):
         if finding.get(key) is None:
-            problems.append(f"{where}.{key} is not set: {_MISSING_FIX[key]}.")
-    out: dict[str, Any] = {}
+            problems.append(
+                f"{where}.{key} is not set: {_MISSING_FIX_OF.get((measure, key), _MISSING_FIX[key])}."
+            )
+    out: dict[str, Any] = _measure_keys(finding, measure, where, problems)
     for key in ("claim", "paper", "metric"):
         value = finding.get(key)
         if value is None:
@@ -170,8 +202,18 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
                 "finds for the variant's metric relative to the baseline's); write e.g. direction: higher."
             )
     for arm in ARMS:
-        if finding.get(arm) is not None:
+        if finding.get(arm) is not None and arm not in out:
             out[arm] = check_selector(finding[arm], f"{where}.{arm}", problems)
+    out.update(_optional_keys(finding, measure, where, problems))
+    return {k: out[k] for k in FINDING_KEYS if k in out}
+
+
+def _optional_keys(
+    finding: Mapping[str, Any], measure: str | None, where: str, problems: list[str]
+) -> dict[str, Any]:
+    """``scaled`` ("" when not given) and ``off_policy_only`` (false when not given; true only with
+    measure window) checked; problems go to ``problems``."""
+    out: dict[str, Any] = {}
     scaled = finding.get("scaled")
     if scaled is not None and not isinstance(scaled, str):
         problems.append(
@@ -180,14 +222,127 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
         )
     out["scaled"] = " ".join(scaled.split()) if isinstance(scaled, str) else ""
     off = finding.get("off_policy_only", False)
-    if isinstance(off, bool):
-        out["off_policy_only"] = off
-    else:
+    if not isinstance(off, bool):
         problems.append(
             f"{where}.off_policy_only = {_shown(off)}: true or false (true: only steps with off_policy == 1 "
             "count)."
         )
-    return {k: out[k] for k in FINDING_KEYS if k in out}
+    elif off and measure in (TO_TARGET, FROM_START):
+        problems.append(
+            f"{where}.off_policy_only = true: only measure: window reads off-policy steps alone (measure "
+            f"{measure} reads every logged row); drop it."
+        )
+    else:
+        out["off_policy_only"] = off
+    return out
+
+
+def _measure(finding: Mapping[str, Any], where: str, problems: list[str]) -> str | None:
+    """The finding's ``measure`` (``window`` when not given); None, with the problem, when it is none
+    of :data:`MEASURES`."""
+    measure = finding.get("measure", WINDOW)
+    if measure in MEASURES:
+        return measure
+    problems.append(
+        f"{where}.measure = {_shown(measure)}: the measure is window (the default: each run's mean over "
+        "the window), to_target (the steps or tokens until a run first reaches a target) or from_start (each "
+        f"run's end against its own starting policy); write e.g. measure: {TO_TARGET}."
+        + suggest(str(measure), MEASURES)
+    )
+    return None
+
+
+def _required(measure: str | None, finding: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys a finding of ``measure`` must give (None, an unknown measure: those all share)."""
+    if measure in (WINDOW, FROM_START):
+        return REQUIRED_KEYS
+    common = ("claim", "paper", "metric", "direction", "variant")
+    if measure is None:
+        return common
+    return (*common, "baseline", "target", *(["window"] if finding.get("target") == BASELINE_TARGET else []))
+
+
+def _measure_keys(
+    finding: Mapping[str, Any], measure: str | None, where: str, problems: list[str]
+) -> dict[str, Any]:
+    """``measure``, ``target``, ``x`` and a from_start finding's ``baseline`` checked, as the
+    normalised finding holds them (none for ``window``: its record is as before these keys); the
+    keys that measure does not read, and ``baseline: start`` outside from_start, are problems."""
+    out: dict[str, Any] = {}
+    if measure is None:
+        return out
+    for key in ("target", "x"):
+        if measure != TO_TARGET and key in finding:
+            problems.append(
+                f"{where}.{key} = {_shown(finding[key])}: {key} is read only with measure: to_target (the steps "
+                "or tokens until a run reaches a target); drop it, or add measure: to_target."
+            )
+    if measure == TO_TARGET:
+        out.update(_target_keys(finding, where, problems))
+    baseline = finding.get("baseline")
+    if measure == FROM_START:
+        out["baseline"] = START
+        if baseline is not None and baseline != START:
+            problems.append(
+                f"{where}.baseline = {_shown(baseline)}: with measure: from_start each run is compared with its own "
+                "starting policy (eval_start.json), not with other runs; write baseline: start."
+            )
+        metric = finding.get("metric")
+        if isinstance(metric, str) and metric.strip() and not metric.strip().startswith("eval/"):
+            problems.append(
+                f"{where}.metric = {_shown(metric)}: with measure: from_start the start is the starting policy's "
+                "greedy eval before step 1, and eval_start.json holds eval/ metrics only; give one, e.g. "
+                "metric: eval/accuracy."
+            )
+    elif baseline == START:
+        problems.append(
+            f"{where}.baseline = 'start': the runs' own starting policy is the baseline of measure: from_start "
+            "only; add measure: from_start, or give settings that select the baseline's runs, e.g. baseline: "
+            "{epsilon_high: 0.2}."
+        )
+        out["baseline"] = None
+    if measure != WINDOW:
+        out["measure"] = measure
+    return out
+
+
+def _numeric_text(value: Any) -> bool:
+    """Whether ``value`` is text that reads as a number (``"0.6"``, ``"1e-1"``)."""
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def _target_keys(finding: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
+    """A to_target finding's ``target`` (``baseline`` or a float) and ``x`` (``step`` when not
+    given); a stated target with a window is a problem (no window is read)."""
+    out: dict[str, Any] = {}
+    target = finding.get("target")
+    number = isinstance(target, int | float) and not isinstance(target, bool) and math.isfinite(target)
+    if number or target == BASELINE_TARGET:
+        out["target"] = float(target) if number else target
+    elif target is not None:
+        problems.append(
+            f"{where}.target = {_shown(target)}: give baseline (the baseline arm's mean of its runs' means over "
+            "window) or a finite number, e.g. target: 0.6"
+            + ("; a number in quotes is text: write it bare." if _numeric_text(target) else ".")
+        )
+    if number and finding.get("window") is not None:
+        problems.append(
+            f"{where}.window = {_shown(finding['window'])}: with a stated target (target: {target}) no window is "
+            "read; drop it, or write target: baseline to make the target the baseline's mean over the window."
+        )
+    x = finding.get("x", "step")
+    if x in X_UNITS:
+        out["x"] = x
+    else:
+        problems.append(
+            f"{where}.x = {_shown(x)}: x is step (optimizer steps, the default) or tokens (tokens/generated_total, "
+            "the completion tokens generated so far, so a variant that generates more per step pays for it); "
+            "write e.g. x: tokens."
+        )
+    return out
 
 
 def _window(value: Any, where: str, problems: list[str]) -> list[float] | None:
@@ -301,6 +456,8 @@ def plan_problems(plan: Any) -> list[str]:
       and the values the grid's runs have for it;
     - baseline and variant arms that share a run (a run cannot be compared with itself).
 
+    A ``from_start`` finding has one arm, its variant (each run is compared with its own start).
+
     Returns:
         One sentence per problem, each with the fix; empty when every finding's arms hold runs.
     """
@@ -309,7 +466,7 @@ def plan_problems(plan: Any) -> list[str]:
     for fid, finding in plan.grid.findings.items():
         where = f"findings.{fid}"
         arms = {}
-        for arm in ARMS:
+        for arm in _arms_of(finding):
             selector = finding[arm]
             arms[arm] = arm_runs(runs, selector)
             if not arms[arm]:
@@ -318,7 +475,7 @@ def plan_problems(plan: Any) -> list[str]:
                     + applied_text(plan.grid, selector)
                     + _origin_text(plan.grid.source, fid)
                 )
-        shared = {r.run_id for r in arms["baseline"]} & {r.run_id for r in arms["variant"]}
+        shared = {r.run_id for r in arms.get("baseline", ())} & {r.run_id for r in arms["variant"]}
         if shared:
             example = next(r for r in arms["baseline"] if r.run_id in shared)
             keys = list(dict.fromkeys([*finding["baseline"], *finding["variant"]]))
@@ -330,6 +487,11 @@ def plan_problems(plan: Any) -> list[str]:
                 "with a different value of one of them." + _origin_text(plan.grid.source, fid)
             )
     return problems
+
+
+def _arms_of(finding: Mapping[str, Any]) -> tuple[str, ...]:
+    """The arms whose selectors pick runs: the variant alone for ``from_start``, else both."""
+    return ("variant",) if finding.get("measure") == FROM_START else ARMS
 
 
 def applied_text(grid: Any, selector: Mapping[str, Any], noun: str = "arm") -> str:
@@ -451,37 +613,80 @@ def metric_warning(metric: str) -> str | None:
 
 def plan_lines(plan: Any, width: int = 72) -> list[str]:
     """What ``grpo-harness plan`` prints of the findings: per finding its id, the claim (cut to
-    ``width`` characters), the metric, window and direction, and each arm with its run count."""
+    ``width`` characters), what each run's value is (the metric and window, the target, or the run
+    against its start) and the direction, and each arm with its run count; warnings of a metric name
+    close to a known one, of arms with fewer than 2 runs, and of runs that evaluate no eval/ metric
+    the finding needs."""
     findings = plan.grid.findings
     if not findings:
         return []
     lines = [f"findings ({len(findings)}):"]
     for fid, f in findings.items():
         claim = f["claim"] if len(f["claim"]) <= width else f["claim"][: width - 3].rstrip() + "..."
-        a, b = f["window"]
         lines.append(f"  {fid}: {claim}")
-        counts = {arm: len(arm_runs(plan.runs, f[arm])) for arm in ARMS}
-        arms = "; ".join(f"{arm} {setting_text(f[arm])}: {counts[arm]} run(s)" for arm in ARMS)
-        lines.append(
-            f"    {f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps"
-            + (", off-policy steps only" if f["off_policy_only"] else "")
-            + f", {f['direction']} expected; {arms}"
-        )
+        arms = {arm: arm_runs(plan.runs, f[arm]) for arm in _arms_of(f)}
+        counts = "; ".join(f"{arm} {setting_text(f[arm])}: {len(arms[arm])} run(s)" for arm in arms)
+        lines.append(f"    {_measure_text(f)}, {f['direction']} expected; {counts}")
         warning = metric_warning(f["metric"])
         if warning:
             lines.append(f"    warning: {warning}")
-        if min(counts.values()) < 2:
+        if min(len(r) for r in arms.values()) < 2:
             lines.append(
                 "    warning: an arm with fewer than 2 runs gets no verdict (no spread to test against); "
                 "add seeds (e.g. grid: {seed: [0, 1, 2]})."
             )
+        lines += _eval_warning(f, [r for runs in arms.values() for r in runs])
     return lines
+
+
+def _measure_text(f: Mapping[str, Any]) -> str:
+    """What a finding's value per run is, as ``plan`` prints it."""
+    measure = f.get("measure", WINDOW)
+    if measure == TO_TARGET:
+        a, b = f.get("window") or (0.0, 1.0)
+        level = (
+            f"the baseline's mean over {100 * a:g}-{100 * b:g}% of its runs' steps"
+            if f["target"] == BASELINE_TARGET
+            else f"{f['target']:g}"
+        )
+        unit = "steps" if f["x"] == "step" else "generated tokens"
+        return (
+            f"{unit} until {f['metric']} first reaches {level} (a run that never does is censored at its "
+            "last step)"
+        )
+    a, b = f["window"]
+    if measure == FROM_START:
+        return f"{f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps minus its own start (eval_start.json)"
+    return f"{f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps" + (
+        ", off-policy steps only" if f["off_policy_only"] else ""
+    )
+
+
+def _eval_warning(f: Mapping[str, Any], runs: Sequence[Any]) -> list[str]:
+    """A warning when a finding reads an eval/ metric (or a from_start finding's start) and some of
+    its runs do not evaluate (``harness.eval_steps: 0``); none otherwise."""
+    needs = f.get("measure") == FROM_START or str(f["metric"]).startswith("eval/")
+    off = [r for r in runs if getattr(r.harness, "eval_steps", 1) == 0]
+    if not (needs and off):
+        return []
+    what = "no eval_start.json and no eval/ metric" if f.get("measure") == FROM_START else "no eval/ metric"
+    return [
+        f"    warning: {len(off)} of the finding's {len(runs)} run(s) set harness.eval_steps = 0, so they write "
+        f"{what} and will have no value; set harness.eval_steps > 0 for them."
+    ]
 
 
 def record(plan: Any) -> dict[str, dict[str, Any]]:
     """What ``grid.json`` keeps of the findings: each finding as checked, plus ``arms``:
-    ``{"baseline": [run ids], "variant": [run ids]}`` (the plan's runs each selector picks)."""
-    return {
-        fid: {**f, "arms": {arm: [r.run_id for r in arm_runs(plan.runs, f[arm])] for arm in ARMS}}
-        for fid, f in plan.grid.findings.items()
-    }
+    ``{"baseline": [run ids], "variant": [run ids]}`` (the plan's runs each selector picks; for a
+    ``from_start`` finding, whose baseline is each run's own start, both are the variant's)."""
+    out = {}
+    for fid, f in plan.grid.findings.items():
+        variant = [r.run_id for r in arm_runs(plan.runs, f["variant"])]
+        baseline = (
+            variant
+            if f.get("measure") == FROM_START
+            else [r.run_id for r in arm_runs(plan.runs, f["baseline"])]
+        )
+        out[fid] = {**f, "arms": {"baseline": baseline, "variant": variant}}
+    return out
