@@ -501,12 +501,16 @@ def test_a_report_scored_on_accuracy_without_evaluation_is_refused(tmp_path):
         ("loss_type=dapo, epsilon=0.2", False),  # epsilon unset: TRL's default 0.2
         ("loss_type=dapo, epsilon=0.3", True),
         ("max_digits=1", False),  # a grid key by its last part
+        ("loss_type=dapo, epsilon_high=0.28", False),
+        ("loss_type=grpo, epsilon_high=None", False),  # varied, left unset: the report labels it (none)
+        ("loss_type=grpo, epsilon_high=0.2", True),  # not TRL's default where the grid varies the key
         ("grpo", False),  # a variant label: left to the report
     ],
 )
 def test_a_report_baseline_no_cell_has_is_refused(tmp_path, baseline, refused):
     grid = {"loss_type": ["grpo", "dapo"], "task.kwargs.max_digits": [1, 2]}
-    report = report_for(tmp_path, grid=grid, report={"hue": "loss_type", "baseline": baseline})
+    subgrids = {"plain": {"grid": grid}, "high": {"set": {"loss_type": "dapo", "epsilon_high": 0.28}}}
+    report = report_for(tmp_path, subgrids=subgrids, report={"hue": "loss_type", "baseline": baseline})
     errors = [f for f in report.errors if f.message.startswith("report.baseline")]
     assert bool(errors) == refused, report.format()
     if refused:

@@ -366,8 +366,9 @@ def _report_cannot_act(plan: Plan) -> list[Finding]:
 def _baseline_missing(plan: Plan, baseline: Any) -> list[Finding]:
     """``report.baseline`` as KEY=VALUE pairs that no run of the plan has (a variant label, without
     ``=``, is left to the report). A key is a run setting or the last part of one the grid varies
-    (``max_digits``); a trainer field the runs leave unset takes TRL's default; values compare as
-    text, or as numbers where both read as one."""
+    (``max_digits``); a trainer field the runs leave unset takes TRL's default, except where the
+    grid varies it: the report labels such a run by what it states, nothing (``KEY=None``); values
+    compare as text, or as numbers where both read as one."""
     from harness.config.keys import normalize_key
 
     if not isinstance(baseline, str) or "=" not in baseline or not plan.runs:
@@ -378,6 +379,8 @@ def _baseline_missing(plan: Plan, baseline: Any) -> list[Finding]:
     def value(run: RunSpec, key: str) -> Any:
         dotted = keys.get(key) or normalize_key(key)
         got = run.get(dotted, _UNSET)
+        if got is _UNSET and dotted in plan.varying_keys:
+            return None
         if got is _UNSET and dotted.startswith("trainer."):
             got = grpo_config_defaults().get(dotted.split(".", 1)[1], _UNSET)
         return got
