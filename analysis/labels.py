@@ -149,9 +149,10 @@ def sort_key(v: Any) -> tuple[int, Any]:
 
 def key_title(key: str) -> str:
     """A dotted key as a legend or axis title: its last component (``trainer.epsilon`` → ``epsilon``),
-    or the section a ``name`` names (``task.name`` → ``task``)."""
+    the section a ``name`` names (``task.name`` → ``task``) or an ``enable`` turns on
+    (``dynamic_sampling.enable`` → ``dynamic_sampling``)."""
     parts = key.rsplit(".", 2)
-    return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
+    return parts[-2] if parts[-1] in ("name", "enable") and len(parts) > 1 else parts[-1]
 
 
 def _single(key: str, v: Any) -> str:

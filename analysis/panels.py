@@ -58,7 +58,7 @@ def fit_legend(
     The legend is laid out once with one column to measure its widest entry, then with
     ``floor(figure width / entry width)`` columns (at most ``max_cols``), and checked again after
     layout; it is never wider than the figure, so long labels wrap into more rows instead of
-    widening the image.
+    widening the image, and a title wider than the figure breaks between words.
 
     Returns:
         The legend, or None when there are no handles.
@@ -70,9 +70,15 @@ def fit_legend(
     # The legend's width does not depend on where it goes, so it is measured without laying out
     # (or drawing) the figure: one column gives the widest entry.
     renderer = fig.canvas.get_renderer()
-    leg = fig.legend(handles=handles, loc="outside lower center", ncols=1, title=title)
-    entry = leg.get_window_extent(renderer).width
     width = fig.bbox.width * 0.98
+    leg = fig.legend(handles=handles, loc="outside lower center", ncols=1, title=title)
+    if title:  # a title of many keys breaks between words rather than run past the figure's edges
+        wrapped = fit_text(fig, title, width * 72.0 / fig.dpi, leg.get_title().get_fontproperties())
+        if wrapped != title:
+            title = wrapped
+            leg.remove()
+            leg = fig.legend(handles=handles, loc="outside lower center", ncols=1, title=title)
+    entry = leg.get_window_extent(renderer).width
     ncols = max(1, min(n, max_cols or n, int(width // max(entry, 1.0))))
     while True:
         leg.remove()

@@ -403,7 +403,8 @@ def _draw_point_line(ax: Axes, group: pd.DataFrame, when: str, color: str) -> No
     one = p["runs"].to_numpy() < 2  # a point of one run has no interval: hollow, as in the final-score figure
     ax.plot(k[~one], mean[~one], color=color, marker="o", markersize=3, linestyle="none")
     ax.plot(k[one], mean[one], color=color, marker="o", markersize=3.5, mfc="white", linestyle="none")
-    lo, hi = p["lo"].to_numpy(dtype=np.float64), p["hi"].to_numpy(dtype=np.float64)
+    # a probability: the band is drawn within [0, 1] (the table gives the t interval as computed)
+    lo, hi = (np.clip(p[c].to_numpy(dtype=np.float64), 0.0, 1.0) for c in ("lo", "hi"))
     ok = np.isfinite(lo) & np.isfinite(hi)
     if ok.any():
         ax.fill_between(k, lo, hi, where=ok, color=color, alpha=0.15 if when == START else 0.22, linewidth=0)
