@@ -88,6 +88,45 @@ def test_a_plugin_reward_is_one_decorated_function(clean_registry):
 
 
 @pytest.mark.parametrize(
+    ("name", "define", "refused"),
+    [
+        ("no_kwargs", lambda: lambda completions, *, max_tokens=3: [], "takes no \\*\\*kwargs"),
+        ("weighted", lambda: lambda completions, *, weight=1.0, **_: [], "cannot be called 'weight'"),
+        ("reward", lambda: lambda completions, **_: [], "names the weighted sum"),
+        ("correctness", lambda: lambda completions, **_: [], "is a built-in reward"),
+    ],
+)
+def test_a_reward_that_would_fail_in_trl_is_refused_when_registered(clean_registry, name, define, refused):
+    with pytest.raises(rewards.RewardError, match=refused):
+        rewards.register_reward(name)(define())
+
+
+def test_an_entry_column_is_no_setting_and_a_raising_check_is_named(clean_registry):
+    @rewards.register_reward("uses_entry")
+    def uses_entry(completions, entry, *, scale: float = 1.0, **_):
+        return [scale * (e is not None) for e in entry]
+
+    assert rewards.REGISTRY["uses_entry"].settings == {"scale": 1.0}  # entry is TRL's column, taken by name
+    assert (
+        "must be a finite number"
+        in rewards.REGISTRY["uses_entry"].setting_problems({"scale": float("inf")}, 8)[0]
+    )
+
+    def boom(settings, budget):
+        raise ValueError("no")
+
+    rewards.register_reward("checked_t", check=boom)(lambda completions, **_: [])
+    (problem,) = rewards.REGISTRY["checked_t"].setting_problems({}, 8)
+    assert "the check of reward 'checked_t'" in problem and "raised ValueError: no" in problem
+
+
+def test_the_builtins_are_the_schemas():
+    from harness.config.schema import REWARD_NAMES
+
+    assert rewards.BUILTIN_NAMES == REWARD_NAMES
+
+
+@pytest.mark.parametrize(
     ("task", "trainer", "expected"),
     [
         ({"rewards": ["corectness"]}, {}, "Did you mean 'correctness'?"),
@@ -125,9 +164,22 @@ def _said(tmp_path: Path, **top) -> str:
         return str(e)
 
 
-def test_a_malformed_reward_entry_names_the_fix(tmp_path):
-    text = _said(tmp_path, task={"rewards": ["correctness", {"weight": 2}]})
-    assert "task.rewards" in text and "{name: soft_overlong" in text
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ({"weight": 2}, "the mapping has no name"),
+        ({"name": "correctness", "weight": float("nan")}, "correctness's weight nan is not a finite number"),
+        ({"name": "correctness", "weight": "1e-3"}, "YAML 1.1 reads an exponent without a dot"),
+        (
+            {"name": "format", "weight": 1.0, "extra": [1, 2]},
+            "format's setting extra = [1, 2] is not a number",
+        ),
+        (["correctness"], "a list is neither a reward's name nor a mapping"),
+    ],
+)
+def test_a_malformed_reward_entry_says_why_and_the_fix(tmp_path, entry, reason):
+    text = _said(tmp_path, task={"rewards": ["correctness", entry] if entry != ["correctness"] else [entry]})
+    assert reason in text and "{name: soft_overlong" in text
 
 
 def test_weights_in_task_rewards_are_trls_reward_weights(tmp_path):
@@ -228,3 +280,58 @@ def test_a_reward_plugin_from_the_docs_runs_and_is_recorded(tmp_path, model_cach
     assert df["rewards/short_answer/mean"].between(0, 1).all() and "rewards/short_answer/std" in df
     expected = df["rewards/correctness/mean"] + 0.5 * df["rewards/short_answer/mean"]
     assert (df["reward"] - expected).abs().max() < 1e-5  # TRL's weighted sum with task.rewards' weights
+
+
+SAMPLED = {"harness": {"device": "cpu", "eval_steps": 2, "sampled_eval_n": 4, "sampled_eval_prompts": 8}}
+
+
+@pytest.mark.parametrize(
+    ("top", "expected"),
+    [
+        (
+            {"report": {"metric": "eval/pass@8"}},
+            "report.metric = eval/pass@8, but none of its runs records it",
+        ),
+        ({"report": {"metric": "eval/pass@3"}}, "reports pass@k for k = 1, 2, 4"),
+        (
+            {
+                "findings": {
+                    "F": {
+                        "claim": "c",
+                        "paper": "p",
+                        "measure": "from_start",
+                        "metric": "eval/pass@0",
+                        "window": [0.9, 1.0],
+                        "direction": "lower",
+                        "baseline": "start",
+                        "variant": {"max_steps": 3},
+                    }
+                }
+            },
+            "findings.F.metric = eval/pass@0: no run records it",
+        ),
+        (
+            {"harness": {"device": "cpu", "eval_steps": 2}, "report": {"metric": "eval/sampled_accuracy"}},
+            "the sampled eval is off in every one",
+        ),
+    ],
+)
+def test_a_sampled_metric_no_run_records_is_refused(tmp_path, top, expected):
+    assert expected in _errors(tmp_path, **{**SAMPLED, **top})
+
+
+def test_the_sampled_metrics_the_runs_record_are_accepted(tmp_path):
+    for metric in ("eval/pass@1", "eval/pass@4", "eval/sampled_accuracy"):
+        report = _plan(tmp_path, **SAMPLED, report={"metric": metric})
+        assert report.ok, report.format()
+
+
+def test_settings_that_cannot_act_on_the_new_surfaces_are_warned(tmp_path):
+    text = _plan(tmp_path, harness={"device": "cpu", "eval_steps": 2, "sampled_eval_prompts": 8}).format()
+    assert "harness.sampled_eval_prompts set with harness.sampled_eval_n = 0" in text
+    text = _plan(
+        tmp_path,
+        task={"rewards": [{"name": "correctness", "weight": 0.0}]},
+        dynamic_sampling={"enable": True},
+    ).format()
+    assert "every reward weight 0" in text and "dynamic_sampling.metric: correctness" in text

@@ -17,6 +17,7 @@ from analysis.report.data import Layout, ReportInputs
 from analysis.report.runs import display_names
 from analysis.tables import Table
 from harness import layout
+from harness.config.schema import HarnessSettings
 
 #: The run settings the caption states (the harness's sampled eval), read where the runs record them.
 SAMPLED_N, SAMPLED_TEMPERATURE = "harness.sampled_eval_n", "harness.sampled_eval_temperature"
@@ -49,7 +50,9 @@ def pass_at_k_numbers(
     caption = pak.pass_at_k_caption(
         points,
         n=_setting_values(work, info, SAMPLED_N),
-        temperature=_setting_values(work, info, SAMPLED_TEMPERATURE),
+        # a run that leaves the temperature unset samples at the section's default
+        temperature=_setting_values(work, info, SAMPLED_TEMPERATURE)
+        or [HarnessSettings.__dataclass_fields__["sampled_eval_temperature"].default],
     )
     inc = runs[runs["included"]]
     other = int((inc["state"] != states.DONE).sum())

@@ -92,6 +92,17 @@ def rule_sampled_eval(ctx: RunContext) -> list[Finding]:
             "runs at the greedy eval's steps, and this run has none, so nothing would be sampled. Set "
             "harness.eval_steps > 0, or drop harness.sampled_eval_n."
         )
+    written = {
+        k
+        for k in ctx.run.settings.get("harness") or {}
+        if k.startswith("sampled_eval_") and k != "sampled_eval_n"
+    }
+    if h.sampled_eval_n == 0 and written:
+        out += warn(
+            f"harness.{', harness.'.join(sorted(written))} set with harness.sampled_eval_n = 0: the sampled eval "
+            f"is off in this run, so {'they have' if len(written) > 1 else 'it has'} no effect. Set "
+            "harness.sampled_eval_n > 0, or drop them."
+        )
     if h.sampled_eval_prompts is not None and h.sampled_eval_prompts > eval_size:
         out += err(
             f"harness.sampled_eval_prompts = {h.sampled_eval_prompts} > task.eval_size = {eval_size}: the "

@@ -1,14 +1,18 @@
 """Validation rules on what a run samples and rewards: the task's reward functions (names,
 settings, weights) and dynamic sampling. Each rule is ``(RunContext) -> list[Finding]``
-(:mod:`harness.config.rules_base`), listed in :data:`harness.config.validate.RULES`."""
+(:mod:`harness.config.rules_base`), listed in :data:`harness.config.validate.RULES`; and, over a
+whole plan, the sampled eval's metrics that the report or a finding reads but no run records
+(:func:`sampled_metric_problems`)."""
 
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
-from harness import rewards
+from harness import layout, rewards
 from harness.config.rules_base import Finding, RunContext, err, warn
 from harness.config.schema import DYNAMIC_SAMPLING_REWARD, DynamicSamplingSettings
+from harness.models.passk import ks_for
 
 
 def rule_rewards(ctx: RunContext) -> list[Finding]:
@@ -19,7 +23,8 @@ def rule_rewards(ctx: RunContext) -> list[Finding]:
     task = ctx.run.task
     budget = ctx.value("max_completion_length")
     budget = budget if isinstance(budget, int) and not isinstance(budget, bool) else None
-    modules = [str(m) for m in ctx.run.settings.get("plugins") or []]
+    listed = ctx.run.settings.get("plugins") or []
+    modules = [listed] if isinstance(listed, str) else [str(m) for m in listed]
     for name in task.reward_names:
         plugin, problems = rewards.find(name)
         out += [Finding("error", p) for p in problems]
@@ -74,6 +79,13 @@ def rule_dynamic_sampling(ctx: RunContext) -> list[Finding]:
             f"{section}.metric = {ds.metric!r} is neither 'reward' (the weighted sum TRL trains on) nor one of "
             f"this run's task.rewards ({', '.join(names)}).{hint}"
         )
+    weights = ctx.value("reward_weights")
+    if ds.metric == DYNAMIC_SAMPLING_REWARD and isinstance(weights, list | tuple) and not any(weights):
+        out += warn(
+            f"{section}.metric = 'reward' with every reward weight 0 ({list(weights)!r}): every group's reward is 0, "
+            "so every group is dropped and every step runs short. Give a reward a weight, or filter on one "
+            f"reward by its name ({section}.metric: {names[0]})."
+        )
     if ctx.value("scale_rewards") == "batch":
         out += err(
             f"{section}.enable with trainer.scale_rewards = 'batch': TRL would scale the advantages by the "
@@ -87,3 +99,81 @@ def rule_dynamic_sampling(ctx: RunContext) -> list[Finding]:
             "'sum_then_normalize' (TRL's default)."
         )
     return out
+
+
+def records(run: Any, metric: str) -> bool:
+    """Whether ``run`` (a :class:`harness.config.runs.RunSpec`) records the sampled eval's
+    ``metric``: ``eval/sampled_accuracy``, or ``eval/pass@k`` for a k its ``sampled_eval_n``
+    reports (:func:`harness.models.passk.ks_for`), at its eval steps."""
+    h = run.harness
+    if h.eval_steps == 0 or h.sampled_eval_n == 0:
+        return False
+    k = layout.pass_at_k(metric)
+    return metric == layout.SAMPLED_ACCURACY or (k is not None and k in ks_for(h.sampled_eval_n))
+
+
+def _named_sampled_metrics(plan: Any) -> list[tuple[str, str, list[Any], str]]:
+    """``(where, metric, runs that must record it, level)`` of every sampled-eval metric that the
+    ``report:`` and ``findings:`` sections name (any name under ``eval/pass@``, well formed or not)."""
+    from harness.config.findings import FROM_START, arm_runs
+
+    report = plan.grid.report or {}
+    runs = list(plan.runs)
+    named = [("report.metric", report.get("metric"), runs, "error")]
+    named.append(
+        ("report.progression.metric", (report.get("progression") or {}).get("metric"), runs, "error")
+    )
+    for key in ("curves", "metrics"):
+        values = report.get(key)
+        named += [
+            (f"report.{key}", m, runs, "warning")
+            for m in ([values] if isinstance(values, str) else values or [])
+        ]
+    for fid, f in (plan.grid.findings or {}).items():
+        arms = ("variant",) if f.get("measure") == FROM_START else ("baseline", "variant")
+        chosen = [r for arm in arms for r in arm_runs(runs, f[arm])]
+        named.append((f"findings.{fid}.metric", f.get("metric"), chosen, "error"))
+    sampled = (layout.SAMPLED_ACCURACY, layout.PASS_AT_PREFIX)
+    return [(w, m, r, lv) for w, m, r, lv in named if isinstance(m, str) and m.startswith(sampled)]
+
+
+def sampled_metric_problems(plan: Any) -> list[Finding]:
+    """The sampled eval's metrics that the report or a finding reads but no run records: a
+    pass@k whose k is no positive integer, or that no run's ``sampled_eval_n`` reports (k = 1, 2,
+    4, ... up to n, and n), or any of them with the sampled eval off in every run concerned. An
+    error where a table or a verdict rests on it, a warning for a panel."""
+    out = []
+    for where, metric, runs, level in _named_sampled_metrics(plan):
+        if metric != layout.SAMPLED_ACCURACY and layout.pass_at_k(metric) is None:
+            out.append(
+                Finding(
+                    level,
+                    f"{where} = {metric}: no run records it; pass@k columns are eval/pass@K with K a "
+                    "positive integer (1, 2, 4, ... up to harness.sampled_eval_n). Fix the name.",
+                )
+            )
+            continue
+        if not runs or any(records(r, metric) for r in runs):
+            continue
+        out.append(
+            Finding(
+                level, f"{where} = {metric}, but none of its runs records it: {_unrecorded(runs, metric)}"
+            )
+        )
+    return out
+
+
+def _unrecorded(runs: list[Any], metric: str) -> str:
+    """Why ``runs`` record no ``metric`` of the sampled eval, and the fix."""
+    ns = sorted({r.harness.sampled_eval_n for r in runs if r.harness.eval_steps > 0})
+    if not any(ns):
+        return (
+            "the sampled eval is off in every one (harness.sampled_eval_n = 0, or harness.eval_steps = 0). Set "
+            "harness.sampled_eval_n > 0 and harness.eval_steps > 0, or read a metric the runs record."
+        )
+    recorded = sorted({k for n in ns if n for k in ks_for(n)})
+    return (
+        f"they have harness.sampled_eval_n = {', '.join(map(str, ns))}, which reports pass@k for k = "
+        f"{', '.join(map(str, recorded))} (1, 2, 4, ... up to n, and n itself). Set harness.sampled_eval_n to "
+        f"at least {layout.pass_at_k(metric)}, or read a metric the runs record."
+    )

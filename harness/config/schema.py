@@ -406,16 +406,28 @@ class TaskSpec(Section):
     rewards: tuple[Any, ...] = checked(
         ("correctness",),
         (lambda v: len(v) > 0, f"is empty; name one or more rewards, e.g. [{', '.join(REWARD_NAMES)}]"),
-        (
-            lambda v: all(reward_entry_problem(e) is None for e in v),
-            "holds an entry that is neither a reward's name nor a mapping {name: ..., weight: ..., <its "
-            "settings>}; write e.g. [correctness, {name: soft_overlong, weight: 1.0, soft_punish_cache: 16}]",
-        ),
-        (
-            lambda v: len({reward_entry_name(e) for e in v}) == len(v),
-            "repeats a name; give each reward once",
-        ),
     )
+
+    def _relations(self) -> list[str]:
+        """Each ``rewards`` entry well formed (the reason, per entry), and each name given once."""
+        out = []
+        for i, entry in enumerate(self.rewards):
+            problem = reward_entry_problem(entry)
+            if problem:
+                out.append(
+                    f"task.rewards[{i}] = {entry!r}: {problem}. Write a reward's name, or a mapping "
+                    "{name: ..., weight: ..., <its settings>}, e.g. [correctness, {name: soft_overlong, "
+                    "weight: 1.0, soft_punish_cache: 16}]."
+                )
+        if out:
+            return out
+        names = [reward_entry_name(e) for e in self.rewards]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            out.append(
+                f"task.rewards = {list(self.rewards)!r} repeats {', '.join(twice)}; give each reward once."
+            )
+        return out
 
     def __post_init__(self) -> None:
         if isinstance(self.rewards, list | str):  # YAML gives lists; the spec is hashable
@@ -455,17 +467,30 @@ def reward_entry_name(entry: Any) -> str:
     return str(entry.get("name")) if isinstance(entry, Mapping) else str(entry)
 
 
+def _reads_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def reward_entry_problem(entry: Any) -> str | None:
     """Why a ``task.rewards`` entry is malformed (its shape only: whether the name is registered
     and its settings fit are :mod:`harness.config.rules_sampling`'s), or None."""
     if isinstance(entry, str):
         return None if entry.strip() else "an empty name"
     if not isinstance(entry, Mapping):
-        return f"{entry!r} is neither a name nor a mapping"
+        return f"a {type(entry).__name__} is neither a reward's name nor a mapping"
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        return f"{dict(entry)!r} has no name"
+        return "the mapping has no name (name: correctness, ...)"
     weight = entry.get("weight", 1.0)
+    if isinstance(weight, str) and _reads_as_float(weight):
+        return (
+            f"{name}'s weight {weight!r} is text (YAML 1.1 reads an exponent without a dot, 1e-3, as a "
+            "string): write it with a dot, 1.0e-3, or as a decimal"
+        )
     if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
         return f"{name}'s weight {weight!r} is not a finite number"
     for key, value in entry.items():

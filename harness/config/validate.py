@@ -38,7 +38,7 @@ from harness.config.rules_run import (
     rule_task_and_model,
     rule_tiny_template,
 )
-from harness.config.rules_sampling import rule_dynamic_sampling, rule_rewards
+from harness.config.rules_sampling import rule_dynamic_sampling, rule_rewards, sampled_metric_problems
 from harness.config.rules_trainer import (
     clip_sibling_counts,
     rule_clip_effect,
@@ -256,7 +256,7 @@ def validate_plan(plan: Plan) -> Validation:
         executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
             validation.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
-    validation.findings += _report_cannot_act(plan) + _unused_sections(plan)
+    validation.findings += _report_cannot_act(plan) + _unused_sections(plan) + sampled_metric_problems(plan)
     for dropped, kept in plan.duplicates:
         validation.findings.append(
             Finding(

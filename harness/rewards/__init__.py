@@ -35,8 +35,19 @@ from typing import Any
 ENTRY_POINT_GROUP = "grpo_harness.rewards"
 #: What the harness passes every reward beside TRL's arguments; not settings.
 CONTEXT_ARGUMENTS = ("task", "max_completion_length")
-#: TRL's reward-function arguments (``GRPOTrainer._calculate_rewards``); not settings either.
-TRL_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra")
+#: TRL's reward-function arguments (``GRPOTrainer._calculate_rewards``) and the training set's
+#: columns it passes (``harness.models.tasks.build_task``'s ``entry``); not settings either.
+TRL_ARGUMENTS = (
+    "prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra", "environments",
+    "entry",
+)  # fmt: skip
+#: What a ``task.rewards`` entry holds beside the reward's settings (``harness.config.schema``'s
+#: ``REWARD_ENTRY_KEYS``): a setting of that name could never be given.
+ENTRY_KEYS = ("name", "weight")
+#: The built-ins' names (:mod:`harness.rewards.builtin`), which no plugin may take.
+BUILTIN_NAMES = ("correctness", "format", "soft_overlong")
+#: ``dynamic_sampling.metric: reward`` means the weighted sum of the rewards, so no reward is named so.
+RESERVED_NAMES = ("reward",)
 
 
 class RewardError(ValueError):
@@ -79,6 +90,8 @@ class RewardPlugin:
                 out.append(
                     f"task.rewards: {key!r} is not a setting of reward {self.name!r} (its settings: {known}).{hint}"
                 )
+            elif isinstance(value, float) and not math.isfinite(value):
+                out.append(f"task.rewards: {self.name}'s {key} = {value!r} must be a finite number.")
             elif not _fits(value, self.settings[key]):
                 out.append(
                     f"task.rewards: {self.name}'s {key} = {value!r} is a {type(value).__name__}; its default "
@@ -86,7 +99,13 @@ class RewardPlugin:
                 )
         if out or self.check is None or max_completion_length is None:
             return out
-        return list(self.check({**self.settings, **given}, max_completion_length))
+        try:
+            return list(self.check({**self.settings, **given}, max_completion_length))
+        except Exception as e:  # the plugin's own check raised: say whose it is
+            return [
+                f"task.rewards: the check of reward {self.name!r} ({self.module}) raised {type(e).__name__}: {e}; "
+                "fix the check (it returns a list of problems, one sentence each)."
+            ]
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -110,14 +129,27 @@ def register_reward(
     (with a ``reward_plugin`` attribute holding its :class:`RewardPlugin`).
 
     Raises:
-        RewardError: ``name`` is not an identifier or is taken by another function; a keyword-only
-            parameter has no default, or shadows an argument TRL or the harness passes.
+        RewardError: ``name`` is not an identifier, is reserved (``reward``), is a built-in's or is
+            taken by another function; the function takes no ``**kwargs`` (TRL passes more than any
+            one reward reads); a keyword-only parameter has no default, or is named like an entry's
+            ``name`` or ``weight``.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise RewardError(f"register_reward({name!r}): a reward name is an identifier, e.g. 'brevity'.")
+    if name in RESERVED_NAMES:
+        raise RewardError(
+            f"register_reward({name!r}): 'reward' names the weighted sum of a run's rewards (dynamic_sampling.metric: "
+            "reward); give the function another name."
+        )
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
-        plugin = RewardPlugin(name, function, _settings_of(name, function), function.__module__, paper, check)
+        module = function.__module__
+        if name in BUILTIN_NAMES and module != f"{__name__}.builtin":
+            raise RewardError(
+                f"register_reward({name!r}) in {module}: {name} is a built-in reward of harness.rewards; give "
+                f"yours another name (e.g. my_{name})."
+            )
+        plugin = RewardPlugin(name, function, _settings_of(name, function), module, paper, check)
         old = REGISTRY.get(name)
         if old is not None and (old.module, old.function.__qualname__) != (
             plugin.module,
@@ -136,12 +168,24 @@ def register_reward(
 
 def _settings_of(name: str, function: Callable[..., Any]) -> dict[str, Any]:
     """The keyword-only parameters of ``function`` with their defaults (its settings)."""
+    params = inspect.signature(function).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise RewardError(
+            f"register_reward({name!r}): {function.__qualname__} takes no **kwargs; TRL calls a reward with "
+            "every column of the training set and its own arguments (trainer_state, log_metric, ...): "
+            "end its parameters with **kwargs."
+        )
     out = {}
-    for p in inspect.signature(function).parameters.values():
+    for p in params:
         if p.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
         if p.name in CONTEXT_ARGUMENTS or p.name in TRL_ARGUMENTS:
             continue  # what the harness or TRL passes, taken by name
+        if p.name in ENTRY_KEYS:
+            raise RewardError(
+                f"register_reward({name!r}): a setting cannot be called {p.name!r}, which a task.rewards entry "
+                "holds for itself; rename the parameter."
+            )
         if p.default is inspect.Parameter.empty:
             raise RewardError(
                 f"register_reward({name!r}): keyword-only parameter {p.name!r} has no default; a setting "
