@@ -528,7 +528,7 @@ def test_a_from_start_finding_has_one_arm_at_plan_and_in_grid_json(tmp_path, cap
     plan = plan_of(tmp_path, {"S": {**S1, "variant": {"epsilon_high": 0.3}}})
     (problem,) = findings.plan_problems(plan)
     assert problem.startswith("findings.S.variant: no run of the grid has trainer.epsilon_high = 0.3")
-    path = write(tmp_path, {**BASE, "findings": {"S": S1}}, "s.yaml")
+    path = write(tmp_path, {**BASE, "harness": {"sampled_eval_n": 16}, "findings": {"S": S1}}, "s.yaml")
     assert cli.main(["plan", str(path)]) == 0
     assert "minus its own start" in capsys.readouterr().out
 
