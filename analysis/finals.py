@@ -85,9 +85,13 @@ def plot_final(
         q=0.0,
     )
     with style.context():
-        width = min(style.FULL_WIDTH_IN, 1.2 + 1.9 * len(cols))
+        ticks = [wrap_title(lab, 34) for lab in labels[::-1]]  # long variant labels wrap
+        lines = sum(t.count("\n") + 1 for t in ticks)
+        longest = max((len(line) for t in ticks for line in t.split("\n")), default=0)
+        # room for the labels (about 0.065 in a character at the tick font) beside the panels
+        width = min(style.FULL_WIDTH_IN, 1.9 * len(cols) + max(1.2, 0.065 * longest))
         fig = style.figure(
-            len(cols), len(rows), width=width, panel_height=max(1.3, 0.75 + 0.22 * len(labels))
+            len(cols), len(rows), width=width, panel_height=max(1.3, 0.75 + 0.22 * len(labels) + 0.12 * lines)
         )
         axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=True)
         shown: set[str] = set()
@@ -104,7 +108,7 @@ def plot_final(
                     y, color = len(labels) - 1 - k, colors.get(lab, "0.3")
                     shown |= _draw_runs(ax, sv, y, color)
                     _draw_interval(ax, tv, y, color)
-                ax.set_yticks(range(len(labels)), labels[::-1])
+                ax.set_yticks(range(len(labels)), ticks)
                 ax.set_ylim(-0.6, len(labels) - 0.4)
                 title = ", ".join(str(p) for p in (rv, cv) if p is not None)
                 ax.set_title(wrap_title(title + (" (on-policy)" if (cv, rv) in on_policy else "")))
@@ -217,8 +221,12 @@ def plot_aggregate(
     if baseline is not None and "p_improve" in table.columns:
         panels.append(("p_improve", f"P(variant > {baseline})"))
     n = len(table)
+    ticks = [wrap_title(str(name), 34) for name in list(names)[::-1]]  # long variant labels wrap
+    lines = sum(t.count("\n") + 1 for t in ticks)
     with style.context():
-        fig = style.figure(len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=max(1.3, 0.6 + 0.2 * n))
+        fig = style.figure(
+            len(panels), 1, width=style.FULL_WIDTH_IN, panel_height=max(1.3, 0.6 + 0.2 * n + 0.12 * lines)
+        )
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
@@ -231,7 +239,7 @@ def plot_aggregate(
             ax.set_title(title)
             ax.set_xlabel(metric_label(metric) if column != "p_improve" else "probability")
             ax.grid(axis="y", visible=False)
-        axes[0, 0].set_yticks(range(n), list(names)[::-1])
+        axes[0, 0].set_yticks(range(n), ticks)
         axes[0, 0].set_ylim(-0.6, max(n, 1) - 0.4)
     return fig, axes
 

@@ -19,6 +19,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -106,6 +107,9 @@ _METRIC_LABELS: dict[str, str] = {
     "completions/clipped_ratio": "truncated (fraction)",
     "vespo/phi_seq_mean": "VESPO phi_seq (mean)",
     "w_seq/ess_frac": "ESS/N of w_seq",
+    "dynamic_sampling/reward_generated": "reward of every completion generated",
+    "dynamic_sampling/groups_kept": "groups kept (dynamic sampling)",
+    "dynamic_sampling/gen_batches": "generation batches (dynamic sampling)",
     "frac_reward_zero_std": "groups with zero reward std",
     "loss": "loss",
     "grad_norm": "gradient norm",
@@ -128,7 +132,20 @@ def is_missing(v: Any) -> bool:
 
 
 def format_value(v: Any) -> str:
-    """A config value as a short label: ``1.0`` → ``"1"``, ``1e-05`` → ``"1e-05"``, ``True`` → ``"True"``."""
+    """A config value as a short label: ``1.0`` → ``"1"``, ``1e-05`` → ``"1e-05"``, ``True`` → ``"True"``;
+    a list (or its JSON text, as a loaded config column holds it) joined by ``+``, a mapping with a
+    ``name`` as ``name(key=value, ...)``: ``task.rewards`` ``[correctness, {name: soft_overlong,
+    soft_punish_cache: 8}]`` → ``"correctness+soft_overlong(soft_punish_cache=8)"``."""
+    if isinstance(v, str) and v.startswith("[") and v.endswith("]"):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return v
+    if isinstance(v, list | tuple):
+        return "+".join(format_value(x) for x in v)
+    if isinstance(v, dict):
+        rest = ", ".join(f"{k}={format_value(x)}" for k, x in v.items() if k != "name")
+        return f"{v['name']}({rest})" if "name" in v and rest else str(v.get("name", rest))
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))
     if isinstance(v, (float, np.floating)) and float(v).is_integer() and abs(v) < 1e15:
