@@ -23,6 +23,7 @@ EXPECTED_RUNS = {
     "lora.yaml": 4,  # LoRA rank 4, 16 x 2 seeds
     "findings.yaml": 44,  # 11 arms (F1 2, F2 2, F3 3, F4 2, F5 2 controls against F2's grpo) x 4 seeds, on tiny-steps
     "tasks.yaml": 18,  # grpo, dapo x 3 tasks (a task axis) x 3 seeds
+    "dapo.yaml": 24,  # DAPO Table 1: 6 rows, each adding one technique, x 4 seeds, on tiny-steps
 }
 
 
