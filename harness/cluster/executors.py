@@ -147,7 +147,7 @@ def _stop_on_signals(on_slurm: bool, term: bool = True):
         elif on_slurm:
             then = "then exiting (SLURM requeues or ends the job)"
         else:
-            then = "then exiting (before the first step: at once); running the grid again resumes it"
+            then = "then exiting (at once before the first step); running the grid again resumes the run"
         print(
             f"{signal.Signals(signum).name} received: checkpointing at the next optimizer step, {then}",
             flush=True,

@@ -118,6 +118,8 @@ class DriverStop:
         and every :data:`FORWARD_EVERY_S` seconds; after a second signal, kill its processes.
         Returns the jobs killed by this call."""
         jobs, now = list(jobs), time.monotonic()
+        if not self.requested:
+            return []
         if self.forced:
             return [job for job in jobs if kill_job(job)]
         count, at = self._forwarded
