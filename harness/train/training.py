@@ -236,17 +236,21 @@ def _attempt(spec, run_dir: Path, device, threads, stop_requested, recorded: boo
     return summary
 
 
-def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None, phases: RunPhases):
+def _start(
+    spec: RunSpec, run_dir: Path, device: str | None, threads: int | None, phases: RunPhases | None = None
+):
     """Clear the markers of an earlier attempt (its progress replaced by the setup phase), set the
     device, threads and seeds, and write the run's config and provenance (rank 0 alone writes; with
     several processes the provenance's ``hosts`` lists each rank's host). Returns ``(settings,
-    device, accelerate state, provenance)``."""
+    device, accelerate state, provenance)``; ``phases`` (:class:`harness.train.phases.RunPhases`)
+    is told of the setup."""
     first = int(os.environ.get("RANK", "0")) == 0
     if first:
         for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
             (run_dir / stale).unlink(missing_ok=True)
         layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
         layout.remove_temporaries(run_dir / layout.METRICS_DIR)
+    phases = phases or RunPhases(run_dir, write=first)
     phases.enter(layout.PHASE_SETUP, "setting up: loading torch, transformers and TRL")
     import torch
 
