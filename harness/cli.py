@@ -228,15 +228,15 @@ def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     from harness.cluster.stopping import signal_name
 
     left = [o for o in stopped.outcomes if o.state != layout.DONE]
-    head = (
-        f"stopped by {signal_name(stopped.signum)}: {len(left)} of {len(stopped.outcomes)} run(s) unfinished"
-    )
-    lines = [head]
+    name = signal_name(stopped.signum)
+    if not left:
+        return [f"stopped by {name} once every run had finished", f"resume: {command}"]
+    lines = [f"stopped by {name}: {len(left)} of {len(stopped.outcomes)} run(s) unfinished"]
     for o in left:
         label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
         what = "not started" if o.state == layout.PENDING else (o.error or o.state)
         lines.append(f"  run {o.run_id}{label}: {what}")
-    lines.append(f"resume: {command}" if left else f"every run finished; the report: {command}")
+    lines.append(f"resume: {command}")
     return lines
 
 

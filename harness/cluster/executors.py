@@ -110,7 +110,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
                     # a single-process build, before torch.distributed
                     prepare_model(self.spec, self.run_dir, RunPhases(rdir, job_env.global_rank == 0, stop))
                     submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-            return train(self.spec, rdir, threads=self.threads, stop_requested=stop)
+            return train(
+                self.spec, rdir, threads=self.threads, stop_requested=stop, stop_before_first_step=stop
+            )
         except RunBusy as e:  # another process trains it: nothing of this run was touched
             return {"busy": True, "detail": str(e)}
         except RunStopped:  # asked to stop while the model was built, before the run started

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -86,7 +87,11 @@ class DriverStop:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[DriverStop]:
-        """:meth:`note` as the handler of SIGINT and SIGTERM inside the block."""
+        """:meth:`note` as the handler of SIGINT and SIGTERM inside the block (in the main thread:
+        only it can have handlers; elsewhere the block changes nothing)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
         previous = {s: signal.signal(s, self.note) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield self
@@ -134,7 +139,11 @@ class DriverStop:
 def children_ignore_sigint() -> Iterator[None]:
     """SIGINT ignored inside the block, so that processes started in it (submitit's controller, and
     through it the run's processes) inherit that and a terminal's Ctrl-C reaches only the driver.
-    A Ctrl-C in the block itself (the time of a ``fork``) is lost."""
+    A Ctrl-C in the block itself (the time of a ``fork``) is lost. Outside the main thread,
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield

@@ -168,6 +168,7 @@ def train(
     device: str | None = None,
     threads: int | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    stop_before_first_step: Callable[[], bool] | None = None,
 ) -> dict:
     """Train one run into ``run_dir`` and return its summary (also written as the DONE marker).
 
@@ -178,9 +179,11 @@ def train(
         threads: torch threads; None = ``harness.threads`` or 1.
         stop_requested: polled after every optimizer step; when it returns True the run saves a
             checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
-            Before the first step it is polled at each phase and about every second of a model
-            build (or of the wait for one): the run then stops at once, nothing trained, and
-            returns ``{"preempted": True, "steps": <its resume step>, "phase": <where it was>}``.
+        stop_before_first_step: polled before the first step, at each phase
+            (:class:`harness.train.phases.RunPhases`) and about every second of a model build
+            or of the wait for one; when it returns True the run stops at once, nothing trained,
+            and returns ``{"preempted": True, "steps": <its resume step>, "phase": <where it
+            was>}``. An executor passes the same flag as ``stop_requested``.
 
     Raises:
         RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step, the
@@ -209,20 +212,21 @@ def train(
     try:
         if lock.is_locked:  # tells `status` which live process trains this run
             atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
-        return _attempt(spec, run_dir, device, threads, stop_requested, recorded=lock.is_locked)
+        phases = RunPhases(run_dir, int(os.environ.get("RANK", "0")) == 0, stop_before_first_step)
+        return _attempt(spec, run_dir, device, threads, stop_requested, phases, lock.is_locked)
     finally:
         if lock.is_locked:
             owner.unlink(missing_ok=True)
             lock.release()
 
 
-def _attempt(spec, run_dir: Path, device, threads, stop_requested, recorded: bool) -> dict:
+def _attempt(spec, run_dir: Path, device, threads, stop_requested, phases: RunPhases, recorded: bool) -> dict:
     """One attempt of the run, and its end record in the attempts log when ``recorded`` (rank 0,
     which holds the run's lock). A stop asked for before the first step ends it at once
-    (:class:`harness.train.phases.RunStopped`), as stopped at its resume step."""
-    phases = RunPhases(run_dir, write=int(os.environ.get("RANK", "0")) == 0, stop_requested=stop_requested)
+    (:class:`harness.train.phases.RunStopped`, raised by ``phases``), as stopped at its resume
+    step."""
     try:
-        summary = _train_unlocked(spec, run_dir, device, threads, phases)
+        summary = _train_unlocked(spec, run_dir, device, threads, phases, stop_requested)
     except RunStopped:  # nothing trained in this attempt, so nothing new to checkpoint
         step = checkpoints.resume_point(run_dir / layout.CHECKPOINTS_DIR).step
         summary = {"run_id": spec.run_id, "steps": step, "preempted": True, "phase": phases.text}
@@ -284,7 +288,7 @@ def _start(
     return settings, device, state, prov
 
 
-def _train_unlocked(spec, run_dir, device, threads, phases: RunPhases) -> dict:
+def _train_unlocked(spec, run_dir, device, threads, phases: RunPhases, stop_requested) -> dict:
     from harness.losses import grpo_config_kwargs
     from harness.trl_boundary import build_grpo_config
 
@@ -332,7 +336,7 @@ def _train_unlocked(spec, run_dir, device, threads, phases: RunPhases) -> dict:
         samples_path=run_dir / layout.SAMPLES_FILE,
         offsets=offsets,
         max_steps=config.max_steps,
-        stop_requested=phases.stop_requested,
+        stop_requested=stop_requested,
         machine_lease=lease,
         share_logs=bool(tracked),
         phases=phases,
