@@ -186,8 +186,9 @@ def line(p: RunProgress) -> str:
 
 
 def label_of(varying: Mapping[str, Any]) -> str:
-    """A run's varying values as ``loss_type=grpo seed=0`` (last part of each key)."""
-    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in varying.items())
+    """A run's varying values as ``loss_type=grpo seed=0`` (last part of each key), leaving out
+    the keys its sub-grid does not set (None)."""
+    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in varying.items() if v is not None)
 
 
 def table(in_flight: Sequence[RunProgress], summary: str, before: Sequence[str] = ()):
