@@ -158,9 +158,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from harness.cluster.executors import BUSY_REASON, execute_local, pending_local
+    from harness.cluster.progress import heartbeat, label_of
+    from harness.cluster.stopping import GridStopped
     from harness.config.grid import plan_record
 
-    plan = _load_plan(args)
+    with heartbeat(f"checking {args.grid}", args.progress_every):
+        plan = _load_plan(args)
     if plan is None:
         return 2
     executor = plan.grid.executor
@@ -181,25 +184,69 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in busy:
         print(f"  {line}")
     _warn_changed_plugins(plan.runs, grid_dir, skipped.get("done", []))
-    outcomes = execute_local(
-        todo,
-        grid_dir,
-        executor,
-        in_process=executor.name == "debug",
-        show_progress=sys.stderr.isatty(),
-        progress_every_s=args.progress_every,
-    )
+    try:
+        outcomes = execute_local(
+            todo,
+            grid_dir,
+            executor,
+            in_process=executor.name == "debug",
+            show_progress=sys.stderr.isatty(),
+            progress_every_s=args.progress_every,
+        )
+    except GridStopped as stopped:
+        labels = {r.run_id: label_of(r.varying) for r in todo}
+        print("\n".join(stopped_lines(stopped, labels, resume_command(args.command_line))), file=sys.stderr)
+        return stopped.exit_code
     code = _print_outcomes(outcomes, grid_dir, busy)
     if args.no_report:
         return code
-    return max(code, _report_after_run(grid_dir))
+    try:
+        with heartbeat("writing the report", args.progress_every):
+            return max(code, _report_after_run(grid_dir))
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted (SIGINT) while writing the report; `grpo-harness report {grid_dir}` writes it",
+            file=sys.stderr,
+        )
+        return 130
+
+
+def resume_command(command_line: list[str]) -> str:
+    """The command line that resumes what a stopped ``run`` left: the same one, quoted for a POSIX
+    shell; ``python -m harness`` stays that (``sys.executable``, which the module was run by)."""
+    import shlex
+
+    prog, *rest = command_line or ["grpo-harness"]
+    head = [sys.executable, "-m", "harness"] if Path(prog).name == "__main__.py" else [prog]
+    return shlex.join([*head, *rest])
+
+
+def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
+    """What ``run`` says when a signal stopped it (:class:`harness.cluster.stopping.GridStopped`):
+    a line per run left unfinished (its id, its varying values from ``labels``, the step it
+    reached, where it resumes), then the command that resumes them."""
+    from harness.cluster.stopping import signal_name
+
+    left = [o for o in stopped.outcomes if o.state != layout.DONE]
+    name = signal_name(stopped.signum)
+    if not left:
+        return [f"stopped by {name} once every run had finished", f"resume: {command}"]
+    lines = [f"stopped by {name}: {len(left)} of {len(stopped.outcomes)} run(s) unfinished"]
+    for o in left:
+        label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
+        what = "not started" if o.state == layout.PENDING else (o.error or o.state)
+        lines.append(f"  run {o.run_id}{label}: {what}")
+    lines.append(f"resume: {command}")
+    return lines
 
 
 def _busy_line(grid_dir: Path, run_id: str) -> str:
     """A run another process trains: who, and the step it has reached."""
     run_dir = layout.run_dir(grid_dir, run_id)
     progress = layout.read_progress(run_dir)
+    phase = layout.read_phase(run_dir)
     at = f", at step {progress['step']} of {progress.get('max_steps')}" if progress else ""
+    at = f", {phase['phase']}" if phase and not progress else at
     return f"run {run_id} is {layout.trained_elsewhere(run_dir)}{at}"
 
 
@@ -297,7 +344,8 @@ def _warn_changed_plugins(runs, grid_dir: Path, done: list[str]) -> None:
 def format_status(rows, grid_dir: Path | None = None) -> str:
     """The status table: one line per run; a line per run that ended badly (what happened), per
     done run with missing steps, and per run in flight (step of max_steps, reward, speed, ETA:
-    read from ``grid_dir``); then counts per state."""
+    read from ``grid_dir``; before its first step, its phase: building or waiting for its model,
+    building the dataset, starting the trainer); then counts per state."""
     from collections import Counter
 
     keys: list[str] = []
@@ -321,10 +369,14 @@ def format_status(rows, grid_dir: Path | None = None) -> str:
     if grid_dir is not None:
         from harness.cluster import progress
 
-        for r in rows:
-            p = progress.read(layout.run_dir(grid_dir, r.run_id)) if r.state == layout.RUNNING else None
+        for r in (r for r in rows if r.state == layout.RUNNING):
+            run_dir = layout.run_dir(grid_dir, r.run_id)
+            p = progress.read(run_dir)
+            phase = progress.read_phase(run_dir) if p is None else None  # before its first step
             if p is not None:
                 lines.append(f"{r.state}: {progress.line(p)}")
+            elif phase is not None:
+                lines.append(f"{r.state}: {progress.phase_line(phase)}")
     counts = Counter(r.state for r in rows)
     lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs")
     return "\n".join(lines)
@@ -547,15 +599,20 @@ def _add_reading_commands(sub, command: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prog = sys.argv[0] if argv is None else "grpo-harness"
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
     known = {"plan", "run", "submit", "status", "cancel", "report", "findings", "compare", "bench"}
     args = build_parser(command if command in known else None).parse_args(argv)
+    args.command_line = [prog, *argv]  # what `run` prints to resume, when a signal stops it
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C outside a grid's training (its check, a report, a table)
+        print("\ninterrupted (SIGINT)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -62,6 +62,13 @@ RUN_LOCK_FILE = (
 )
 JOB_FILE = "job.json"  # SLURM submission record (job id, snapshot, log paths)
 PROGRESS_FILE = "progress.json"  # the latest step while a run trains: step, max_steps, reward, s/step, when
+#: What a run does before its first optimizer step, the ``kind`` of the phase its ``progress.json``
+#: holds until then (:func:`read_phase`): setting up, building an embedded model, waiting for
+#: another process's build of it, building the dataset, loading the model and starting the trainer,
+#: evaluating the starting policy.
+PHASE_SETUP, PHASE_MODEL, PHASE_WAITING = "setup", "model", "waiting"
+PHASE_DATASET, PHASE_TRAINER, PHASE_EVAL = "dataset", "trainer", "eval"
+PHASES = (PHASE_SETUP, PHASE_MODEL, PHASE_WAITING, PHASE_DATASET, PHASE_TRAINER, PHASE_EVAL)
 ATTEMPTS_FILE = "attempts.jsonl"  # one line per start of the run (job id, restart count, resumed step)
 #: The greedy eval of the starting policy (``harness.eval_steps`` > 0 only), measured once before
 #: the first optimizer step and never again on resume: ``{"step": 0, "eval/accuracy": a, "seconds":
@@ -318,6 +325,18 @@ def read_progress(run_dir: str | os.PathLike) -> dict | None:
     steps, eval time excluded), ``updated_at`` (Unix seconds); None when there is none."""
     info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
     return info if info is not None and isinstance(info.get("step"), int) else None
+
+
+def read_phase(run_dir: str | os.PathLike) -> dict | None:
+    """What the run's ``progress.json`` says it does before its first optimizer step (written by
+    rank 0 of :mod:`harness.train.phases`): ``phase`` (the words: ``building model tiny-steps: SFT
+    step 340/1500, ETA 0:06:10``), ``kind`` (one of :data:`PHASES`), ``since`` (when the phase
+    began) and ``updated_at`` (Unix seconds); None once it has a step (:func:`read_progress`) or
+    has no such file."""
+    info = read_json_object(os.path.join(run_dir, PROGRESS_FILE))
+    if info is None or isinstance(info.get("step"), int) or not isinstance(info.get("phase"), str):
+        return None
+    return info
 
 
 def read_start_eval(run_dir: str | os.PathLike) -> float | None:

@@ -126,7 +126,7 @@ def test_second_call_reuses_cache(tiny_dir, monkeypatch):
     assert tiny_model_path(SMALL, TASK, tiny_dir.parent) == tiny_dir
 
 
-def _fake_build(spec, task, out_dir):
+def _fake_build(spec, task, out_dir, report=None):
     # Stands in for the SFT build: slow enough for callers to overlap, and records who built.
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True)
@@ -161,7 +161,7 @@ def test_concurrent_processes_build_once(tmp_path):
 
 
 def test_failed_build_leaves_no_folder(tmp_path, monkeypatch):
-    def broken(spec, task, out_dir):
+    def broken(spec, task, out_dir, report=None):
         Path(out_dir).mkdir(parents=True)
         raise RuntimeError("boom")
 

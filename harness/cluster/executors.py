@@ -43,6 +43,13 @@ class TrainingJob(submitit.helpers.Checkpointable):
     the next step boundary, then exits without requeueing: SLURM decides whether the job comes back.
     A job killed before reaching a step boundary resumes from the latest periodic checkpoint.
 
+    A local job (submitit's local executor) takes SIGTERM the same way: the driver of ``run`` sends
+    it on Ctrl-C or SIGTERM (:mod:`harness.cluster.stopping`), and the job returns the run's
+    summary once the checkpoint is written, for the driver to read the run's files. Before the
+    run's first step a stop needs no checkpoint and comes at once
+    (:class:`harness.train.phases.RunStopped`). In the driver's own process (the debug executor)
+    the driver's handlers stand and ``driver_stop`` says when it asks for a stop.
+
     With several tasks (``nodes * tasks_per_node``) the job runs one process per task, on one node
     or several; ``torch.distributed`` is set up from submitit's job environment (env:// variables:
     ``MASTER_ADDR`` is the job's first node's name, which must resolve on every node) and only rank 0
@@ -51,57 +58,76 @@ class TrainingJob(submitit.helpers.Checkpointable):
     A run that raises leaves a FAILED marker (error line, log path) before re-raising.
     """
 
-    def __init__(self, spec: RunSpec, run_dir: str, threads: int = 1):
+    def __init__(self, spec: RunSpec, run_dir: str, threads: int = 1, driver_stop=None):
         self.spec = spec
         self.run_dir = run_dir
         self.threads = threads
+        self.driver_stop = driver_stop  # in the driver's process only: never pickled with a job
 
     def __call__(self) -> dict:
         import signal
 
-        from harness.train.training import RunBusy, train
-
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
         job_env = _job_environment()
-        log = ""
-        if job_env is not None:
-            log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
-            if job_env.num_tasks > 1:
-                from harness.train.training import prepare_model
-
-                prepare_model(self.spec, self.run_dir)  # single-process build, before torch.distributed
-                submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         on_slurm = job_env is not None and job_env.cluster == "slurm"
-        requested, restore = _stop_on_signals(on_slurm)
-        rdir = Path(self.run_dir)
+        requested, restore = _stop_on_signals(on_slurm, term=job_env is not None)
+
+        def stop() -> bool:
+            return bool(requested["stop"] or (self.driver_stop is not None and self.driver_stop()))
+
         try:
-            summary = train(self.spec, rdir, threads=self.threads, stop_requested=lambda: requested["stop"])
-        except RunBusy as e:  # another process trains it: nothing of this run was touched
-            return {"busy": True, "detail": str(e)}
-        except Exception as e:
-            if job_env is None or job_env.global_rank == 0:
-                _mark_failed(rdir, e, log)
-            raise
+            summary = self._train(job_env, stop)
         finally:
             previous = restore()
-        if summary.get("preempted"):
-            if requested["signal"] == signal.SIGUSR2 and callable(previous) and job_env is not None:
+        if summary.get("preempted") and job_env is not None:
+            if requested["signal"] == signal.SIGUSR2 and callable(previous):
                 previous(signal.SIGUSR2, None)  # submitit: checkpoint(), scontrol requeue, exit
             if requested["signal"] == signal.SIGTERM and on_slurm:
                 # checkpointed: now end as SIGTERM would have ended us, so SLURM records the job as
                 # preempted, cancelled or requeued (an exit with an error reads as FAILED)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGTERM)
-            raise RuntimeError(
-                f"run stopped at step {summary['steps']} on request; resume by running it again"
-            )
+            if on_slurm:
+                raise RuntimeError(
+                    f"run stopped at step {summary['steps']} on request; resume by running it again"
+                )
         return summary
 
+    def _train(self, job_env, stop) -> dict:
+        """The run's training in this process (its model built first when the job has several
+        tasks); ``{"busy": ...}`` when another process trains it."""
+        from harness.train.phases import RunPhases, RunStopped
+        from harness.train.training import RunBusy, train
 
-def _stop_on_signals(on_slurm: bool):
+        log = ""
+        rdir = Path(self.run_dir)
+        try:
+            if job_env is not None:
+                log = str(job_env.paths.stderr).replace("%t", str(job_env.global_rank))
+                if job_env.num_tasks > 1:
+                    from harness.train.training import prepare_model
+
+                    # a single-process build, before torch.distributed
+                    prepare_model(self.spec, self.run_dir, RunPhases(rdir, job_env.global_rank == 0, stop))
+                    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+            return train(
+                self.spec, rdir, threads=self.threads, stop_requested=stop, stop_before_first_step=stop
+            )
+        except RunBusy as e:  # another process trains it: nothing of this run was touched
+            return {"busy": True, "detail": str(e)}
+        except RunStopped:  # asked to stop while the model was built, before the run started
+            return {"run_id": self.spec.run_id, "steps": 0, "preempted": True}
+        except Exception as e:
+            if job_env is None or job_env.global_rank == 0:
+                _mark_failed(rdir, e, log)
+            raise
+
+
+def _stop_on_signals(on_slurm: bool, term: bool = True):
     """Install handlers that only ask the run to stop at its next optimizer step: USR2 (submitit's
-    preemption and time-limit signal) and, in a SLURM job, SIGTERM (``scontrol requeue``,
-    ``scancel``, preemption, a node going down; SIGKILL follows after ``KillWait``).
+    preemption and time-limit signal) and, with ``term`` (a SLURM job, or a local job of ``run``'s
+    driver), SIGTERM (``scontrol requeue``, ``scancel``, preemption, a node going down, the driver
+    stopping; on SLURM, SIGKILL follows after ``KillWait``).
 
     Returns ``(requested, restore)``: ``requested["stop"]`` and ``requested["signal"]`` as the
     handlers set them, and a function that puts the previous handlers back and returns the previous
@@ -114,23 +140,28 @@ def _stop_on_signals(on_slurm: bool):
     previous_term = signal.getsignal(signal.SIGTERM)
 
     def on_signal(signum, frame):  # runs between two bytecodes of training: only set a flag
+        if requested["stop"]:
+            return  # the driver repeats its SIGTERM until the run ends: said once
         requested["stop"] = True
         requested["signal"] = signum
-        then = (
-            "then requeueing" if signum == signal.SIGUSR2 else "then exiting (SLURM requeues or ends the job)"
-        )
+        if signum == signal.SIGUSR2:
+            then = "then requeueing"
+        elif on_slurm:
+            then = "then exiting (SLURM requeues or ends the job)"
+        else:
+            then = "then exiting (at once before the first step); running the grid again resumes the run"
         print(
             f"{signal.Signals(signum).name} received: checkpointing at the next optimizer step, {then}",
             flush=True,
         )
 
     signal.signal(signal.SIGUSR2, on_signal)
-    if on_slurm:
+    if term:
         signal.signal(signal.SIGTERM, on_signal)
 
     def restore():
         signal.signal(signal.SIGUSR2, previous)
-        if on_slurm:
+        if term:
             signal.signal(signal.SIGTERM, previous_term)
         return previous
 
@@ -248,8 +279,14 @@ def execute_local(
     train, :class:`harness.cluster.progress.GridDisplay` shows each one in flight: a table redrawn in place
     when ``show_progress`` (a terminal), else a line per run every ``progress_every_s`` seconds on
     stderr. Returns one :class:`Outcome` per run, in order; never raises for a failed run.
+
+    Raises:
+        harness.cluster.stopping.GridStopped: SIGINT or SIGTERM stopped the driver: the runs in
+            flight stopped at their next step with a checkpoint (:mod:`harness.cluster.stopping`),
+            and it holds every run's outcome, those never started included.
     """
     from harness.cluster.progress import GridDisplay, label_of
+    from harness.cluster.stopping import DriverStop, GridStopped
 
     outcomes: dict[str, Outcome] = {}
     threads = executor.threads_per_run
@@ -267,30 +304,38 @@ def execute_local(
         outcomes[outcome.run_id] = outcome
         display.ended_run(outcome.run_id, outcome.state)
 
-    with display:
-        if in_process:
-            with _thread_environment(threads):
-                _run_in_process(runs, grid_dir, threads, finish)
-            return [outcomes[r.run_id] for r in runs]
-        queue = list(runs)
-        active: list[tuple[RunSpec, submitit.Job]] = []
-        import signal
-
-        def interrupted(signum, frame):
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGTERM, interrupted)
+    stop = DriverStop(in_process=in_process)
+    active: list[tuple[RunSpec, submitit.Job]] = []
+    with display, stop.installed(), _thread_environment(threads):  # the jobs inherit the threads
         try:
-            with _thread_environment(threads):  # inherited by the local jobs, and only by them
-                _drive(queue, active, parallel, grid_dir, executor, threads, finish, display)
-        except KeyboardInterrupt:
+            if in_process:
+                _run_in_process(runs, grid_dir, threads, finish, stop)
+            else:
+                _drive(list(runs), active, parallel, grid_dir, executor, threads, finish, display, stop)
+        except KeyboardInterrupt:  # in process, a second signal: the run stopped at once
+            pass
+        except BaseException:
             # submitit's local jobs outlive their parent; stop them so no orphan keeps writing
+            from harness.cluster.stopping import kill_job
+
             for _, job in active:
-                job.cancel(check=False)
+                kill_job(job)
             raise
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return [outcomes[r.run_id] for r in runs]
+    ordered = [outcomes.get(r.run_id) or _not_started(r.run_id, grid_dir) for r in runs]
+    if stop.requested:
+        raise GridStopped(stop.signum, ordered)
+    return ordered
+
+
+def _not_started(run_id: str, grid_dir: Path) -> Outcome:
+    """The outcome of a run the driver never got to (a stop came first), or that was interrupted
+    in its process (the debug executor)."""
+    rdir = layout.run_dir(grid_dir, run_id)
+    state = layout.files_state(rdir)
+    if state == layout.PENDING:
+        return Outcome(run_id, state, error="not started")
+    step = last_step_and_reward(rdir)[0] if state == layout.STOPPED else None
+    return Outcome(run_id, state, error=end_line(rdir, state, step))
 
 
 @contextlib.contextmanager
@@ -310,46 +355,77 @@ def _thread_environment(threads: int) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finish) -> None:
-    """The debug executor: each run called directly, one after another."""
+def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finish, stop) -> None:
+    """The debug executor: each run called directly, one after another, until ``stop`` (a
+    :class:`harness.cluster.stopping.DriverStop`) is requested."""
     for spec in runs:
+        if stop.requested:
+            return
         rdir = layout.run_dir(grid_dir, spec.run_id)
         result, raised = None, ""
         try:
-            result = TrainingJob(spec, str(rdir), threads)()
+            result = TrainingJob(spec, str(rdir), threads, driver_stop=lambda: stop.requested)()
         except Exception as e:  # one failed run must not stop the grid; its files say why
             raised = f"{type(e).__name__}: {e}"
         finish(outcome_of(spec.run_id, rdir, result, raised=raised))
 
 
-def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display) -> None:
+def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display, stop) -> None:
     """Keep at most ``parallel`` local jobs running until ``queue`` and ``active`` are empty,
-    showing the runs in flight on ``display`` as they go."""
-    while queue or active:
-        while queue and len(active) < parallel:
+    showing the runs in flight on ``display`` as they go. Once ``stop`` (a
+    :class:`harness.cluster.stopping.DriverStop`) is requested, launch nothing more and ask the
+    jobs in flight to stop until they have ended."""
+    killed: set[str] = set()
+    while active or (queue and not stop.requested):
+        while queue and len(active) < parallel and not stop.requested:
             spec = queue.pop(0)
-            rdir = layout.run_dir(grid_dir, spec.run_id)
-            ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
-            ex.update_parameters(
-                timeout_min=executor.timeout_min,
-                tasks_per_node=executor.tasks_per_node,
-                # no shell in between unless setup lines ask for one: then cancel() reaches submitit's
-                # controller, which stops its tasks
-                **({"setup": list(executor.setup)} if executor.setup else {}),
-            )
-            active.append((spec, ex.submit(TrainingJob(spec, str(rdir), threads))))
+            active.append((spec, _launch(spec, grid_dir, executor, threads)))
         time.sleep(0.5)
+        if stop.requested:
+            for text in stop.news(len(active)):
+                display.note(text)
+            gone = {id(job) for job in stop.forward(job for _, job in active)}
+            killed |= {spec.run_id for spec, job in active if id(job) in gone}
         display.update([spec.run_id for spec, _ in active])
-        still = []
-        for spec, job in active:
-            if not job.done():
-                still.append((spec, job))
-                continue
-            rdir = layout.run_dir(grid_dir, spec.run_id)
-            result, raised = None, ""
-            try:
-                result = job.results()[0]  # every task's; raises the first task error
-            except Exception as e:  # submitit re-raises the job's error; the run's files say what it was
-                raised = str(e)
-            finish(outcome_of(spec.run_id, rdir, result, str(job.paths.stderr), raised))
-        active[:] = still
+        active[:] = _collect(active, grid_dir, finish, killed, stop)
+
+
+def _launch(spec: RunSpec, grid_dir: Path, executor: ExecutorSettings, threads: int) -> submitit.Job:
+    """Submit one run as a local job (submitit's controller, then the run's processes, started
+    with SIGINT ignored: a terminal's Ctrl-C is the driver's to handle)."""
+    from harness.cluster.stopping import children_ignore_sigint
+
+    rdir = layout.run_dir(grid_dir, spec.run_id)
+    ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
+    ex.update_parameters(
+        timeout_min=executor.timeout_min,
+        tasks_per_node=executor.tasks_per_node,
+        # no shell in between unless setup lines ask for one (harness.cluster.stopping finds the
+        # controller under it)
+        **({"setup": list(executor.setup)} if executor.setup else {}),
+    )
+    with children_ignore_sigint():
+        return ex.submit(TrainingJob(spec, str(rdir), threads))
+
+
+def _collect(active, grid_dir: Path, finish, killed: set[str], stop) -> list:
+    """``finish`` the outcome of each job of ``active`` that has ended; returns those still running.
+    A run in ``killed`` (a second signal) gets its end record from here: its process could not
+    write one."""
+    from harness.cluster.stopping import FORCED, signal_name
+
+    still = []
+    for spec, job in active:
+        if not job.done():
+            still.append((spec, job))
+            continue
+        rdir = layout.run_dir(grid_dir, spec.run_id)
+        if spec.run_id in killed:
+            record_end(rdir, f"by a second {signal_name(stop.signum)}", outcome=FORCED)
+        result, raised = None, ""
+        try:
+            result = job.results()[0]  # every task's; raises the first task error
+        except Exception as e:  # submitit re-raises the job's error; the run's files say what it was
+            raised = str(e)
+        finish(outcome_of(spec.run_id, rdir, result, str(job.paths.stderr), raised))
+    return still

@@ -3,17 +3,24 @@
 Everything is read from the runs' own files (``progress.json``, which rank 0 rewrites after a
 logged step at most every ``harness.train.recorder.PROGRESS_EVERY_S`` seconds, and always on the first
 and last step and before a checkpoint, :func:`harness.layout.read_progress`), so the same view serves the driver of a local
-``run`` and ``status --watch`` of a SLURM grid. In a terminal, :class:`GridDisplay` redraws a rich
-table in place; without one (a log file, CI) it prints one line per run in flight every
-``every_s`` seconds, and a line whenever a run ends.
+``run`` and ``status --watch`` of a SLURM grid. Before its first step a run's ``progress.json``
+holds its phase instead (:func:`harness.layout.read_phase`: building an embedded model, waiting for
+another run's build of it, building the dataset, starting the trainer), shown as a line of its own
+(:func:`phase_line`). In a terminal, :class:`GridDisplay` redraws a rich table in place; without
+one (a log file, a pipe, CI) it prints one line per run in flight (its step, its phase, or that its
+process is starting) at once and then every ``every_s`` seconds, and a line whenever a run ends.
+:func:`heartbeat` says the same of a slow step of the command itself (checking a grid, writing
+the report).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -66,6 +73,85 @@ def read(run_dir: Path, label: str = "") -> RunProgress | None:
     )
 
 
+@dataclass(frozen=True)
+class RunPhase:
+    """What a run does before its first step: ``kind`` (one of :data:`harness.layout.PHASES`),
+    ``text`` (its own words: ``building model tiny-steps: SFT step 340/1500, ETA 0:06:10``),
+    ``since`` (when the phase began) and ``updated_at`` (Unix seconds)."""
+
+    run_id: str
+    label: str
+    kind: str
+    text: str
+    since: float
+    updated_at: float
+
+
+def read_phase(run_dir: Path, label: str = "") -> RunPhase | None:
+    """The run's :class:`RunPhase` from its ``progress.json``; None once it has a step, or before
+    its process has said anything."""
+    info = layout.read_phase(run_dir)
+    if info is None:
+        return None
+
+    def number(key: str) -> float:
+        v = info.get(key)
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        return float(v) if ok else 0.0
+
+    kind = info.get("kind")
+    return RunPhase(
+        run_id=Path(run_dir).name,
+        label=label,
+        kind=kind if isinstance(kind, str) else "",
+        text=info["phase"],
+        since=number("since"),
+        updated_at=number("updated_at"),
+    )
+
+
+def phase_line(p: RunPhase, now: float | None = None) -> str:
+    """A run before its first step as a log line: ``d320cbaf4b loss_type=grpo seed=0: building
+    model tiny-steps: SFT step 340/1500, ETA 0:06:10 (for 0:02:10)``; the time is how long the
+    phase has lasted, ``now`` (Unix seconds) by default the clock's."""
+    now = time.time() if now is None else now
+    label = f" {p.label}" if p.label else ""
+    lasted = f" (for {duration(now - p.since)})" if p.since else ""
+    return f"{p.run_id}{label}: {p.text}{lasted}"
+
+
+def starting_line(run_id: str, label: str, launched_s: float) -> str:
+    """A run whose process has said nothing yet: ``d320cbaf4b loss_type=grpo: starting its
+    process (launched 0:00:04 ago)``."""
+    label = f" {label}" if label else ""
+    return f"{run_id}{label}: starting its process (launched {duration(launched_s)} ago)"
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every_s: float = 30.0, stream: TextIO | None = None) -> Iterator[None]:
+    """While the block runs, a line every ``every_s`` seconds on ``stream`` (stderr):
+    ``[12:00:30] still checking the grid (0:00:30)``; nothing when it ends sooner."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            stamp = time.strftime("%H:%M:%S")
+            print(
+                f"[{stamp}] still {what} ({duration(time.monotonic() - t0)})",
+                file=stream or sys.stderr,
+                flush=True,
+            )
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def grid_eta(in_flight: Sequence[RunProgress], steps_not_started: int, parallel: int) -> float | None:
     """Seconds until the grid ends: the longest ETA of the runs in flight, or, when runs wait, the
     steps left of every run (those in flight and ``steps_not_started``) at the mean speed of the
@@ -100,12 +186,15 @@ def line(p: RunProgress) -> str:
 
 
 def label_of(varying: Mapping[str, Any]) -> str:
-    """A run's varying values as ``loss_type=grpo seed=0`` (last part of each key)."""
-    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in varying.items())
+    """A run's varying values as ``loss_type=grpo seed=0`` (last part of each key), leaving out
+    the keys its sub-grid does not set (None)."""
+    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in varying.items() if v is not None)
 
 
-def table(in_flight: Sequence[RunProgress], summary: str):
-    """The rich table of the runs in flight, then ``summary`` (counts, grid ETA) on a line of its own."""
+def table(in_flight: Sequence[RunProgress], summary: str, before: Sequence[str] = ()):
+    """The rich table of the runs in flight, then the lines of the runs ``before`` their first step
+    (:func:`phase_line`, :func:`starting_line`), then ``summary`` (counts, grid ETA) on a line of
+    its own."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -129,7 +218,13 @@ def table(in_flight: Sequence[RunProgress], summary: str):
             "" if not p.s_per_step else f"{p.s_per_step:.2f}",
             duration(p.eta_s),
         )
-    return Group(t, Text(summary))
+    parts = [t] if in_flight else []
+    return Group(*parts, *(Text(line) for line in before), Text(summary))
+
+
+#: Seconds before a run is first shown that its process may have written its first record (the
+#: driver shows a run within half a second of launching it).
+LAUNCH_SLACK_S = 2.0
 
 
 class GridDisplay:
@@ -141,7 +236,8 @@ class GridDisplay:
         max_steps: ``{run_id: max_steps}`` (None where unknown), for the grid's ETA.
         parallel: runs at once.
         live: redraw a table in place (a terminal); else print lines to ``stream``.
-        every_s: seconds between two rounds of lines when not ``live``.
+        every_s: seconds between two rounds of lines when not ``live`` (the first round comes at
+            the first :meth:`update`).
     """
 
     def __init__(
@@ -162,7 +258,10 @@ class GridDisplay:
         self.every_s = every_s
         self.stream = stream or sys.stderr
         self.ended: list[str] = []
-        self._last_lines = time.monotonic()
+        self._last_lines = -math.inf
+        # run id -> (time.monotonic(), time.time()) when it was first shown: what a run's files said
+        # before is an earlier attempt's
+        self._launched: dict[str, tuple[float, float]] = {}
         self._live = None
 
     def __enter__(self) -> GridDisplay:
@@ -182,14 +281,35 @@ class GridDisplay:
             self._live.stop()
             self._live = None
 
+    def _fresh(self, run_id: str, updated_at: float) -> bool:
+        """Whether a record written at ``updated_at`` (Unix seconds) is of this driver's attempt
+        of the run, not an earlier one's (a run's process replaces it as it starts)."""
+        launched = self._launched.get(run_id)
+        return launched is None or updated_at >= launched[1] - LAUNCH_SLACK_S
+
     def in_flight(self, run_ids: Iterable[str]) -> list[RunProgress]:
-        """The progress of ``run_ids`` that have logged a step."""
+        """The progress of ``run_ids`` that have logged a step (in this driver's attempt)."""
         out = []
         for rid in run_ids:
             p = read(layout.run_dir(self.grid_dir, rid), self.labels.get(rid, ""))
-            if p is not None:
+            if p is not None and self._fresh(rid, p.updated_at):
                 out.append(p)
         return out
+
+    def before_first_step(self, run_ids: Iterable[str], stepped: Iterable[str] = ()) -> list[str]:
+        """A line per run of ``run_ids`` not in ``stepped`` (those with a step): its phase
+        (:func:`phase_line`), or that its process is starting (:func:`starting_line`)."""
+        skip, now, lines = set(stepped), time.monotonic(), []
+        for rid in run_ids:
+            if rid in skip:
+                continue
+            label = self.labels.get(rid, "")
+            phase = read_phase(layout.run_dir(self.grid_dir, rid), label)
+            if phase is not None and self._fresh(rid, phase.updated_at):
+                lines.append(phase_line(phase))
+            else:
+                lines.append(starting_line(rid, label, now - self._launched.get(rid, (now, 0.0))[0]))
+        return lines
 
     def _summary(self, in_flight: Sequence[RunProgress], active: int) -> str:
         waiting = [r for r in self.labels if r not in self.ended][active:]
@@ -203,24 +323,37 @@ class GridDisplay:
 
     def _renderable(self, active: Sequence[str]):
         in_flight = self.in_flight(active)
-        return table(in_flight, self._summary(in_flight, len(active)))
+        before = self.before_first_step(active, [p.run_id for p in in_flight])
+        return table(in_flight, self._summary(in_flight, len(active)), before)
 
     def update(self, active: Sequence[str]) -> None:
-        """Show the runs in flight (``active``: their run ids): redraw the table, or print their
-        lines when ``every_s`` has passed since the last round."""
+        """Show the runs in flight (``active``: their run ids): redraw the table, or print a line
+        per run (its step, its phase before the first step, or that its process is starting) and
+        the grid's counts, at the first call and then when ``every_s`` has passed."""
+        now = time.monotonic()
+        for rid in active:
+            self._launched.setdefault(rid, (now, time.time()))
         if self._live is not None:
             self._live.update(self._renderable(active))
             return
-        now = time.monotonic()
         if now - self._last_lines < self.every_s:
             return
         self._last_lines = now
         in_flight = self.in_flight(active)
+        stepped = {p.run_id: p for p in in_flight}
+        before = iter(self.before_first_step(active, stepped))
         stamp = time.strftime("%H:%M:%S")
-        for p in in_flight:
-            print(f"[{stamp}] {line(p)}", file=self.stream, flush=True)
-        if in_flight:
-            print(f"[{stamp}] {self._summary(in_flight, len(active))}", file=self.stream, flush=True)
+        for rid in active:
+            text = line(stepped[rid]) if rid in stepped else next(before)
+            print(f"[{stamp}] {text}", file=self.stream, flush=True)
+        print(f"[{stamp}] {self._summary(in_flight, len(active))}", file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        """A line of the driver's own (a stop asked for), above the table or among the lines."""
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def ended_run(self, run_id: str, state: str, detail: str = "") -> None:
         """A run's job ended: count it, and say so in one line (a done run with its final reward

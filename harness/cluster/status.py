@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import layout
+from harness.cluster.stopping import FORCED
 from harness.layout import read_json_object
 from harness.train import checkpoints
 
@@ -206,6 +207,9 @@ def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
             return f"no space left on device ({error}); free space, then run the grid again"
         return error
     where = f" at step {step}" if step is not None else " before its first step"
+    phase = layout.read_phase(run_dir) if step is None else None
+    if phase is not None:  # what it was doing then: building its model, waiting for it, ...
+        where += f" ({phase['phase']})"
     attempt = last_attempt(run_dir)
     then = resume_promise(run_dir, "running the grid again")
     if attempt.get("outcome") == "no-space":
@@ -217,8 +221,12 @@ def _how_it_stopped(attempt: dict[str, Any]) -> str:
     """A stopped run's last attempt in a few words: its end record's outcome, or killed when the
     attempt wrote none (no process can write after a SIGKILL)."""
     outcome = attempt.get("outcome")
+    if outcome == "stopped" and not attempt.get("slurm_job_id"):
+        return "stopped on request (Ctrl-C or SIGTERM)"
     if outcome == "stopped":
         return "stopped on request (a preemption or time-limit signal)"
+    if outcome == FORCED:
+        return f"{FORCED} ({attempt.get('detail', 'a second signal')})"
     if outcome == "interrupted":
         return "interrupted (Ctrl-C, or the driver was stopped)"
     if outcome == "no-space":

@@ -20,6 +20,7 @@ from harness.config.schema import (
     TinyModelSpec,
     TinyStepsModelSpec,
 )
+from harness.models.build_progress import BuildWatch
 from harness.models.tiny import tiny_model_path
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -40,6 +41,7 @@ def resolve_model(
     task: TaskSpec | None = None,
     cache_dir: str | Path | None = None,
     tiny_spec: TinyModelSpec | None = None,
+    watch: BuildWatch | None = None,
 ) -> str:
     """Turn a model name from a config into what ``from_pretrained`` takes. Never contacts a hub.
 
@@ -51,6 +53,8 @@ def resolve_model(
         cache_dir: required for the embedded models.
         tiny_spec: the embedded model's spec; defaults to ``TinyModelSpec()`` for ``"tiny"`` and
             ``TinyChatModelSpec()`` for ``"tiny-chat"``.
+        watch: who needs an embedded model, told how its build goes while it is built or waited for
+            (:class:`harness.models.build_progress.BuildWatch`); it may raise to stop.
 
     Raises:
         ValueError: an embedded model without task or cache_dir, ``"tiny-chat"`` with a spec that is
@@ -60,7 +64,7 @@ def resolve_model(
         if task is None or cache_dir is None:
             raise ValueError(f"model {model!r} needs the task and a cache_dir to build it in")
         if model == TINY:
-            return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir))
+            return str(tiny_model_path(tiny_spec or TinyModelSpec(), task, cache_dir, watch))
         if model == TINY_STEPS:
             if tiny_spec is not None and not isinstance(tiny_spec, TinyStepsModelSpec):
                 raise ValueError(
@@ -68,12 +72,12 @@ def resolve_model(
                 )
             from harness.models.tiny_steps import tiny_steps_model_path
 
-            return str(tiny_steps_model_path(tiny_spec or TinyStepsModelSpec(), task, cache_dir))
+            return str(tiny_steps_model_path(tiny_spec or TinyStepsModelSpec(), task, cache_dir, watch))
         if tiny_spec is not None and not isinstance(tiny_spec, TinyChatModelSpec):
             raise ValueError(f"model 'tiny-chat' takes a TinyChatModelSpec, got {type(tiny_spec).__name__}")
         from harness.models.tiny_chat import tiny_chat_model_path
 
-        return str(tiny_chat_model_path(tiny_spec or TinyChatModelSpec(), task, cache_dir))
+        return str(tiny_chat_model_path(tiny_spec or TinyChatModelSpec(), task, cache_dir, watch))
     problems = check_model(model)
     if problems:
         raise ValueError("; ".join(problems))

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -30,13 +31,30 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from harness.config.schema import (
     EVAL_SEED,
     SFT_SEED_BASE,
+    TINY,
     TaskSpec,
     TinyModelSpec,
+)
+from harness.models.build_progress import (
+    BUILD_LOG_EVERY_S,
+    DATA,
+    SAVE,
+    SFT,
+    WAIT_POLL_S,
+    BuildProgress,
+    BuildReport,
+    BuildWatch,
+    Report,
+    build_progress_path,
+    build_text,
+    clock,
+    read_build_progress,
+    say,
 )
 from harness.models.tasks import bare_prompt, check_task, generate_entries
 
@@ -199,10 +217,18 @@ def build_model(spec: TinyModelSpec, tokenizer: Any) -> Any:
 
 
 def run_sft(
-    spec: TinyModelSpec, model: Any, tokenizer: Any, columns: dict[str, list], work_dir: Path
+    spec: TinyModelSpec,
+    model: Any,
+    tokenizer: Any,
+    columns: dict[str, list],
+    work_dir: Path,
+    report: Report | None = None,
 ) -> dict:
     """The warm start: TRL ``SFTTrainer`` on ``columns`` (``prompt`` and ``completion``, plain text or
     conversations), loss on completion tokens only, cosine schedule, on the CPU; trains ``model`` in place.
+
+    ``report`` (a :class:`BuildReport`) is told of every SFT step (``report(SFT, step, sft_steps)``);
+    it may raise to stop the build, and changes nothing of what is trained.
 
     Returns ``{"train_loss", "final_logged_loss"}`` (mean cross-entropy per completion token, nats).
     """
@@ -235,9 +261,23 @@ def run_sft(
     trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     # A library build should not print a dict per logging step; the losses go into tiny_model.json instead.
     trainer.remove_callback(PrinterCallback)
+    if report is not None:
+        trainer.add_callback(_sft_progress(report, spec.sft_steps))
+        report(SFT, 0, spec.sft_steps)
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return {"train_loss": result.training_loss, "final_logged_loss": losses[-1] if losses else None}
+
+
+def _sft_progress(report: Report, max_steps: int) -> Any:
+    """A ``TrainerCallback`` that tells ``report`` of each SFT step (reads nothing, changes nothing)."""
+    from transformers import TrainerCallback
+
+    class SftProgress(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            report(SFT, state.global_step, max_steps)
+
+    return SftProgress()
 
 
 #: A tokenizer length limit no sequence reaches: counting tokens past a short context, unwarned.
@@ -317,10 +357,11 @@ def build_threads() -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def begin_build(spec: TinyModelSpec, out_dir: str | Path) -> tuple[Path, float]:
+def begin_build(spec: TinyModelSpec, out_dir: str | Path, report: Report | None = None) -> tuple[Path, float]:
     """The start of an embedded model's build: ``out_dir`` created (it must not exist), the clock
     started (``time.perf_counter()``, for the build info's seconds) and every RNG seeded with
-    ``spec.seed``, in that order. Returns ``(out_dir, start)``.
+    ``spec.seed``, in that order; ``report`` told that the SFT examples are being generated.
+    Returns ``(out_dir, start)``.
 
     Raises:
         FileExistsError: ``out_dir`` exists.
@@ -331,20 +372,25 @@ def begin_build(spec: TinyModelSpec, out_dir: str | Path) -> tuple[Path, float]:
     out_dir.mkdir(parents=True)
     start = time.perf_counter()
     set_seed(spec.seed)
+    if report is not None:
+        report(DATA, examples=spec.sft_examples)
     return out_dir, start
 
 
-def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
+def build_tiny_model(
+    spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path, report: Report | None = None
+) -> dict:
     """Build the tiny model for ``task`` into ``out_dir`` (created; must not exist) and return its build info.
 
     Writes ``save_pretrained`` of model and tokenizer and ``tiny_model.json`` (spec, task, alphabet,
     SFT losses, build seconds). Takes about ``sft_steps / 10`` seconds on one CPU thread at the defaults.
+    ``report`` (a :class:`BuildReport`) is told how far the build is.
 
     Raises:
         ValueError: invalid task spec.
         FileExistsError: ``out_dir`` exists.
     """
-    out_dir, start = begin_build(spec, out_dir)
+    out_dir, start = begin_build(spec, out_dir, report)
     pairs, alphabet, tokenizer, _, longest = _sft_data(spec, task)
     if longest > spec.max_position_embeddings:
         raise ValueError(
@@ -353,7 +399,7 @@ def build_tiny_model(spec: TinyModelSpec, task: TaskSpec, out_dir: str | Path) -
     model = build_model(spec, tokenizer)
     columns = {"prompt": [p for p, _ in pairs], "completion": [a for _, a in pairs]}
     extra = {"alphabet": alphabet, "longest_sft_sequence": longest}
-    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra)
+    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra, report)
 
 
 def warm_start_and_save(
@@ -365,13 +411,16 @@ def warm_start_and_save(
     out_dir: Path,
     start: float,
     extra: dict[str, Any],
+    report: Report | None = None,
 ) -> dict:
     """The end of an embedded model's build: :func:`run_sft` on ``columns``, ``save_pretrained`` of
     model and tokenizer into ``out_dir``, and ``tiny_model.json`` (spec, task, parameter count, SFT
     losses, versions, seconds since ``start`` (``time.perf_counter()``), plus ``extra``). Returns
-    that info."""
+    that info. ``report`` is told of each SFT step, then of the save."""
     with tempfile.TemporaryDirectory(prefix="sft-") as work, build_threads() as threads:
-        sft_info = run_sft(spec, model, tokenizer, columns, Path(work))
+        sft_info = run_sft(spec, model, tokenizer, columns, Path(work), report)
+    if report is not None:
+        report(SAVE)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info = {
@@ -388,32 +437,82 @@ def warm_start_and_save(
     return info
 
 
-def cached_build(cache_dir: str | Path, key: str, build: Callable[[Path], dict]) -> Path:
-    """``cache_dir/key``, made by ``build(folder)`` on first use (``build`` returns the build info).
+def cached_build(
+    cache_dir: str | Path,
+    key: str,
+    build: Callable[[Path, Report], dict],
+    name: str | None = None,
+    watch: BuildWatch | None = None,
+) -> Path:
+    """``cache_dir/key``, made by ``build(folder, report)`` on first use (``build`` returns the build
+    info and tells ``report``, a :class:`BuildReport`, how far it is).
 
     Safe under concurrency: processes serialise on a file lock next to the folder, and a build goes into a
     temporary sibling that is renamed into place only when complete, so a folder that exists is whole.
+    While it builds, the build's progress file beside the lock (:func:`build_progress_path`) says how
+    far it is; a process that waits on the lock reads it. Both the building and the waiting process
+    tell ``watch`` (its ``on_progress``, about every :data:`BUILD_PROGRESS_EVERY_S` seconds) and say
+    it on stderr every :data:`BUILD_LOG_EVERY_S` seconds. ``watch.on_progress`` may raise to stop
+    the build or the wait: the temporary folder and the progress file are removed, the lock released.
+    ``name`` is the model's name in those words (default ``key``).
     """
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     final = cache_dir / key
     if final.is_dir():
         return final
-    with FileLock(str(cache_dir / f"{key}.lock")):
+    name, watch = name or key, watch or BuildWatch()
+    progress = build_progress_path(cache_dir, key)
+    lock = FileLock(str(cache_dir / f"{key}.lock"))
+    _acquire(lock, progress, name, watch)
+    try:
         if final.is_dir():  # another process built it while we waited
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
+        report = BuildReport(progress, name, watch)
         try:
-            info = build(tmp / "model")
+            info = build(tmp / "model", report)
             os.rename(tmp / "model", final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            progress.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    say(f"built model {name} in {clock(time.time() - report.started_at)}: {final}")
     logger.info("built %s in %.1f s", final, info["build_seconds"])
     return final
 
 
-def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
-    """Folder of the tiny model for ``task``, building and caching it on first use (:func:`cached_build`).
+def _acquire(lock: FileLock, progress: Path, name: str, watch: BuildWatch) -> None:
+    """Take a build's ``lock``; while another process holds it (it builds the model), tell
+    ``watch`` how that build goes (from its ``progress`` file) every :data:`WAIT_POLL_S` seconds,
+    and say it on stderr every :data:`BUILD_LOG_EVERY_S` seconds."""
+    try:
+        lock.acquire(timeout=0)
+        return
+    except Timeout:
+        pass
+    since, logged = time.monotonic(), -math.inf
+    while True:
+        seen = read_build_progress(progress) or BuildProgress(model=name)
+        seen = dataclasses.replace(seen, waiting=True)
+        if time.monotonic() - logged >= BUILD_LOG_EVERY_S:
+            logged = time.monotonic()
+            say(f"{build_text(seen)} (waited {clock(logged - since)})")
+        if watch.on_progress is not None:
+            watch.on_progress(seen)
+        try:
+            lock.acquire(timeout=WAIT_POLL_S)
+            return
+        except Timeout:
+            continue
+
+
+def tiny_model_path(
+    spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path, watch: BuildWatch | None = None
+) -> Path:
+    """Folder of the tiny model for ``task``, building and caching it on first use (:func:`cached_build`,
+    which tells ``watch`` how the build goes).
 
     The result loads with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
     ``AutoTokenizer.from_pretrained(path, local_files_only=True)``.
@@ -424,4 +523,7 @@ def tiny_model_path(spec: TinyModelSpec, task: TaskSpec, cache_dir: str | Path) 
     problems = check_task(task)
     if problems:
         raise ValueError("invalid task spec: " + "; ".join(problems))
-    return cached_build(cache_dir, tiny_model_key(spec, task), lambda out: build_tiny_model(spec, task, out))
+    key = tiny_model_key(spec, task)
+    return cached_build(
+        cache_dir, key, lambda out, report: build_tiny_model(spec, task, out, report), TINY, watch
+    )

@@ -38,7 +38,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyChatModelSpec
+from harness.config.schema import SFT_SEED_BASE, TINY_CHAT, TaskSpec, TinyChatModelSpec
+from harness.models.build_progress import BuildWatch, Report
 from harness.models.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
 from harness.models.tiny import (
     BUILD_THREADS,
@@ -247,17 +248,20 @@ def sft_lengths(spec: TinyChatModelSpec, task: TaskSpec, template: str = "chat")
     return prompt, longest, run_prompt
 
 
-def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
+def build_tiny_chat_model(
+    spec: TinyChatModelSpec, task: TaskSpec, out_dir: str | Path, report: Report | None = None
+) -> dict:
     """Build the tiny chat model for ``task`` into ``out_dir`` (created; must not exist); return its info.
 
     Writes ``save_pretrained`` of model and tokenizer and ``tiny_model.json`` (spec, task, vocabulary
-    size, sequence lengths in tokens, SFT losses, build seconds).
+    size, sequence lengths in tokens, SFT losses, build seconds); tells ``report`` how far it is
+    (:class:`harness.models.build_progress.BuildReport`).
 
     Raises:
         ValueError: invalid task spec, or SFT sequences longer than ``spec.max_position_embeddings``.
         FileExistsError: ``out_dir`` exists.
     """
-    out_dir, start = begin_build(spec, out_dir)
+    out_dir, start = begin_build(spec, out_dir, report)
     examples, tokenizer = _sft_data(spec, task)
     longest_prompt, longest = _sequence_lengths(tokenizer, examples)
     if longest > spec.max_position_embeddings:
@@ -276,12 +280,15 @@ def build_tiny_chat_model(spec: TinyChatModelSpec, task: TaskSpec, out_dir: str 
         "longest_prompt_tokens": longest_prompt,
         "longest_sft_sequence": longest,
     }
-    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra)
+    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra, report)
 
 
-def tiny_chat_model_path(spec: TinyChatModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
+def tiny_chat_model_path(
+    spec: TinyChatModelSpec, task: TaskSpec, cache_dir: str | Path, watch: BuildWatch | None = None
+) -> Path:
     """Folder of the tiny chat model for ``task``, building and caching it on first use
-    (:func:`harness.models.tiny.cached_build`: a file lock, a temporary folder renamed into place).
+    (:func:`harness.models.tiny.cached_build`: a file lock, a temporary folder renamed into place;
+    ``watch`` is told how the build goes).
 
     The result loads with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
     ``AutoTokenizer.from_pretrained(path, local_files_only=True)``, chat template included.
@@ -294,4 +301,6 @@ def tiny_chat_model_path(spec: TinyChatModelSpec, task: TaskSpec, cache_dir: str
     if problems:
         raise ValueError("invalid task spec: " + "; ".join(problems))
     key = tiny_chat_model_key(spec, task)
-    return cached_build(cache_dir, key, lambda out: build_tiny_chat_model(spec, task, out))
+    return cached_build(
+        cache_dir, key, lambda out, report: build_tiny_chat_model(spec, task, out, report), TINY_CHAT, watch
+    )

@@ -37,8 +37,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import SFT_SEED_BASE, TaskSpec, TinyStepsModelSpec
+from harness.config.schema import SFT_SEED_BASE, TINY_STEPS, TaskSpec, TinyStepsModelSpec
 from harness.models import tiny as models
+from harness.models.build_progress import BuildWatch, Report
 from harness.models.tasks import check_task, generate_entries, steps_prompt
 from harness.models.tiny import (
     BUILD_THREADS,
@@ -193,17 +194,20 @@ def sft_lengths(spec: TinyStepsModelSpec, task: TaskSpec) -> tuple[int, int, int
     return models.sft_lengths(spec, task, _sft_data, steps_prompt)
 
 
-def build_tiny_steps_model(spec: TinyStepsModelSpec, task: TaskSpec, out_dir: str | Path) -> dict:
+def build_tiny_steps_model(
+    spec: TinyStepsModelSpec, task: TaskSpec, out_dir: str | Path, report: Report | None = None
+) -> dict:
     """Build the testbed model for ``task`` into ``out_dir`` (created; must not exist); return its info.
 
     Writes ``save_pretrained`` of model and tokenizer and ``tiny_model.json`` (spec, task, alphabet,
-    chain lengths, SFT losses, build seconds).
+    chain lengths, SFT losses, build seconds); tells ``report`` how far it is
+    (:class:`harness.models.build_progress.BuildReport`).
 
     Raises:
         ValueError: invalid task spec, or SFT sequences longer than ``spec.max_position_embeddings``.
         FileExistsError: ``out_dir`` exists.
     """
-    out_dir, start = begin_build(spec, out_dir)
+    out_dir, start = begin_build(spec, out_dir, report)
     pairs, alphabet, tokenizer, _, longest = _sft_data(spec, task)
     if longest > spec.max_position_embeddings:
         raise ValueError(
@@ -223,12 +227,14 @@ def build_tiny_steps_model(spec: TinyStepsModelSpec, task: TaskSpec, out_dir: st
             "p95": lengths[-len(lengths) // 20],
         },
     }
-    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra)
+    return warm_start_and_save(spec, task, model, tokenizer, columns, out_dir, start, extra, report)
 
 
-def tiny_steps_model_path(spec: TinyStepsModelSpec, task: TaskSpec, cache_dir: str | Path) -> Path:
+def tiny_steps_model_path(
+    spec: TinyStepsModelSpec, task: TaskSpec, cache_dir: str | Path, watch: BuildWatch | None = None
+) -> Path:
     """Folder of the testbed model for ``task``, building and caching it on first use
-    (:func:`harness.models.tiny.cached_build`).
+    (:func:`harness.models.tiny.cached_build`, which tells ``watch`` how the build goes).
 
     Raises:
         ValueError: invalid task spec, or SFT sequences that do not fit the context.
@@ -237,4 +243,6 @@ def tiny_steps_model_path(spec: TinyStepsModelSpec, task: TaskSpec, cache_dir: s
     if problems:
         raise ValueError("invalid task spec: " + "; ".join(problems))
     key = tiny_steps_model_key(spec, task)
-    return cached_build(cache_dir, key, lambda out: build_tiny_steps_model(spec, task, out))
+    return cached_build(
+        cache_dir, key, lambda out, report: build_tiny_steps_model(spec, task, out, report), TINY_STEPS, watch
+    )

@@ -87,8 +87,10 @@ class _StepRecorder:
         machine_lease: Any = None,
         share_logs: bool = False,
         sampled_eval_fn: Callable[[Any, int], Any] | None = None,
+        phases: Any = None,
     ):
         self.trainer = trainer
+        self.phases = phases  # harness.train.phases.RunPhases: the start eval is the last phase
         self.share_logs = share_logs  # add the harness's values to the step's logs, for the trackers
         self.writer = writer
         self.settings = settings
@@ -143,6 +145,9 @@ class _StepRecorder:
             return
         import torch
 
+        if self.phases is not None:  # every rank agrees on stopping at a step boundary, not here
+            words = f"evaluating the starting policy; then step 1 of {self.max_steps}"
+            self.phases.enter(layout.PHASE_EVAL, words, stoppable=False)
         t0 = time.perf_counter()
         devices = [torch.cuda.current_device()] if self.device == "cuda" else []
         with torch.random.fork_rng(devices=devices):

@@ -27,6 +27,7 @@ from harness.config.schema import ExecutorSettings, HarnessSettings
 from harness.layout import atomic_write_json, read_metrics
 from harness.train import checkpoints, trackers
 from harness.train.metrics import MetricsWriter, provenance
+from harness.train.phases import RunPhases, RunStopped
 from harness.train.recorder import make_callback
 
 MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
@@ -46,11 +47,13 @@ def model_cache_dir(grid_dir: Path) -> Path:
     return Path(env) if env else Path(grid_dir).resolve().parent / ".cache" / "models"
 
 
-def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
+def prepare_model(spec: RunSpec, run_dir: str | Path, phases: RunPhases | None = None) -> str:
     """The run's model as a local path or hub id, building the tiny model into the cache if needed.
 
     Call it before setting up ``torch.distributed`` for a multi-process run: the tiny model's warm
     start is a single-process SFT, and the cache's file lock makes the other ranks wait for it.
+    ``phases`` is told how the build goes, or the wait for another process's build (and stops
+    either when a stop is asked for: :class:`harness.train.phases.RunStopped`).
     """
     from harness.models.names import resolve_model
 
@@ -59,10 +62,17 @@ def prepare_model(spec: RunSpec, run_dir: str | Path) -> str:
         task=spec.task,
         cache_dir=model_cache_dir(Path(run_dir).parent.parent),
         tiny_spec=spec.tiny,
+        watch=phases.watch(f"run {spec.run_id}") if phases is not None else None,
     )
 
 
-def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: type | None = None):
+def build_trainer(
+    spec: RunSpec,
+    model_path: str,
+    config: Any,
+    trainer_class: type | None = None,
+    phases: RunPhases | None = None,
+):
     """The run's tokenizer, task and TRL trainer, the one place a ``GRPOTrainer`` is made.
 
     Args:
@@ -71,6 +81,7 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
         config: the run's ``GRPOConfig`` (:func:`harness.trl_boundary.build_grpo_config`).
         trainer_class: ``GRPOTrainer`` or a subclass; default
             :class:`harness.train.trainer.HarnessGRPOTrainer`, which records w_seq.
+        phases: told when the dataset is built and when the model loads.
 
     Returns:
         ``(trainer, task, tokenizer)``.
@@ -81,8 +92,16 @@ def build_trainer(spec: RunSpec, model_path: str, config: Any, trainer_class: ty
 
     if trainer_class is None:
         from harness.train.trainer import HarnessGRPOTrainer as trainer_class
+    t = spec.task
+    if phases is not None:
+        phases.enter(
+            layout.PHASE_DATASET,
+            f"building the dataset: {t.name}, {t.train_size} training and {t.eval_size} eval items",
+        )
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=os.path.isdir(model_path))
-    task = build_task(spec.task, seed=spec.seed, tokenizer=tokenizer)
+    task = build_task(t, seed=spec.seed, tokenizer=tokenizer)
+    if phases is not None:
+        phases.enter(layout.PHASE_TRAINER, f"loading the model ({spec.model}) and building the trainer")
     peft = spec.settings.get(lora.SECTION)  # None: every weight trains
     modules = [str(m) for m in spec.settings.get(losses.PLUGINS_KEY) or []]
     trainer = trainer_class(
@@ -149,6 +168,7 @@ def train(
     device: str | None = None,
     threads: int | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    stop_before_first_step: Callable[[], bool] | None = None,
 ) -> dict:
     """Train one run into ``run_dir`` and return its summary (also written as the DONE marker).
 
@@ -159,6 +179,11 @@ def train(
         threads: torch threads; None = ``harness.threads`` or 1.
         stop_requested: polled after every optimizer step; when it returns True the run saves a
             checkpoint at that step and returns ``{"preempted": True, ...}`` without a DONE marker.
+        stop_before_first_step: polled before the first step, at each phase
+            (:class:`harness.train.phases.RunPhases`) and about every second of a model build
+            or of the wait for one; when it returns True the run stops at once, nothing trained,
+            and returns ``{"preempted": True, "steps": <its resume step>, "phase": <where it
+            was>}``. An executor passes the same flag as ``stop_requested``.
 
     Raises:
         RunDiverged: loss, reward or grad_norm became NaN/inf (a DIVERGED marker names the step, the
@@ -187,38 +212,54 @@ def train(
     try:
         if lock.is_locked:  # tells `status` which live process trains this run
             atomic_write_json(owner, {"host": socket.gethostname(), "pid": os.getpid()})
-        try:
-            summary = _train_unlocked(spec, run_dir, device, threads, stop_requested)
-        except BaseException as e:
-            if lock.is_locked:
-                _record_end(run_dir, *_failure(e, run_dir))
-            raise
-        if lock.is_locked:
-            _record_end(
-                run_dir, "stopped" if summary.get("preempted") else "done", f"at step {summary['steps']}"
-            )
-        return summary
+        phases = RunPhases(run_dir, int(os.environ.get("RANK", "0")) == 0, stop_before_first_step)
+        return _attempt(spec, run_dir, device, threads, stop_requested, phases, lock.is_locked)
     finally:
         if lock.is_locked:
             owner.unlink(missing_ok=True)
             lock.release()
 
 
-def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None):
-    """Clear the markers of an earlier attempt, set the device, threads and seeds, and write the
-    run's config and provenance (rank 0 alone writes; with several processes the provenance's
-    ``hosts`` lists each rank's host). Returns ``(settings, device, accelerate state,
-    provenance)``."""
+def _attempt(spec, run_dir: Path, device, threads, stop_requested, phases: RunPhases, recorded: bool) -> dict:
+    """One attempt of the run, and its end record in the attempts log when ``recorded`` (rank 0,
+    which holds the run's lock). A stop asked for before the first step ends it at once
+    (:class:`harness.train.phases.RunStopped`, raised by ``phases``), as stopped at its resume
+    step."""
+    try:
+        summary = _train_unlocked(spec, run_dir, device, threads, phases, stop_requested)
+    except RunStopped:  # nothing trained in this attempt, so nothing new to checkpoint
+        step = checkpoints.resume_point(run_dir / layout.CHECKPOINTS_DIR).step
+        summary = {"run_id": spec.run_id, "steps": step, "preempted": True, "phase": phases.text}
+    except BaseException as e:
+        if recorded:
+            _record_end(run_dir, *_failure(e, run_dir))
+        raise
+    if recorded:
+        detail = f"at step {summary['steps']}" + (f" ({summary['phase']})" if summary.get("phase") else "")
+        _record_end(run_dir, "stopped" if summary.get("preempted") else "done", detail)
+    return summary
+
+
+def _start(
+    spec: RunSpec, run_dir: Path, device: str | None, threads: int | None, phases: RunPhases | None = None
+):
+    """Clear the markers of an earlier attempt (its progress replaced by the setup phase), set the
+    device, threads and seeds, and write the run's config and provenance (rank 0 alone writes; with
+    several processes the provenance's ``hosts`` lists each rank's host). Returns ``(settings,
+    device, accelerate state, provenance)``; ``phases`` (:class:`harness.train.phases.RunPhases`)
+    is told of the setup."""
+    first = int(os.environ.get("RANK", "0")) == 0
+    if first:
+        for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
+            (run_dir / stale).unlink(missing_ok=True)
+        layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
+        layout.remove_temporaries(run_dir / layout.METRICS_DIR)
+    phases = phases or RunPhases(run_dir, write=first)
+    phases.enter(layout.PHASE_SETUP, "setting up: loading torch, transformers and TRL")
     import torch
 
     from harness.trl_boundary import resolve_device
 
-    first = int(os.environ.get("RANK", "0")) == 0
-    if first:
-        for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE, layout.PROGRESS_FILE):
-            (run_dir / stale).unlink(missing_ok=True)
-        layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
-        layout.remove_temporaries(run_dir / layout.METRICS_DIR)
     settings = spec.harness
     device = device or resolve_device(settings.device, ExecutorSettings())
     torch.set_num_threads(threads or settings.threads or 1)
@@ -247,22 +288,23 @@ def _start(spec: RunSpec, run_dir: Path, device: str | None, threads: int | None
     return settings, device, state, prov
 
 
-def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
+def _train_unlocked(spec, run_dir, device, threads, phases: RunPhases, stop_requested) -> dict:
     from harness.losses import grpo_config_kwargs
     from harness.trl_boundary import build_grpo_config
 
-    settings, device, state, prov = _start(spec, run_dir, device, threads)
-    model_path = prepare_model(spec, run_dir)
+    settings, device, state, prov = _start(spec, run_dir, device, threads, phases)
     ckpt_dir = run_dir / layout.CHECKPOINTS_DIR
-    kwargs = grpo_config_kwargs(spec, device, str(ckpt_dir))
-    track, tracked = trackers.tracker_run(spec), trackers.named(kwargs.get("report_to"))
-    config = build_grpo_config({**trackers.trainer_settings(track, tracked), **kwargs}, device)
     resume = checkpoints.resume_point(ckpt_dir)
     resumed_from = resume.step if resume.path else None
     writer = _writer(spec, run_dir, settings) if state.is_main_process else None
     offsets = _resume_records(writer, run_dir, resume.step)
-    if state.is_main_process:
+    if state.is_main_process:  # before the model: a stop while it is built ends this attempt
         _record_attempt(spec, run_dir, prov, resume, writer)
+    model_path = prepare_model(spec, run_dir, phases)
+    phases.enter(layout.PHASE_SETUP, "setting up the trainer's settings (GRPOConfig)")
+    kwargs = grpo_config_kwargs(spec, device, str(ckpt_dir))
+    track, tracked = trackers.tracker_run(spec), trackers.named(kwargs.get("report_to"))
+    config = build_grpo_config({**trackers.trainer_settings(track, tracked), **kwargs}, device)
 
     if resume.path and resume.step >= config.max_steps:
         # killed after its last checkpoint but before DONE: every step is trained and its metrics were
@@ -272,7 +314,7 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
 
     max_new = settings.eval_max_new_tokens or config.max_completion_length
     with trackers.environment(track, run_dir.parent.parent, tracked):
-        trainer, task, tokenizer = build_trainer(spec, model_path, config)
+        trainer, task, tokenizer = build_trainer(spec, model_path, config, phases=phases)
     # TRL's checkpoint holds the policy, not a synced reference
     checkpoints.load_ref_model(trainer, resume.path)
     if spec.dynamic_sampling.enable:
@@ -297,10 +339,12 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         stop_requested=stop_requested,
         machine_lease=lease,
         share_logs=bool(tracked),
+        phases=phases,
     )
     # after transformers' flow callback, before the trackers': they log what it adds to the step's logs
     trainer.callback_handler.callbacks.insert(1, callback)
     trackers.start(trainer, track, run_dir, tracked, state.is_main_process)
+    phases.enter(layout.PHASE_TRAINER, _starting_words(config, resume))
     seconds = _fit(trainer, resume.path, lease, tracked, state.is_main_process)
     if writer is not None:
         writer.flush()
@@ -312,6 +356,17 @@ def _train_unlocked(spec, run_dir, device, threads, stop_requested) -> dict:
         "device": device,
     }
     return _outcome(spec, run_dir, writer, callback, summary)
+
+
+def _starting_words(config: Any, resume: checkpoints.ResumePoint) -> str:
+    """What the trainer does until the first step ends: its start (DeepSpeed's engine, when the
+    run has one), the resume from a checkpoint, the first generation."""
+    words = "starting the trainer"
+    if getattr(config, "deepspeed", None):
+        words += " (DeepSpeed: initialising its engine)"
+    if resume.path is not None:
+        words += f", resuming from {resume.path.name}"
+    return f"{words}; then step 1 of {config.max_steps}"
 
 
 def _eval_fns(spec: RunSpec, task, tokenizer, max_new: int) -> tuple[Callable | None, Callable | None]:
