@@ -361,19 +361,31 @@ def test_a_window_finding_s_row_is_the_same_beside_the_new_kinds():
     alone = fm.findings_table(df, [WINDOW_F], finished=finished)
     assert "measure" not in alone.frame.columns and "To-target" not in alone.caption
     mixed = fm.findings_table(df, [WINDOW_F, target_finding()], finished=finished)
+    assert list(alone.frame.columns)[-3:] == ["p_value", "p_holm", "holm_verdict"]
     assert list(mixed.frame.columns) == [
-        *alone.frame.columns,
+        *alone.frame.columns[:-3],
         "measure",
         "target",
         "target_runs",
         "x",
         "censored_baseline",
         "censored_variant",
+        "p_value",
+        "p_holm",
+        "holm_verdict",
     ]
-    assert mixed.frame.iloc[0][alone.frame.columns].to_dict() == alone.frame.iloc[0].to_dict()
-    assert fm.display_table(mixed).frame.iloc[0].to_dict() == fm.display_table(alone).frame.iloc[0].to_dict()
-    assert fm.compact_table(mixed).iloc[0].to_dict() == fm.compact_table(alone).iloc[0].to_dict()
-    assert mixed.caption.startswith(alone.caption)
+    # the finding's own numbers are the same; only Holm's adjustment depends on the family beside it
+    own = [c for c in alone.frame.columns if c not in ("p_holm", "holm_verdict")]
+    assert mixed.frame.iloc[0][own].to_dict() == alone.frame.iloc[0][own].to_dict()
+    holm_cells = ["Holm p", "Holm verdict"]
+    shown = [fm.display_table(t).frame.drop(columns=holm_cells).iloc[0].to_dict() for t in (mixed, alone)]
+    assert shown[0] == shown[1]
+    assert (
+        fm.compact_table(mixed).drop(columns=holm_cells).iloc[0].to_dict()
+        == fm.compact_table(alone).drop(columns=holm_cells).iloc[0].to_dict()
+    )
+    unadjusted = alone.caption.split(" The columns after the verdict")[0]
+    assert mixed.caption.startswith(unadjusted) and "(here m = 2)" in mixed.caption
 
 
 # --- the recorded findings and the command -----------------------------------------------------------
@@ -445,7 +457,7 @@ def test_the_command_and_the_report_s_table_read_both_kinds_from_a_results_folde
     assert cli.main(["findings", str(g), "--markdown"]) == 0
     out = capsys.readouterr().out
     rows = md_rows(out)
-    assert rows[0] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
+    assert rows[0][:6] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
     assert rows[2][2].startswith(
         "eval/accuracy: steps to reach 0.583 (the baseline's mean over 75-100% of steps"
     )
