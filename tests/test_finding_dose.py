@@ -297,3 +297,19 @@ def test_plan_names_each_value_that_selects_no_run_and_prints_the_levels(tmp_pat
     )
     assert cli.main(["plan", str(one_seed)]) == 0
     assert "a slope with fewer than 3 runs gets no verdict" in capsys.readouterr().out
+
+
+def test_f1_re_stated_as_a_dose_response_finding_in_the_docs_plans_on_the_findings_grid(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[1]
+    grid = yaml.safe_load((root / "ablations" / "findings.yaml").read_text())
+    doc = (root / "docs" / "findings.md").read_text()
+    example = yaml.safe_load(
+        doc.split("### F1 as a dose-response finding")[1].split("```yaml")[1].split("```")[0]
+    )
+    grid["subgrids"]["f1_clip_higher"] = example["subgrids"]["f1_clip_higher"]
+    grid["findings"]["F1_clip_higher"] = example["findings"]["F1_clip_higher"]
+    path = tmp_path / "findings.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False, allow_unicode=True))
+    assert cli.main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "runs per epsilon_high value: 0.2: 2, 0.28: 2, 0.4: 2, 0.8: 2" in out  # F1's budget: 8 runs
