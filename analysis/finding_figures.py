@@ -260,9 +260,10 @@ def _dose_points(
 
 
 def _effect_text(row: Mapping[str, Any]) -> str:
-    """The effect with its interval, as the tables show it ("" without one)."""
+    """The effect with its interval, as the tables show it ("" without one, and for an arm of fewer
+    than 2 runs: a difference with no spread behind it is no result)."""
     v, lo, hi = (row.get(k, math.nan) for k in ("effect", "effect_lo", "effect_hi"))
-    if not np.isfinite(v):
+    if not np.isfinite(v) or str(row.get("verdict", "")).startswith("not enough runs"):
         return ""
     return fmt(v) if not np.isfinite(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
 

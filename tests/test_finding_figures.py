@@ -8,8 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from analysis_helpers import write_dose_grid
-from test_finding_measures import write_measures_grid
+from analysis_helpers import write_dose_grid, write_measures_grid
 
 from analysis import finding_figures as ffm
 from analysis import report
