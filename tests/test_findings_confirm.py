@@ -162,3 +162,22 @@ def test_confirm_takes_one_folder_and_names_a_missing_one(tmp_path, capsys):
     assert "nothing" in capsys.readouterr().err
     assert cli.main(["findings", str(a), "--confirm", str(a)]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def test_a_run_whose_combination_of_settings_the_other_folder_lacks_is_named(tmp_path):
+    # each setting has the same values in both folders, but the learning rates are swapped between the arms
+    a, b = tmp_path / "a", tmp_path / "b"
+    arms_a, arms_b = write_grid(a, (0, 1)), write_grid(b, (2, 3))
+    for grid_dir, arms, lrs in ((a, arms_a, (1e-4, 2e-4)), (b, arms_b, (2e-4, 1e-4))):
+        for arm, lr in zip(("baseline", "variant"), lrs, strict=True):
+            for rid in arms[arm]:
+                path = layout.run_dir(grid_dir, rid) / layout.CONFIG_FILE
+                config = json.loads(path.read_text())
+                config["config"]["trainer"]["learning_rate"] = lr
+                path.write_text(json.dumps(config))
+    with pytest.raises(ReportError) as e:
+        confirm_findings(a, b)
+    assert (
+        "run a/baseline-s0 has no counterpart of the same settings: no run of b has this combination"
+        in str(e.value)
+    )

@@ -178,7 +178,7 @@ def compare(
     if refused:
         raise ReportError(_refusal(refused, grids, named, allowed))
     ignored = (*named, *allowed)
-    kept, unmatched = match_runs(grids, ignored)
+    kept, unmatched = _match(grids, ignored)
     notes = tuple(
         f"--allow-different {a}: the same in every folder, nothing to allow"
         for a in allowed
@@ -394,7 +394,7 @@ def run_signature(settings: Mapping[str, Any], ignored: Sequence[str] = ()) -> t
     )
 
 
-def match_runs(
+def _match(
     grids: Sequence[Grid], ignored: Sequence[str]
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     """The runs with a counterpart in every other folder (the same settings, ``ignored`` keys,

@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis import findings as findings_mod
 from analysis.finding_tables import confirmation_table, note_lines
-from analysis.report.across import Grid, differences, is_seed, match_runs, read_grids, run_signature
+from analysis.report.across import Grid, differences, is_seed, read_grids, run_signature
 from analysis.report.inputs import findings_results, grid_findings
 from analysis.report.settings import ReportError
 from analysis.tables import Table
@@ -136,12 +136,22 @@ def _setting_problems(grids: Sequence[Grid]) -> list[str]:
     out = [f"a setting differs: {d.describe(grids)}" for d in differences(grids) if not is_seed(d.key)]
     if out:  # the runs without a counterpart follow from the differences named
         return out
-    try:
-        _, unmatched = match_runs(grids, ())
-    except ReportError as e:  # no run of a folder has a counterpart
-        return [str(e)]
-    shown = list(unmatched.items())[:5]
-    out += [f"run {rid} has no counterpart of the same settings: {why}" for rid, why in shown]
+    sigs = [{r: run_signature(s) for r, s in g.settings.items()} for g in grids]
+    unmatched = [
+        (f"{g.label}/{r}", sig, grids[1 - i], set(sigs[1 - i].values()))
+        for i, g in enumerate(grids)
+        for r, sig in sigs[i].items()
+        if sig not in set(sigs[1 - i].values())
+    ]
+    for rid, sig, other, theirs in unmatched[:5]:
+        values = {pair for s in theirs for pair in s}
+        absent = [f"{k}={v}" for k, v in sig if (k, v) not in values]
+        why = (
+            f"{', '.join(absent)} in no run of {other.label}"
+            if absent
+            else f"no run of {other.label} has this combination"
+        )
+        out.append(f"run {rid} has no counterpart of the same settings: {why}")
     if len(unmatched) > 5:
         out.append(f"and {len(unmatched) - 5} more run(s) without a counterpart")
     return out
