@@ -447,14 +447,18 @@ def findings_table(
         A :class:`analysis.tables.Table` whose caption is :func:`caption` and whose frame has the
         columns ``finding``, ``claim``, ``paper``, ``scaled``, ``metric``, ``window_lo``,
         ``window_hi``, ``off_policy_only``, ``direction``, ``baseline``, ``variant`` (the
-        selectors as ``key=value`` text), then :func:`verdict`'s keys, then ``left_out`` (the
+        selectors as ``key=value`` text), then :func:`verdict`'s keys but ``p_value``, then ``left_out`` (the
         arms' runs without a value and why, as text: "" when none) and ``note`` (what else limits
         the numbers: "" when nothing). When a finding's measure is not ``window``, also
         ``measure``, ``target`` (the level reached; NaN but for to_target), ``target_runs`` (the
         baseline runs it averages; 0 when stated), ``x`` and ``censored_baseline``,
         ``censored_variant`` (the arms' runs that never reached it). For ``from_start`` the
         ``baseline_*`` keys are the runs' starts, ``variant_*`` their ends and ``pooled_sd`` the SD
-        of their differences.
+        of their differences. When a finding is a dose-response one, also ``dose_key``,
+        ``dose_values`` (text), ``dose_scale``, ``dose_runs`` and ``dose_levels`` (the runs and
+        values fitted; :func:`analysis.finding_dose.dose_verdict` for its other keys). Last,
+        ``p_value`` (one-sided, in the paper's direction), ``p_holm`` and ``holm_verdict``
+        (:func:`holm_verdicts`, over these findings).
     """
     finished = {str(r) for r in finished}
     unfinished = {str(k): str(v) for k, v in (unfinished or {}).items()}
