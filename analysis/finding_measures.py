@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.aggregate import factorize_runs
-from analysis.power import paired_interval, seeds_for_paired_power
+from analysis.power import paired_interval, paired_p, seeds_for_paired_power
 from analysis.scores import bootstrap_reps
 from analysis.tables import fmt
 from harness import layout
@@ -347,7 +347,8 @@ def paired_verdict(
 
     Returns:
         :func:`analysis.findings.verdict`'s keys: ``baseline_*`` the starts, ``variant_*`` the
-        ends (both ``n``), ``pooled_sd`` the SD of the differences.
+        ends (both ``n``), ``pooled_sd`` the SD of the differences, ``p_value`` the one-sided
+        paired t test's p of ``direction`` (:func:`analysis.power.paired_p`).
 
     Raises:
         ValueError: if ``direction`` is not higher or lower, or the arrays differ in length.
@@ -373,6 +374,7 @@ def paired_verdict(
         "verdict": "",
         "seeds_80": nan,
         "reps": 0,
+        "p_value": paired_p(d, direction),
     }
     if n < 2:
         out["verdict"] = f"not enough runs ({n} with a start and an end; 2 needed)"

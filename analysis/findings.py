@@ -11,13 +11,17 @@ of runs (baseline and variant); ``grid.json`` records each arm's run ids. Here, 
    t interval, the probability of improvement with its stratified-bootstrap interval, and the
    verdict (reproduced / opposite / not resolved, with the seeds per arm that would resolve the
    observed effect at 80% power);
-3. :func:`findings_table`: a row per finding (numbers, for CSV), :func:`display_table` (the
-   report's markdown and LaTeX) and :func:`compact_table` (``grpo-harness findings``).
+3. :func:`findings_table`: a row per finding (numbers, for CSV), with each finding's one-sided
+   p-value in the paper's direction and Holm's adjustment over the grid's findings; its texts,
+   :func:`display_table` (the report's markdown and LaTeX) and :func:`compact_table` (``grpo-harness
+   findings``), are :mod:`analysis.finding_tables`'.
+
+A dose-response finding (one setting at several values) is judged by the slope of the runs' window
+means on the value (:mod:`analysis.finding_dose`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,18 +29,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import finding_measures, stats
+from analysis import finding_dose, finding_measures, stats
 from analysis.aggregate import factorize_runs
 from analysis.finding_measures import (
     DIRECTIONS,
     FROM_START,
     NOT_RESOLVED,
+    REPRODUCED,
     TO_TARGET,
     WINDOW,
 )
-from analysis.power import pooled_sd, seeds_for_power, welch_interval
+from analysis.finding_tables import caption, compact_table, display_table, note_lines
+from analysis.power import holm, pooled_sd, seeds_for_power, welch_interval, welch_p
 from analysis.scores import REPORT_REPS, bootstrap_reps
-from analysis.tables import Table, fmt
+from analysis.tables import Table
 from harness import layout
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "compact_table",
     "display_table",
     "findings_table",
+    "holm_verdicts",
     "note_lines",
     "read_findings",
     "verdict",
@@ -55,6 +62,8 @@ __all__ = [
 
 #: Why an arm's run is left out when nothing else says: it is not among the runs read.
 NOT_READ = "not among the runs read (not in grid.json's run_ids, or not given to this report)"
+#: The family-wise level of the Holm verdict.
+HOLM_ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,10 @@ class Finding:
         measure: ``"window"``, ``"to_target"`` or ``"from_start"`` (:mod:`analysis.finding_measures`).
         target: ``to_target``'s level, a number or ``"baseline"``; None otherwise.
         x: ``to_target``'s x, ``"step"`` or ``"tokens"``.
+        dose: a dose-response finding's ``{"key": dotted key, "values": [numbers], "scale":
+            "linear" | "log"}``; None otherwise. Its ``arms`` are then ``{level label: run ids}``
+            (:func:`analysis.finding_dose.level_label`), one per value.
+        select: a dose-response finding's shared selector (the grid file's ``arms``), for display.
     """
 
     id: str
@@ -93,6 +106,16 @@ class Finding:
     measure: str = WINDOW
     target: float | str | None = None
     x: str = "step"
+    dose: Mapping[str, Any] | None = None
+    select: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        """The arms whose runs count: baseline and variant; the variant alone for ``from_start``;
+        each value's level for a dose-response finding."""
+        if self.dose is not None:
+            return tuple(finding_dose.level_label(v) for v in self.dose["values"])
+        return ("variant",) if self.measure == FROM_START else ("baseline", "variant")
 
 
 def read_findings(section: Any, where: str) -> list[Finding]:
@@ -123,6 +146,7 @@ def read_findings(section: Any, where: str) -> list[Finding]:
             problems.append(problem)
             continue
         window, arms, target = f.get("window"), f["arms"], f.get("target")
+        dose = f.get("dose")
         out.append(
             Finding(
                 id=str(fid),
@@ -133,12 +157,14 @@ def read_findings(section: Any, where: str) -> list[Finding]:
                 direction=f["direction"],
                 baseline=dict(f["baseline"]) if isinstance(f.get("baseline"), Mapping) else {},
                 variant=dict(f.get("variant") or {}),
-                arms={a: tuple(arms[a]) for a in ("baseline", "variant")},
+                arms={a: tuple(arms[a]) for a in (arms if dose else ("baseline", "variant"))},
                 scaled=f.get("scaled") or "",
                 off_policy_only=f.get("off_policy_only", False),
                 measure=f.get("measure", WINDOW),
                 target=target if isinstance(target, str) or target is None else float(target),
                 x=f.get("x", "step"),
+                dose=None if dose is None else {"scale": "linear", **dose},
+                select=dict(f.get("select") or {}),
             )
         )
     if problems:
@@ -156,8 +182,9 @@ def _record_problem(f: Any, here: str) -> str:
         for k in ("claim", "paper", "metric", "direction")
         if not (isinstance(f.get(k), str) and f[k].strip())
     ]
-    from_start = f.get("measure") == FROM_START
+    from_start, dose = f.get("measure") == FROM_START, "dose" in f
     bad += finding_measures.record_problems(f)
+    bad += finding_dose.record_problems(f) if dose else []
     bad += [
         k
         for k in ("baseline", "variant")
@@ -179,7 +206,7 @@ def _record_problem(f: Any, here: str) -> str:
     if f.get("direction") not in DIRECTIONS:
         bad.append("direction")
     arms = f.get("arms")
-    if not (
+    if not dose and not (
         isinstance(arms, Mapping)
         and all(
             isinstance(arms.get(a), list) and all(isinstance(r, str) for r in arms[a])
@@ -194,7 +221,7 @@ def _record_problem(f: Any, here: str) -> str:
             else ""
         )
         return f"{here}: {', '.join(dict.fromkeys(bad))} missing or malformed{why}"
-    shared = sorted(set(arms["baseline"]) & set(arms["variant"]))
+    shared = [] if dose else sorted(set(arms["baseline"]) & set(arms["variant"]))
     if shared and not from_start:
         more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
         return (
@@ -339,9 +366,10 @@ def verdict(
     Returns:
         ``{"baseline_n", "baseline_mean", "variant_n", "variant_mean", "effect", "effect_lo",
         "effect_hi", "p_improve", "p_improve_lo", "p_improve_hi", "pooled_sd", "verdict",
-        "seeds_80", "reps"}``; intervals NaN with fewer than 2 values in an arm, ``seeds_80`` NaN
-        unless the verdict is "not resolved" (``inf`` beyond a million seeds), ``reps`` the
-        resamples of P(>)'s interval (0 without one).
+        "seeds_80", "reps", "p_value"}``; intervals NaN with fewer than 2 values in an arm,
+        ``seeds_80`` NaN unless the verdict is "not resolved" (``inf`` beyond a million seeds),
+        ``reps`` the resamples of P(>)'s interval (0 without one), ``p_value`` the one-sided Welch
+        p of ``direction`` (:func:`analysis.power.welch_p`; NaN without a test).
 
     Raises:
         ValueError: if ``direction`` is not higher or lower.
@@ -367,6 +395,7 @@ def verdict(
         "verdict": "",
         "seeds_80": nan,
         "reps": 0,
+        "p_value": welch_p(v, b, direction),
     }
     if b.size and v.size:
         out["effect"], out["effect_lo"], out["effect_hi"] = welch_interval(v, b, confidence)
@@ -418,14 +447,18 @@ def findings_table(
         A :class:`analysis.tables.Table` whose caption is :func:`caption` and whose frame has the
         columns ``finding``, ``claim``, ``paper``, ``scaled``, ``metric``, ``window_lo``,
         ``window_hi``, ``off_policy_only``, ``direction``, ``baseline``, ``variant`` (the
-        selectors as ``key=value`` text), then :func:`verdict`'s keys, then ``left_out`` (the
+        selectors as ``key=value`` text), then :func:`verdict`'s keys but ``p_value``, then ``left_out`` (the
         arms' runs without a value and why, as text: "" when none) and ``note`` (what else limits
         the numbers: "" when nothing). When a finding's measure is not ``window``, also
         ``measure``, ``target`` (the level reached; NaN but for to_target), ``target_runs`` (the
         baseline runs it averages; 0 when stated), ``x`` and ``censored_baseline``,
         ``censored_variant`` (the arms' runs that never reached it). For ``from_start`` the
         ``baseline_*`` keys are the runs' starts, ``variant_*`` their ends and ``pooled_sd`` the SD
-        of their differences.
+        of their differences. When a finding is a dose-response one, also ``dose_key``,
+        ``dose_values`` (text), ``dose_scale``, ``dose_runs`` and ``dose_levels`` (the runs and
+        values fitted; :func:`analysis.finding_dose.dose_verdict` for its other keys). Last,
+        ``p_value`` (one-sided, in the paper's direction), ``p_holm`` and ``holm_verdict``
+        (:func:`holm_verdicts`, over these findings).
     """
     finished = {str(r) for r in finished}
     unfinished = {str(k): str(v) for k, v in (unfinished or {}).items()}
@@ -441,6 +474,10 @@ def findings_table(
     kinds = {f.measure for f in findings}
     if kinds <= {WINDOW}:
         table = table.drop(columns=list(_MEASURE_DEFAULTS), errors="ignore")
+    has_dose = any(f.dose is not None for f in findings)
+    if not has_dose:
+        table = table.drop(columns=list(_DOSE_DEFAULTS), errors="ignore")
+    table = holm_verdicts(table)
     drawn = sorted({int(n) for n in table.get("reps", []) if n})
     return Table(
         table,
@@ -450,8 +487,26 @@ def findings_table(
             confidence=confidence,
             finished_runs=len(used),
             measures=kinds,
+            family=int(np.isfinite(table["p_value"].to_numpy(dtype=np.float64)).sum()) if len(table) else 0,
+            dose=has_dose,
         ),
     )
+
+
+def holm_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (a findings frame with ``p_value`` and ``verdict``) with its last two columns
+    added: ``p_holm``, Holm's step-down adjustment of the findings' p-values
+    (:func:`analysis.power.holm`; the findings without one are no member of the family), and
+    ``holm_verdict``: ``reproduced`` when ``p_holm`` is below :data:`HOLM_ALPHA` and the unadjusted
+    verdict is reproduced, ``not reproduced`` otherwise, "" without a p-value."""
+    p = table["p_value"].to_numpy(dtype=np.float64) if "p_value" in table else np.full(len(table), np.nan)
+    adjusted = holm(p)
+    passed = (adjusted < HOLM_ALPHA) & (table["verdict"].to_numpy() == REPRODUCED) if len(table) else []
+    holm_verdict = [
+        "" if not np.isfinite(a) else (REPRODUCED if ok else f"not {REPRODUCED}")
+        for a, ok in zip(adjusted, passed, strict=True)
+    ]
+    return table.assign(p_holm=adjusted, holm_verdict=holm_verdict)
 
 
 #: The columns a findings frame adds when a finding's measure is not ``window``, with a window
@@ -464,6 +519,8 @@ _MEASURE_DEFAULTS = {
     "censored_baseline": 0,
     "censored_variant": 0,
 }
+#: The columns a findings frame adds when a finding is a dose-response one, with another's values.
+_DOSE_DEFAULTS = {"dose_key": "", "dose_values": "", "dose_scale": "", "dose_runs": 0, "dose_levels": 0}
 
 
 def _finding_row(
@@ -484,8 +541,76 @@ def _finding_row(
         if key not in cache:
             cache[key] = window_stats(df, f.metric, f.window, off_policy_only=f.off_policy_only)
         st = cache[key]
-    extra: dict[str, Any] = {**_MEASURE_DEFAULTS, "measure": f.measure}
-    if f.measure == TO_TARGET:
+    out, more, note, extra = _measured(df, f, ids, st, starts, options)
+    left += more
+    window = f.window or (float("nan"), float("nan"))
+    p_value = out.pop("p_value")
+    row = {
+        "finding": f.id,
+        "claim": f.claim,
+        "paper": f.paper,
+        "scaled": f.scaled,
+        "metric": f.metric,
+        "window_lo": window[0],
+        "window_hi": window[1],
+        "off_policy_only": f.off_policy_only,
+        "direction": f.direction,
+        "baseline": _baseline_text(f),
+        "variant": _variant_text(f),
+        **out,
+        "left_out": _left_out_text(_in_arm_order(f, left), f.metric, _none_logged(df, f.metric), logged),
+        "note": note,
+        **extra,
+        "p_value": p_value,
+    }
+    left_ids = {r for _, r, _ in left}
+    return row, {r for name in ids for r in ids[name] if r not in left_ids}
+
+
+def _baseline_text(f: Finding) -> str:
+    """The raw table's ``baseline`` cell: the selector, ``start`` (from_start), or a dose-response
+    finding's shared selector."""
+    if f.dose is not None:
+        return _selector_text(f.select)
+    return _selector_text(f.baseline) if f.measure != FROM_START else finding_measures.START
+
+
+def _variant_text(f: Finding) -> str:
+    """The raw table's ``variant`` cell: the selector, or a dose-response finding's key and values
+    (``epsilon_high in [0.2, 0.28]``)."""
+    if f.dose is not None:
+        key = str(f.dose["key"]).removeprefix("trainer.")
+        return f"{key} in [{', '.join(_value_text(v) for v in f.dose['values'])}]"
+    return _selector_text(f.variant)
+
+
+def _measured(
+    df: pd.DataFrame,
+    f: Finding,
+    ids: Mapping[str, Sequence[str]],
+    st: pd.DataFrame | None,
+    starts: Mapping[str, Mapping[str, float]],
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[tuple[str, str, str]], str, dict[str, Any]]:
+    """A finding's verdict per its measure (or its dose), the runs left out, the note and the
+    measure's own columns."""
+    extra: dict[str, Any] = {**_MEASURE_DEFAULTS, "measure": f.measure, **_DOSE_DEFAULTS}
+    left: list[tuple[str, str, str]] = []
+    if f.dose is not None:
+        dv = finding_dose.dose_values(st, f.metric, f.window, f.dose["values"], ids)
+        left += dv.left
+        out = finding_dose.dose_verdict(
+            dv.x, dv.y, f.direction, scale=f.dose["scale"], values=dv.values, **options
+        )
+        extra.update(
+            dose_key=f.dose["key"],
+            dose_values=finding_dose.values_text(f.dose["values"]),
+            dose_scale=f.dose["scale"],
+            dose_runs=out.pop("dose_runs"),
+            dose_levels=out.pop("dose_levels"),
+        )
+        note = _dose_note(out)
+    elif f.measure == TO_TARGET:
         tv = finding_measures.to_target_values(df, f.metric, f.target, f.x, ids, st)
         left += tv.left
         out = verdict(tv.values["baseline"], tv.values["variant"], f.direction, **options)
@@ -503,31 +628,12 @@ def _finding_row(
         left += more
         out = verdict(arm["baseline"], arm["variant"], f.direction, **options)
         note = _note(arm["baseline"], arm["variant"], out)
-    window = f.window or (float("nan"), float("nan"))
-    row = {
-        "finding": f.id,
-        "claim": f.claim,
-        "paper": f.paper,
-        "scaled": f.scaled,
-        "metric": f.metric,
-        "window_lo": window[0],
-        "window_hi": window[1],
-        "off_policy_only": f.off_policy_only,
-        "direction": f.direction,
-        "baseline": _selector_text(f.baseline) if f.measure != FROM_START else finding_measures.START,
-        "variant": _selector_text(f.variant),
-        **out,
-        "left_out": _left_out_text(_in_arm_order(f, left), f.metric, _none_logged(df, f.metric), logged),
-        "note": note,
-        **extra,
-    }
-    left_ids = {r for _, r, _ in left}
-    return row, {r for name in ids for r in ids[name] if r not in left_ids}
+    return out, left, note, extra
 
 
 def _in_arm_order(f: Finding, left: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """``left`` (``(arm, run id, why)``) ordered as the arms list their runs, baseline first."""
-    arms = ("variant",) if f.measure == FROM_START else ("baseline", "variant")
+    arms = f.arm_names
     pos = {(a, r): (k, i) for k, a in enumerate(arms) for i, r in enumerate(dict.fromkeys(f.arms.get(a, ())))}
     return sorted(left, key=lambda t: pos.get((t[0], t[1]), (len(arms), 0)))
 
@@ -536,8 +642,8 @@ def _finished_ids(
     f: Finding, finished: Collection[str], unfinished: Mapping[str, str]
 ) -> tuple[dict[str, list[str]], list[tuple[str, str, str]]]:
     """Each arm's finished runs, and the others ``(arm, run id, why)`` (a ``from_start`` finding's
-    one arm is its variant's runs)."""
-    names = ("variant",) if f.measure == FROM_START else ("baseline", "variant")
+    one arm is its variant's runs; a dose-response finding's arms are its levels)."""
+    names = f.arm_names
     ids: dict[str, list[str]] = {}
     left: list[tuple[str, str, str]] = []
     for name in names:
@@ -619,6 +725,16 @@ def _paired_note(out: Mapping[str, Any]) -> str:
     return ""
 
 
+def _dose_note(out: Mapping[str, Any]) -> str:
+    """What limits a dose-response verdict beyond its numbers: every run on the fitted line."""
+    if out["pooled_sd"] == 0:
+        return (
+            "every run lies on the fitted line (no residual spread), so the interval is the slope itself: no "
+            "test stands behind it; check that the metric varies with the seed"
+        )
+    return ""
+
+
 def _default_reps(reps: int | None) -> int:
     """``reps``, or the report's default resamples for small arms."""
     return REPORT_REPS if reps is None else reps
@@ -632,153 +748,3 @@ def _value_text(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return {True: "true", False: "false", None: "null"}[v]
     return str(v)
-
-
-def caption(
-    *,
-    reps: Sequence[int],
-    seed: int,
-    confidence: float = 0.95,
-    finished_runs: int | None = None,
-    measures: Collection[str] = (),
-) -> str:
-    """What the findings table shows and how its numbers were made (``reps``: the resamples the
-    findings' bootstraps used, one or several values; ``measures``: the findings' measures, each
-    beside ``window`` explained by :func:`analysis.finding_measures.caption_text`)."""
-    pct = f"{100 * confidence:g}%"
-    resamples = f"{reps[0]:,}" if len(reps) == 1 else f"{min(reps):,}-{max(reps):,} (fewer for large arms)"
-    return (
-        "Each finding (a paper's claim, from the grid file's findings: section) tested on these runs. Per "
-        "finding, one value per finished run"
-        + (f" ({finished_runs} runs in all)" if finished_runs is not None else "")
-        + ": the nan-mean of the metric over the window, a fraction of each run's logged steps (off-policy "
-        "steps only where marked); the arms' other runs (not finished, or without a value in the window) are "
-        f"left out and listed under the table with why. Effect = variant mean - baseline mean with its {pct} Welch t interval "
-        "(unequal variances, Welch-Satterthwaite degrees of freedom): exact under normal run-to-run noise and "
-        "deterministic, where a percentile bootstrap over 3-5 seeds undercovers and could flip a verdict with "
-        f"its seed. P(variant > baseline): the probability that a run of the variant has the larger value "
-        f"(Mann-Whitney U / nm; Agarwal et al. 2021) with its {pct} percentile bootstrap interval ({resamples} "
-        f"resamples of each arm's runs, seed {seed}). Verdict: reproduced when the effect's interval excludes 0 "
-        "on the side the paper finds, opposite when it excludes 0 on the other side, not resolved otherwise; "
-        "none with fewer than 2 finished runs in an arm. Seeds for 80% power (not resolved only): runs per arm "
-        "at which a two-sided 5% two-sample t test detects the observed effect with 80% power at the observed "
-        "pooled SD (noncentral t); — when the effect or the spread is 0."
-        + finding_measures.caption_text(measures)
-    )
-
-
-def _interval(v: float, lo: float, hi: float) -> str:
-    if not np.isfinite(v):
-        return "–"
-    return fmt(v) if math.isnan(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
-
-
-def _shown_interval(r: Mapping[str, Any], key: str) -> str:
-    """``key`` (effect or p_improve) of a findings row with its interval, as text; "–" where an arm
-    has fewer than 2 runs: a difference of means with no spread behind it is no result (the CSV
-    keeps the number)."""
-    if str(r["verdict"]).startswith("not enough runs"):
-        return "–"
-    return _interval(r[key], r[f"{key}_lo"], r[f"{key}_hi"])
-
-
-def _seeds(n: float) -> str:
-    if math.isnan(n):
-        return "—"
-    return "> 1,000,000" if math.isinf(n) else f"{int(n):,}"
-
-
-def _metric_text(r: Mapping[str, Any]) -> str:
-    if r.get("measure", WINDOW) != WINDOW:
-        return finding_measures.metric_text(r)
-    return (
-        f"{r['metric']} ({100 * r['window_lo']:g}-{100 * r['window_hi']:g}% of steps"
-        + (", off-policy" if r["off_policy_only"] else "")
-        + ")"
-    )
-
-
-def _paper_text(r: Mapping[str, Any]) -> str:
-    return r["paper"] + (f"; scaled: {r['scaled']}" if r["scaled"] else "")
-
-
-def display_table(table: Table) -> Table:
-    """The report's findings table as text cells (markdown and LaTeX; the CSV keeps
-    :func:`findings_table`'s numbers): finding | claim | paper | metric (window) | baseline mean (n)
-    | variant mean (n) | effect [95% CI] | P(variant > baseline) [95% CI] | verdict | seeds for 80%
-    power. ``table``'s caption is kept."""
-    rows = [
-        {
-            "finding": r["finding"],
-            "claim": r["claim"],
-            "paper": _paper_text(r),
-            "metric (window)": _metric_text(r),
-            "baseline mean (n)": f"{fmt(r['baseline_mean'])} ({r['baseline_n']})",
-            "variant mean (n)": f"{fmt(r['variant_mean'])} ({r['variant_n']})",
-            "effect [95% CI]": _shown_interval(r, "effect"),
-            "P(variant > baseline) [95% CI]": _shown_interval(r, "p_improve"),
-            "verdict": r["verdict"],
-            "seeds for 80% power": _seeds(r["seeds_80"]),
-        }
-        for r in table.frame.to_dict("records")
-    ]
-    return Table(pd.DataFrame(rows, columns=_DISPLAY_COLUMNS), caption=table.caption)
-
-
-_DISPLAY_COLUMNS = [
-    "finding",
-    "claim",
-    "paper",
-    "metric (window)",
-    "baseline mean (n)",
-    "variant mean (n)",
-    "effect [95% CI]",
-    "P(variant > baseline) [95% CI]",
-    "verdict",
-    "seeds for 80% power",
-]
-
-
-def note_lines(table: Table, prefix: str = "") -> list[str]:
-    """One line per finding of ``table`` (:func:`findings_table`) with runs left out or a note:
-    "F1: left out variant `a` (why); note" (``prefix`` before each, e.g. the results folder); none
-    when every run counted."""
-    out = []
-    for r in table.frame.to_dict("records"):
-        parts = []
-        if r.get("left_out"):
-            parts.append(f"left out {r['left_out']}")
-        if r.get("note"):
-            parts.append(r["note"])
-        if parts:
-            text = "; ".join(parts)
-            out.append(f"{prefix}{r['finding']}: {text}" + ("" if text.endswith((".", "?")) else "."))
-    return out
-
-
-def compact_table(table: Table) -> pd.DataFrame:
-    """The findings of ``table`` (:func:`findings_table`) in six text columns, what ``grpo-harness findings`` prints (and the README's
-    findings table is pasted from): claim (after the finding's id) | paper (without ``scaled``, which
-    the report's table keeps) | metric | effect [95% CI] | P(>) [CI] | verdict;
-    a "not resolved" verdict says how many seeds per arm would resolve it (or why no number can)."""
-    rows = []
-    for r in table.frame.to_dict("records"):
-        text = r["verdict"]
-        paired = r.get("measure") == FROM_START
-        if text == NOT_RESOLVED and not math.isnan(r["seeds_80"]):
-            text += f" ({_seeds(r['seeds_80'])} {'runs, paired,' if paired else 'seeds/arm'} for 80% power)"
-        elif text == NOT_RESOLVED and r["effect"] == 0:
-            text += " (the runs' mean difference is 0)" if paired else " (the arms' means are equal)"
-        elif text == NOT_RESOLVED:
-            text += " (no spread to size it by)"
-        rows.append(
-            {
-                "claim": f"{r['finding']}: {r['claim']}",
-                "paper": r["paper"],
-                "metric": _metric_text(r),
-                "effect [95% CI]": _shown_interval(r, "effect"),
-                "P(>) [CI]": _shown_interval(r, "p_improve"),
-                "verdict": text,
-            }
-        )
-    return pd.DataFrame(rows, columns=["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"])

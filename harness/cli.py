@@ -475,8 +475,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_findings(args: argparse.Namespace) -> int:
     """``grpo-harness findings results/GRID [...]``: the verdict on each finding of each folder, as
     a compact table (plain text, or markdown with ``--markdown``); exit 2 when a folder is not a
-    results folder or records no findings."""
+    results folder or records no findings. With ``--confirm B``, one folder's verdicts beside those
+    of ``B``, the same grid on other seeds (:func:`analysis.report.confirm.confirm_findings`)."""
     import pandas as pd
+
+    if args.confirm is not None:
+        return _confirm_findings(args)
 
     from analysis.findings import compact_table, note_lines
     from analysis.report import ReportError, findings_results
@@ -501,6 +505,35 @@ def cmd_findings(args: argparse.Namespace) -> int:
     else:
         print("\n".join(text_table(list(table.columns), table.to_numpy().tolist())))
         print("".join(f"{line}\n" for line in notes), end="")
+    return 0
+
+
+def _confirm_findings(args: argparse.Namespace) -> int:
+    """``grpo-harness findings A --confirm B``: both folders' verdicts side by side and whether each
+    finding replicated; exit 2 when the folders are not one grid on other seeds (each mismatch named)."""
+    from analysis.report import ReportError
+    from analysis.report.confirm import confirm_findings
+    from analysis.tables import to_markdown
+
+    if len(args.grid_dirs) != 1:
+        print(
+            f"error: --confirm {args.confirm} confirms one results folder's findings; give one folder before it, "
+            f"not {len(args.grid_dirs)}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        found = confirm_findings(args.grid_dirs[0], args.confirm)
+    except (FileNotFoundError, NotADirectoryError, ReportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table = found.table
+    if args.markdown:
+        print(to_markdown(table), end="")
+        print("".join(f"\n{line}\n" for line in (found.summary(), *found.notes)), end="")
+    else:
+        print("\n".join(text_table(list(table.columns), table.to_numpy().tolist())))
+        print("".join(f"{line}\n" for line in (found.summary(), *found.notes)), end="")
     return 0
 
 
@@ -576,6 +609,13 @@ def _add_reading_commands(sub, command: str | None) -> None:
     p.add_argument("grid_dirs", type=Path, nargs="+", metavar="GRID_DIR", help="results/<grid>, one or more")
     p.add_argument(
         "--markdown", action="store_true", help="print a markdown table (as the README's findings table)"
+    )
+    p.add_argument(
+        "--confirm",
+        type=Path,
+        default=None,
+        metavar="GRID_DIR_B",
+        help="the same grid on other seeds: both folders' verdicts side by side, replicated when both agree",
     )
     p.set_defaults(func=cmd_findings)
 

@@ -7,6 +7,7 @@ behaviour.
 from __future__ import annotations
 
 import json
+import math
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -213,3 +214,133 @@ def eval_steps_run(
         columns=cols,
         state=state,
     )
+
+
+def write_dose_grid(
+    grid_dir: Path,
+    values: Sequence[float] = (0.2, 0.28, 0.4, 0.8),
+    seeds: int = 3,
+    *,
+    slope: float = 0.2,
+    noise: float = 0.01,
+    steps: int = 20,
+    scale: str = "linear",
+    direction: str = "higher",
+    key: str = "trainer.epsilon_high",
+) -> dict[str, list[str]]:
+    """A dose-response grid: ``values`` x ``seeds`` runs of ``steps`` steps whose entropy over the
+    second half is ``slope`` times the value (or its natural log, ``scale="log"``) above a common
+    curve, plus a seed's offset of ``noise`` times a fixed draw; ``eval/accuracy`` every 5 steps
+    and ``eval_start.json`` (0.1). ``grid.json`` records one dose-response finding, ``D``, with
+    each level's run ids, which are returned."""
+    rng = np.random.default_rng(0)
+    offsets = noise * rng.standard_normal((len(values), seeds))
+    arms: dict[str, list[str]] = {}
+    runs = {}
+    for i, v in enumerate(values):
+        x = math.log(v) if scale == "log" else v
+        label = json.dumps(v)
+        for s in range(seeds):
+            rid = f"eh{v}-s{s}"
+            step = np.arange(1, steps + 1)
+            entropy = 1.0 - 0.01 * step + (slope * x + offsets[i, s]) * (step > steps // 2)
+            acc = [0.2 + 0.01 * k + 0.1 * x if k % 5 == 0 else None for k in step]
+            trainer = {"loss_type": "dapo", "seed": s, "num_iterations": 4, key.split(".")[-1]: v}
+            write_run(
+                grid_dir,
+                rid,
+                config={"task": {"name": "chain_sum"}, "model": "tiny", "trainer": trainer},
+                varying={key: v, "seed": s},
+                columns={
+                    layout.STEP: step,
+                    "entropy": entropy,
+                    "reward": 0.1 + 0.01 * step,
+                    "eval/accuracy": acc,
+                },
+            )
+            write_start_eval(grid_dir, rid, {"eval/accuracy": 0.1})
+            arms.setdefault(label, []).append(rid)
+            runs[rid] = {key: v, "seed": s}
+    finding = {
+        "claim": "Token entropy rises with the upper clip.",
+        "paper": "DAPO, arXiv:2503.14476, §3.1",
+        "metric": "entropy",
+        "window": [0.5, 1.0],
+        "direction": direction,
+        "scaled": "",
+        "off_policy_only": False,
+        "dose": {"key": key, "values": list(values), "scale": scale},
+        "select": {"trainer.num_iterations": 4},
+        "arms": arms,
+    }
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    (grid_dir / layout.GRID_FILE).write_text(
+        json.dumps(
+            {
+                "name": grid_dir.name,
+                "source": "g.yaml",
+                "run_ids": list(runs),
+                "varying": [key, "seed"],
+                "runs": runs,
+                "report": {"hue": [key]},
+                "findings": {"D": finding},
+            }
+        )
+    )
+    return arms
+
+
+def write_measures_grid(grid_dir, *, seeds: int = 3):
+    """Two arms (grpo / dapo) x ``seeds`` runs of 20 steps with eval/accuracy every 5 steps and an
+    eval_start.json per run (0.2); the dapo runs reach grpo's final level at step 10, 10 and 15,
+    the grpo runs at 15, 20 or never. Findings: T (to_target, the baseline's final level), S (from_start over dapo's runs)."""
+    arms: dict[str, list[str]] = {"baseline": [], "variant": []}
+    curves = {
+        "baseline": [[0.2, 0.4, 0.6, 0.6], [0.3, 0.4, 0.5, 0.6], [0.2, 0.3, 0.5, 0.55]],
+        "variant": [[0.3, 0.6, 0.7, 0.7], [0.4, 0.6, 0.6, 0.7], [0.3, 0.5, 0.7, 0.75]],
+    }
+    for arm, loss in (("baseline", "grpo"), ("variant", "dapo")):
+        for s in range(seeds):
+            rid = f"{loss}-s{s}"
+            step = np.arange(1, 21)
+            acc = [curves[arm][s][k // 5 - 1] if k % 5 == 0 else None for k in step]
+            cfg = {
+                "task": {"name": "chain_sum"},
+                "model": "tiny",
+                "trainer": {"loss_type": loss, "seed": s, "max_steps": 20},
+            }
+            rdir = write_run(
+                grid_dir,
+                rid,
+                config=cfg,
+                varying={"trainer.loss_type": loss, "seed": s},
+                columns={
+                    layout.STEP: step,
+                    "reward": 0.1 + 0.01 * step,
+                    layout.EVAL_ACCURACY: acc,
+                    layout.TOKENS_GENERATED_TOTAL: 100.0 * step,
+                },
+            )
+            (rdir / layout.START_EVAL_FILE).write_text(
+                json.dumps({"step": 0, layout.EVAL_ACCURACY: 0.2, "seconds": 1.0})
+            )
+            arms[arm].append(rid)
+    common = {"paper": "p", "metric": layout.EVAL_ACCURACY, "scaled": "", "off_policy_only": False}
+    findings = {
+        "T": {**common, "claim": "dapo reaches grpo's final accuracy sooner", "window": [0.75, 1.0], "direction": "lower",
+              "baseline": {"trainer.loss_type": "grpo"}, "variant": {"trainer.loss_type": "dapo"}, "measure": "to_target",
+              "target": "baseline", "x": "step", "arms": arms},
+        "S": {**common, "claim": "dapo ends above its start", "window": [0.75, 1.0], "direction": "higher", "baseline": "start",
+              "variant": {"trainer.loss_type": "dapo"}, "measure": "from_start", "arms": {"baseline": arms["variant"], "variant": arms["variant"]}},
+    }  # fmt: skip
+    record = {
+        "name": grid_dir.name,
+        "source": "g.yaml",
+        "run_ids": [*arms["baseline"], *arms["variant"]],
+        "varying": ["trainer.loss_type", "seed"],
+        "runs": {},
+        "report": {"hue": ["trainer.loss_type"]},
+        "findings": findings,
+    }
+    (grid_dir / layout.GRID_FILE).write_text(json.dumps(record))
+    return arms

@@ -256,6 +256,9 @@ def test_report_shows_the_findings_near_the_top_in_three_formats(tmp_path):
         "P(variant > baseline) [95% CI]",
         "verdict",
         "seeds for 80% power",
+        "p (one-sided)",
+        "Holm p",
+        "Holm verdict",
     ]
     assert rows[2][0] == "F1" and rows[2][3] == "entropy (50-100% of steps)"
     assert rows[2][4] == "0.855 (3)" and rows[2][8] == "reproduced" and rows[2][9] == "—"
@@ -291,13 +294,32 @@ def test_findings_command_prints_the_compact_table(tmp_path, capsys):
         "P(>)",
         "[CI]",
         "verdict",
+        "p",
+        "(one-sided)",
+        "Holm",
+        "p",
+        "Holm",
+        "verdict",
     ]
     assert len(lines) == 3
-    assert lines[1].rstrip().endswith("reproduced") and lines[2].rstrip().endswith("opposite")
+    # the unadjusted verdict, then the p-value, the Holm p and the Holm verdict (each folder its own family)
+    assert lines[1].rstrip().endswith("reproduced") and " reproduced " in lines[1]
+    assert " opposite " in lines[2] and lines[2].rstrip().endswith("not reproduced")
     assert cli.main(["findings", str(g1), "--markdown"]) == 0
     rows = md_rows(capsys.readouterr().out)
-    assert rows[0] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
+    assert rows[0] == [
+        "claim",
+        "paper",
+        "metric",
+        "effect [95% CI]",
+        "P(>) [CI]",
+        "verdict",
+        "p (one-sided)",
+        "Holm p",
+        "Holm verdict",
+    ]
     assert rows[2][0] == "F1: clip-higher keeps entropy higher" and rows[2][5] == "reproduced"
+    assert rows[2][6] == rows[2][7] == "0.000128" and rows[2][8] == "reproduced"  # a family of one
 
 
 def test_findings_command_refuses_a_folder_without_findings(tmp_path, capsys):

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_helpers import md_rows, write_run
+from analysis_helpers import md_rows, write_measures_grid
 from scipy import stats as st
 
 from analysis import finding_measures as fmx
@@ -361,71 +361,34 @@ def test_a_window_finding_s_row_is_the_same_beside_the_new_kinds():
     alone = fm.findings_table(df, [WINDOW_F], finished=finished)
     assert "measure" not in alone.frame.columns and "To-target" not in alone.caption
     mixed = fm.findings_table(df, [WINDOW_F, target_finding()], finished=finished)
+    assert list(alone.frame.columns)[-3:] == ["p_value", "p_holm", "holm_verdict"]
     assert list(mixed.frame.columns) == [
-        *alone.frame.columns,
+        *alone.frame.columns[:-3],
         "measure",
         "target",
         "target_runs",
         "x",
         "censored_baseline",
         "censored_variant",
+        "p_value",
+        "p_holm",
+        "holm_verdict",
     ]
-    assert mixed.frame.iloc[0][alone.frame.columns].to_dict() == alone.frame.iloc[0].to_dict()
-    assert fm.display_table(mixed).frame.iloc[0].to_dict() == fm.display_table(alone).frame.iloc[0].to_dict()
-    assert fm.compact_table(mixed).iloc[0].to_dict() == fm.compact_table(alone).iloc[0].to_dict()
-    assert mixed.caption.startswith(alone.caption)
+    # the finding's own numbers are the same; only Holm's adjustment depends on the family beside it
+    own = [c for c in alone.frame.columns if c not in ("p_holm", "holm_verdict")]
+    assert mixed.frame.iloc[0][own].to_dict() == alone.frame.iloc[0][own].to_dict()
+    holm_cells = ["Holm p", "Holm verdict"]
+    shown = [fm.display_table(t).frame.drop(columns=holm_cells).iloc[0].to_dict() for t in (mixed, alone)]
+    assert shown[0] == shown[1]
+    assert (
+        fm.compact_table(mixed).drop(columns=holm_cells).iloc[0].to_dict()
+        == fm.compact_table(alone).drop(columns=holm_cells).iloc[0].to_dict()
+    )
+    unadjusted = alone.caption.split(" The columns after the verdict")[0]
+    assert mixed.caption.startswith(unadjusted) and "(here m = 2)" in mixed.caption
 
 
 # --- the recorded findings and the command -----------------------------------------------------------
-
-
-def write_measures_grid(grid_dir, *, seeds: int = 3):
-    """Two arms (grpo / dapo) x ``seeds`` runs of 20 steps with eval/accuracy every 5 steps and an
-    eval_start.json per run (0.2); the dapo runs reach grpo's final level at step 10, 10 and 15,
-    the grpo runs at 15, 20 or never. Findings: T (to_target, the baseline's final level), S (from_start over dapo's runs)."""
-    arms: dict[str, list[str]] = {"baseline": [], "variant": []}
-    curves = {
-        "baseline": [[0.2, 0.4, 0.6, 0.6], [0.3, 0.4, 0.5, 0.6], [0.2, 0.3, 0.5, 0.55]],
-        "variant": [[0.3, 0.6, 0.7, 0.7], [0.4, 0.6, 0.6, 0.7], [0.3, 0.5, 0.7, 0.75]],
-    }
-    for arm, loss in (("baseline", "grpo"), ("variant", "dapo")):
-        for s in range(seeds):
-            rid = f"{loss}-s{s}"
-            step = np.arange(1, 21)
-            acc = [curves[arm][s][k // 5 - 1] if k % 5 == 0 else None for k in step]
-            cfg = {
-                "task": {"name": "chain_sum"},
-                "model": "tiny",
-                "trainer": {"loss_type": loss, "seed": s, "max_steps": 20},
-            }
-            rdir = write_run(
-                grid_dir,
-                rid,
-                config=cfg,
-                varying={"trainer.loss_type": loss, "seed": s},
-                columns={layout.STEP: step, "reward": 0.1 + 0.01 * step, ACC: acc, TOTAL: 100.0 * step},
-            )
-            (rdir / layout.START_EVAL_FILE).write_text(json.dumps({"step": 0, ACC: 0.2, "seconds": 1.0}))
-            arms[arm].append(rid)
-    common = {"paper": "p", "metric": ACC, "scaled": "", "off_policy_only": False}
-    findings = {
-        "T": {**common, "claim": "dapo reaches grpo's final accuracy sooner", "window": [0.75, 1.0], "direction": "lower",
-              "baseline": {"trainer.loss_type": "grpo"}, "variant": {"trainer.loss_type": "dapo"}, "measure": "to_target",
-              "target": "baseline", "x": "step", "arms": arms},
-        "S": {**common, "claim": "dapo ends above its start", "window": [0.75, 1.0], "direction": "higher", "baseline": "start",
-              "variant": {"trainer.loss_type": "dapo"}, "measure": "from_start", "arms": {"baseline": arms["variant"], "variant": arms["variant"]}},
-    }  # fmt: skip
-    record = {
-        "name": grid_dir.name,
-        "source": "g.yaml",
-        "run_ids": [*arms["baseline"], *arms["variant"]],
-        "varying": ["trainer.loss_type", "seed"],
-        "runs": {},
-        "report": {"hue": ["trainer.loss_type"]},
-        "findings": findings,
-    }
-    (grid_dir / layout.GRID_FILE).write_text(json.dumps(record))
-    return arms
 
 
 def test_the_command_and_the_report_s_table_read_both_kinds_from_a_results_folder(tmp_path, capsys):
@@ -445,7 +408,7 @@ def test_the_command_and_the_report_s_table_read_both_kinds_from_a_results_folde
     assert cli.main(["findings", str(g), "--markdown"]) == 0
     out = capsys.readouterr().out
     rows = md_rows(out)
-    assert rows[0] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
+    assert rows[0][:6] == ["claim", "paper", "metric", "effect [95% CI]", "P(>) [CI]", "verdict"]
     assert rows[2][2].startswith(
         "eval/accuracy: steps to reach 0.583 (the baseline's mean over 75-100% of steps"
     )

@@ -28,6 +28,7 @@ The modules, in the order a report is made:
 ``settings``        :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
 ``inputs``          reading a results folder: metrics, states, ``grid.json``, findings
 ``across``          several results folders as one: runs matched by settings, what differs named
+``confirm``         ``findings A --confirm B``: B checked to be A's grid on other seeds, both verdicts
 ``runs``            one row per run, its labels and panels, and the runs left out
 ``baseline``        the baseline variant and the variants table
 ``compute``         every number of the report (:func:`compute_report`), no drawing
@@ -36,7 +37,7 @@ The modules, in the order a report is made:
 ``progression``     the progression table as numbers: each row's runs from ``grid.json``, scored
 ``data``            :class:`ReportData` (frozen, built once), what ``compute`` hands to ``render``
 ``render``          the figures and ``index.md`` (:func:`render_report`)
-``render_tables``   the table and findings sections of ``index.md`` and their captions
+``render_tables``   the table and findings sections of ``index.md``, their captions, each finding's figure
 ``api``             :func:`make_report` and the command line
 ==================  ==============================================================================
 """

@@ -164,7 +164,7 @@ def compare(
             does not tell the folders apart, a key that does without being named (the message names
             it, its values per folder and the fixes), or no run with a counterpart in every folder.
     """
-    grids = _read_grids(folders, all_runs)
+    grids = read_grids(folders, all_runs)
     diffs = differences(grids)
     keys = {k for g in grids for s in g.settings.values() for k in s}
     named = tuple(dict.fromkeys(n for a in across for n in _resolve(a, keys, diffs, "--across")))
@@ -172,8 +172,8 @@ def compare(
         dict.fromkeys(n for a in allow_different for n in _resolve(a, keys, diffs, "--allow-different"))
     )
     facets = _facets(named, grids, diffs)
-    seeds = next((d for d in diffs if _is_seed(d.key)), None)
-    diffs = [d for d in diffs if not _is_seed(d.key)]
+    seeds = next((d for d in diffs if is_seed(d.key)), None)
+    diffs = [d for d in diffs if not is_seed(d.key)]
     refused = [d for d in diffs if d.disjoint() and not _covered(d.key, (*named, *allowed))]
     if refused:
         raise ReportError(_refusal(refused, grids, named, allowed))
@@ -210,8 +210,12 @@ def differences(grids: Sequence[Grid]) -> list[Difference]:
     return out
 
 
-def _read_grids(folders: Sequence[str | Path], all_runs: bool) -> tuple[Grid, ...]:
-    """Each folder's run set and its started runs' settings (:class:`Grid`)."""
+def read_grids(folders: Sequence[str | Path], all_runs: bool) -> tuple[Grid, ...]:
+    """Each folder's run set and its started runs' settings (:class:`Grid`), labelled.
+
+    Raises:
+        ReportError: fewer than two folders, one given twice, or one without a started run.
+    """
     paths = [Path(f) for f in folders]
     if len(paths) < 2:
         raise ReportError(
@@ -258,7 +262,9 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return out
 
 
-def _is_seed(key: str) -> bool:
+def is_seed(key: str) -> bool:
+    """Whether dotted ``key`` is a run's seed (``seed``, ``trainer.seed``): runs that differ only in
+    it are the same settings on other seeds."""
     return key == "seed" or key.endswith(".seed")
 
 
@@ -319,7 +325,7 @@ def _facets(named: Sequence[str], grids: Sequence[Grid], diffs: Sequence[Differe
         if n == FOLDER:
             facets.append(n)
             continue
-        under = [d.key for d in diffs if _covered(d.key, (n,)) and not _is_seed(d.key)]
+        under = [d.key for d in diffs if _covered(d.key, (n,)) and not is_seed(d.key)]
         if not under:
             value = sorted({_norm(s.get(n)) for g in grids for s in g.settings.values()}) if n in keys else []
             raise ReportError(
@@ -373,7 +379,19 @@ def _refusal(
 
 def _apart(diffs: Sequence[Difference]) -> str:
     """The keys that tell the folders apart (seeds aside), for messages."""
-    return ", ".join(d.key for d in diffs if d.disjoint() and not _is_seed(d.key)) or "no setting"
+    return ", ".join(d.key for d in diffs if d.disjoint() and not is_seed(d.key)) or "no setting"
+
+
+def run_signature(settings: Mapping[str, Any], ignored: Sequence[str] = ()) -> tuple[tuple[str, str], ...]:
+    """A run's settings as the folders match them: ``(key, value as text)`` sorted, the seed, the
+    grid's name and ``ignored`` keys (and the keys under them) aside."""
+    return tuple(
+        sorted(
+            (k, _norm(v))
+            for k, v in settings.items()
+            if not (is_seed(k) or k in _BOOKKEEPING or _covered(k, ignored))
+        )
+    )
 
 
 def _match(
@@ -387,12 +405,9 @@ def _match(
     """
 
     def counts(key: str) -> bool:
-        return not (_is_seed(key) or key in _BOOKKEEPING or _covered(key, ignored))
+        return not (is_seed(key) or key in _BOOKKEEPING or _covered(key, ignored))
 
-    def signature(s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted((k, _norm(v)) for k, v in s.items() if counts(k)))
-
-    sigs = [{r: signature(s) for r, s in g.settings.items()} for g in grids]
+    sigs = [{r: run_signature(s, ignored) for r, s in g.settings.items()} for g in grids]
     present = [set(s.values()) for s in sigs]
     kept: dict[str, tuple[str, ...]] = {}
     unmatched: dict[str, str] = {}

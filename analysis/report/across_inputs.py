@@ -15,7 +15,7 @@ import pandas as pd
 from analysis.load import LoadInfo, _Configs, _join_config
 from analysis.report.across import FOLDER, Comparison, Grid
 from analysis.report.data import ReportInputs
-from analysis.report.inputs import _grid_findings, _grid_section, load_report_inputs, report_columns
+from analysis.report.inputs import _grid_section, grid_findings, load_report_inputs, report_columns
 from analysis.report.runs import _norm
 from analysis.report.settings import ReportSettings
 from harness import layout
@@ -44,7 +44,7 @@ def report_section(comparison: Comparison) -> tuple[Mapping[str, Any] | None, li
         notes.append(
             f"the folders' report: sections differ; the layout starts from {comparison.grids[0].label}'s"
         )
-    if any(_grid_findings(g.path) for g in comparison.grids):
+    if any(grid_findings(g.path) for g in comparison.grids):
         notes.append(
             "findings are judged within each grid, not across folders: `grpo-harness findings "
             + " ".join(str(g.path) for g in comparison.grids)

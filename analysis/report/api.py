@@ -14,7 +14,7 @@ import analysis.report.across_inputs as across_inputs
 import analysis.report.across_output as across_output
 from analysis.report.compute import compute_report
 from analysis.report.data import ReportData, ReportInputs
-from analysis.report.inputs import _grid_findings, _grid_section, _logged_for, load_report_inputs
+from analysis.report.inputs import _grid_section, _logged_for, grid_findings, load_report_inputs
 from analysis.report.render import _write_report
 from analysis.report.settings import ReportError, ReportSettings, _keys
 from harness import layout
@@ -149,7 +149,7 @@ def _inputs(
     """What the report reads (one folder's, or the comparison's), the findings judged and the title."""
     if comparison is not None:
         return across_inputs.load_inputs(comparison, settings), [], comparison.title
-    findings = _grid_findings(grid_dir)
+    findings = grid_findings(grid_dir)
     inputs = load_report_inputs(
         grid_dir, run_ids, all_runs=all_runs, settings=settings, extra_columns=[f.metric for f in findings]
     )

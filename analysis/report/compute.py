@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import aggregate as agg_mod
-from analysis import curves, labels, states, wseq
+from analysis import curves, finding_figures, labels, states, wseq
 from analysis import findings as findings_mod
 from analysis import scores as scores_mod
 from analysis.aggregate import Curves, x_values
@@ -96,11 +96,15 @@ def compute_report(
         )
     _check_axes(df, s)
     c = _count_runs(df, inputs, s, without, unreadable, strict_keys, strict_baseline="baseline" in given)
-    found = None
+    found, figures = None, ()
     if findings:
         finished, why = findings_runs(c.runs, without)
         found = findings_mod.findings_table(
             c.df, findings, finished, unfinished=why, logged=logged_metrics, starts=inputs.start_metrics
+        )
+        figures = tuple(
+            finding_figures.finding_figure(c.df, f, r, finished, inputs.start_metrics, s.smoothing)
+            for f, r in zip(findings, found.frame.to_dict("records"), strict=True)
         )
     head = {
         "title": title,
@@ -108,6 +112,7 @@ def compute_report(
         "left_out": c.left_out,
         "variants": _variants_table(c.runs, c.keys.label, c.layout, c.placed),
         "findings": found,
+        "finding_figures": figures,
         **progression_numbers(c.df, c.runs, without, s.progression),
         **c.layout.layout_fields(),
     }

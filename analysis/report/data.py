@@ -14,6 +14,7 @@ import pandas as pd
 from analysis import curves, finals
 from analysis import tasks as tasks_mod
 from analysis.aggregate import Curves
+from analysis.finding_figures import FindingFigure
 from analysis.load import LoadInfo
 from analysis.pass_at_k import PassAtK
 from analysis.progression import ProgressionTable
@@ -165,6 +166,7 @@ class ReportData(Layout):
         profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
         resolvable: :func:`analysis.scores.resolvable_differences` of the final scores per panel.
         findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
+        finding_figures: one :class:`analysis.finding_figures.FindingFigure` per finding, in order.
         progression: :func:`analysis.progression.progression_table` of the ``report:`` section's
             progression (None without one).
         progression_lines: the lines under the progression table (runs left out, notes, what dynamic
@@ -201,6 +203,7 @@ class ReportData(Layout):
     profile: finals.Profile | None = None
     resolvable: Resolvable | None = None
     findings: Table | None = None
+    finding_figures: tuple[FindingFigure, ...] = ()
     progression: ProgressionTable | None = None
     progression_lines: tuple[str, ...] = ()
     pass_at_k: PassAtK | None = None

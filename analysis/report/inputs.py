@@ -244,7 +244,7 @@ def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
     return section if isinstance(section, Mapping) else None
 
 
-def _grid_findings(grid_dir: Path) -> list[findings_mod.Finding]:
+def grid_findings(grid_dir: Path) -> list[findings_mod.Finding]:
     """The findings recorded in the grid's ``grid.json`` (none without the file or the section,
     or when the file cannot be read: :func:`load_report_inputs` names it then).
 
@@ -295,7 +295,7 @@ def findings_results(grid_dir: str | Path) -> Table:
         raise ReportError(
             f"{e}; write it again with `grpo-harness run GRID.yaml` (done runs are skipped) or `grpo-harness submit`"
         ) from e
-    findings = _grid_findings(grid_dir)
+    findings = grid_findings(grid_dir)
     if not findings:
         raise ReportError(
             f"{path} records no findings: section; add one to the grid file (see the "

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import finding_figures, states, style, tables, timing
 from analysis import findings as findings_mod
-from analysis import states, tables, timing
 from analysis.power import min_detectable_effect, pooled_sd
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, ReportData
 from analysis.scores import score_rule
@@ -134,6 +134,28 @@ def _findings_section(data: ReportData, out: Path) -> list[str]:
     lines.extend(
         [tables.to_markdown(shown), *(f"{line}\n" for line in notes), "Files: findings.md/.csv/.tex", ""]
     )
+    lines.extend(finding_figure_lines(data, out))
+    return lines
+
+
+def finding_figure_lines(data: ReportData, out: Path) -> list[str]:
+    """Each finding's own figure (:func:`analysis.finding_figures.plot_finding`), saved as
+    ``finding_<id>.png/.pdf``, and the lines that link them under the findings table."""
+    if not data.finding_figures:
+        return []
+    lines = [
+        "One figure per finding: its arms (or its dose levels) alone on its metric, mean over seeds with its "
+        "95% Student-t band and the report's smoothing, the window shaded, an eval metric starting from the runs' "
+        "start (eval_start.json, step 0); a dose-response finding also shows each run's window mean against the "
+        "value with the least-squares line. The verdict and the effect are in each title.",
+        "",
+    ]
+    for ff in data.finding_figures:
+        fig, _ = finding_figures.plot_finding(ff)
+        stem = "finding_" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in ff.id)
+        style.save(fig, out / stem)
+        lines.append(f"- {ff.id}: [{stem}.png]({stem}.png), [{stem}.pdf]({stem}.pdf) ({ff.verdict})")
+    lines.append("")
     return lines
 
 

@@ -18,7 +18,10 @@ A grid may state, beside its runs, what a paper found and which of its runs test
 ``to_target`` (the steps, or with ``x: tokens`` the generated tokens, until a run's metric first
 reaches ``target``: a number, or ``baseline``, the baseline arm's mean over ``window``), or
 ``from_start`` (each run's end, its mean over ``window``, minus its own starting policy's value in
-``eval_start.json``; then ``baseline: start`` and no baseline arm). See docs/findings.md.
+``eval_start.json``; then ``baseline: start`` and no baseline arm). A *dose-response* finding gives
+``dose: {key, values, scale}`` and ``arms`` (the settings every value's runs share) instead of
+``baseline`` and ``variant``: one level of runs per value (:mod:`harness.config.finding_dose`). See
+docs/findings.md.
 
 Like ``report:``, the section is no run setting: no run id depends on it. It is checked in two
 steps, each listing every problem at once with the file, key, value and fix: its shape when the
@@ -37,6 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.config.finding_dose import DOSE_REQUIRED, check_dose, level_selectors
 from harness.config.keys import check_setting, coerce_number, normalize_key, run_setting_key, suggest
 from harness.config.schema import canonical_json
 from harness.config.yaml_files import finding_origins
@@ -55,7 +59,12 @@ FINDING_KEYS = (
     "measure",
     "target",
     "x",
+    "dose",
+    "arms",
 )
+#: The keys of a checked finding, in order: a dose-response finding's ``arms`` (its shared selector)
+#: is kept as ``select``, since ``grid.json``'s ``arms`` are run ids (:func:`record`).
+_CHECKED_KEYS = tuple("select" if k == "arms" else k for k in FINDING_KEYS)
 REQUIRED_KEYS = ("claim", "paper", "metric", "window", "direction", "baseline", "variant")
 DIRECTIONS = ("higher", "lower")
 ARMS = ("baseline", "variant")
@@ -78,6 +87,15 @@ _MISSING_FIX = {
     "direction": "say what the paper finds for the variant against the baseline: direction: higher or lower",
     "baseline": "give the settings that select the baseline's runs, e.g. baseline: {epsilon_high: 0.2}",
     "variant": "give the settings that select the variant's runs, e.g. variant: {epsilon_high: 0.28}",
+    "dose": (
+        "arms gives the settings that every level of a dose-response finding shares; give the levels too, "
+        "e.g. dose: {key: epsilon_high, values: [0.2, 0.28, 0.4, 0.8]}, or give baseline and variant instead "
+        "of arms"
+    ),
+    "arms": (
+        "give the settings that every level's runs share, e.g. arms: {subgrid: f1_clip_higher} (each value "
+        "of dose.key adds its own)"
+    ),
     "target": (
         "give the level each run must reach: target: baseline (the baseline arm's mean over window) or a "
         "number, e.g. target: 0.6"
@@ -176,12 +194,15 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
                 f"{', '.join(FINDING_KEYS)}."
             )
     measure = _measure(finding, where, problems)
-    for key in _required(measure, finding):
+    dose = "dose" in finding or "arms" in finding
+    for key in _required(measure, finding, dose):
         if finding.get(key) is None:
             problems.append(
                 f"{where}.{key} is not set: {_MISSING_FIX_OF.get((measure, key), _MISSING_FIX[key])}."
             )
-    out: dict[str, Any] = _measure_keys(finding, measure, where, problems)
+    out: dict[str, Any] = (
+        _measure_keys(finding, measure, where, problems) if not dose or measure == WINDOW else {}
+    )
     for key in ("claim", "paper", "metric"):
         value = finding.get(key)
         if value is None:
@@ -201,11 +222,13 @@ def _check_finding(finding: Any, where: str, problems: list[str]) -> dict[str, A
                 f"{where}.direction = {_shown(direction)}: the direction is higher or lower (what the paper "
                 "finds for the variant's metric relative to the baseline's); write e.g. direction: higher."
             )
-    for arm in ARMS:
+    if dose:
+        out.update(check_dose(finding, where, problems))
+    for arm in () if dose else ARMS:
         if finding.get(arm) is not None and arm not in out:
             out[arm] = check_selector(finding[arm], f"{where}.{arm}", problems)
     out.update(_optional_keys(finding, measure, where, problems))
-    return {k: out[k] for k in FINDING_KEYS if k in out}
+    return {k: out[k] for k in _CHECKED_KEYS if k in out}
 
 
 def _optional_keys(
@@ -252,8 +275,11 @@ def _measure(finding: Mapping[str, Any], where: str, problems: list[str]) -> str
     return None
 
 
-def _required(measure: str | None, finding: Mapping[str, Any]) -> tuple[str, ...]:
-    """The keys a finding of ``measure`` must give (None, an unknown measure: those all share)."""
+def _required(measure: str | None, finding: Mapping[str, Any], dose: bool = False) -> tuple[str, ...]:
+    """The keys a finding of ``measure`` must give (None, an unknown measure: those all share); a
+    dose-response finding (``dose``) gives ``dose`` and ``arms`` in place of the two arms."""
+    if dose:
+        return (*(k for k in REQUIRED_KEYS if k not in ARMS), *DOSE_REQUIRED)
     if measure in (WINDOW, FROM_START):
         return REQUIRED_KEYS
     common = ("claim", "paper", "metric", "direction", "variant")
@@ -456,7 +482,9 @@ def plan_problems(plan: Any) -> list[str]:
       and the values the grid's runs have for it;
     - baseline and variant arms that share a run (a run cannot be compared with itself).
 
-    A ``from_start`` finding has one arm, its variant (each run is compared with its own start).
+    A ``from_start`` finding has one arm, its variant (each run is compared with its own start); a
+    dose-response finding one per value (its ``arms`` selector with ``dose.key`` = the value), each
+    of which must select runs.
 
     Returns:
         One sentence per problem, each with the fix; empty when every finding's arms hold runs.
@@ -465,9 +493,11 @@ def plan_problems(plan: Any) -> list[str]:
     runs = list(plan.runs)
     for fid, finding in plan.grid.findings.items():
         where = f"findings.{fid}"
+        if "dose" in finding:
+            problems += _dose_problems(plan, runs, fid, finding)
+            continue
         arms = {}
-        for arm in _arms_of(finding):
-            selector = finding[arm]
+        for arm, selector in finding_selectors(finding).items():
             arms[arm] = arm_runs(runs, selector)
             if not arms[arm]:
                 problems.append(
@@ -489,9 +519,36 @@ def plan_problems(plan: Any) -> list[str]:
     return problems
 
 
-def _arms_of(finding: Mapping[str, Any]) -> tuple[str, ...]:
-    """The arms whose selectors pick runs: the variant alone for ``from_start``, else both."""
-    return ("variant",) if finding.get("measure") == FROM_START else ARMS
+def _dose_problems(plan: Any, runs: Sequence[Any], fid: str, finding: Mapping[str, Any]) -> list[str]:
+    """A dose-response finding's problems against the runs: its shared ``arms`` selector that picks
+    no run (once), else each value whose level holds no run, naming the key and the value."""
+    where, shared = f"findings.{fid}", finding["select"]
+    origin = _origin_text(plan.grid.source, fid)
+    if not arm_runs(runs, shared):
+        return [
+            no_run_problem(f"{where}.arms", shared, runs, plan) + applied_text(plan.grid, shared) + origin
+        ]
+    out = []
+    for i, selector in enumerate(level_selectors(finding).values()):
+        if not arm_runs(runs, selector):
+            out.append(
+                no_run_problem(f"{where}.dose.values[{i}]", selector, runs, plan)
+                + applied_text(plan.grid, selector)
+                + origin
+            )
+    return out
+
+
+def finding_selectors(finding: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The selector of each arm of a checked finding whose runs it compares: ``baseline`` and
+    ``variant``; the variant alone for ``from_start`` (each run against its own start); one level
+    per value for a dose-response finding, named by
+    :func:`harness.config.finding_dose.level_label`."""
+    if "dose" in finding:
+        return level_selectors(finding)
+    if finding.get("measure") == FROM_START:
+        return {"variant": finding["variant"]}
+    return {arm: finding[arm] for arm in ARMS}
 
 
 def applied_text(grid: Any, selector: Mapping[str, Any], noun: str = "arm") -> str:
@@ -624,24 +681,54 @@ def plan_lines(plan: Any, width: int = 72) -> list[str]:
     for fid, f in findings.items():
         claim = f["claim"] if len(f["claim"]) <= width else f["claim"][: width - 3].rstrip() + "..."
         lines.append(f"  {fid}: {claim}")
-        arms = {arm: arm_runs(plan.runs, f[arm]) for arm in _arms_of(f)}
-        counts = "; ".join(f"{arm} {setting_text(f[arm])}: {len(arms[arm])} run(s)" for arm in arms)
-        lines.append(f"    {_measure_text(f)}, {f['direction']} expected; {counts}")
+        arms = {arm: arm_runs(plan.runs, sel) for arm, sel in finding_selectors(f).items()}
+        lines.append(f"    {_measure_text(f)}, {f['direction']} expected; {_counts_text(f, arms)}")
         warning = metric_warning(f["metric"])
         if warning:
             lines.append(f"    warning: {warning}")
-        if min(len(r) for r in arms.values()) < 2:
-            lines.append(
-                "    warning: an arm with fewer than 2 runs gets no verdict (no spread to test against); "
-                "add seeds (e.g. grid: {seed: [0, 1, 2]})."
-            )
+        lines += _few_runs_warning(f, arms)
         lines += _eval_warning(f, [r for runs in arms.values() for r in runs])
     return lines
+
+
+def _counts_text(f: Mapping[str, Any], arms: Mapping[str, Sequence[Any]]) -> str:
+    """Each arm's selector and run count, as ``plan`` prints them (a dose-response finding: the
+    shared selector, then each value's runs)."""
+    if "dose" in f:
+        levels = ", ".join(f"{name}: {len(runs)}" for name, runs in arms.items())
+        key = f["dose"]["key"].removeprefix("trainer.")
+        return f"arms {setting_text(f['select'])}; runs per {key} value: {levels}"
+    return "; ".join(f"{arm} {setting_text(f[arm])}: {len(arms[arm])} run(s)" for arm in arms)
+
+
+def _few_runs_warning(f: Mapping[str, Any], arms: Mapping[str, Sequence[Any]]) -> list[str]:
+    """A warning when an arm has fewer than 2 runs (a dose-response finding: fewer than 3 runs in
+    all), which then gets no verdict."""
+    if "dose" in f and sum(len(r) for r in arms.values()) < 3:
+        return [
+            "    warning: a slope with fewer than 3 runs gets no verdict (no residual spread to test against); "
+            "add seeds (e.g. grid: {seed: [0, 1]})."
+        ]
+    if "dose" not in f and min(len(r) for r in arms.values()) < 2:
+        return [
+            "    warning: an arm with fewer than 2 runs gets no verdict (no spread to test against); "
+            "add seeds (e.g. grid: {seed: [0, 1, 2]})."
+        ]
+    return []
 
 
 def _measure_text(f: Mapping[str, Any]) -> str:
     """What a finding's value per run is, as ``plan`` prints it."""
     measure = f.get("measure", WINDOW)
+    if "dose" in f:
+        a, b = f["window"]
+        d = f["dose"]
+        x = d["key"].removeprefix("trainer.")
+        return (
+            f"slope of {f['metric']} over {100 * a:g}-{100 * b:g}% of each run's steps on "
+            + (f"ln {x}" if d["scale"] == "log" else x)
+            + (", off-policy steps only" if f["off_policy_only"] else "")
+        )
     if measure == TO_TARGET:
         a, b = f.get("window") or (0.0, 1.0)
         level = (
@@ -679,14 +766,14 @@ def _eval_warning(f: Mapping[str, Any], runs: Sequence[Any]) -> list[str]:
 def record(plan: Any) -> dict[str, dict[str, Any]]:
     """What ``grid.json`` keeps of the findings: each finding as checked, plus ``arms``:
     ``{"baseline": [run ids], "variant": [run ids]}`` (the plan's runs each selector picks; for a
-    ``from_start`` finding, whose baseline is each run's own start, both are the variant's)."""
+    ``from_start`` finding, whose baseline is each run's own start, both are the variant's; for a
+    dose-response finding ``{level label: [run ids]}``, one per value in order)."""
     out = {}
     for fid, f in plan.grid.findings.items():
-        variant = [r.run_id for r in arm_runs(plan.runs, f["variant"])]
-        baseline = (
-            variant
-            if f.get("measure") == FROM_START
-            else [r.run_id for r in arm_runs(plan.runs, f["baseline"])]
-        )
-        out[fid] = {**f, "arms": {"baseline": baseline, "variant": variant}}
+        arms = {
+            arm: [r.run_id for r in arm_runs(plan.runs, sel)] for arm, sel in finding_selectors(f).items()
+        }
+        if f.get("measure") == FROM_START:
+            arms = {"baseline": arms["variant"], "variant": arms["variant"]}
+        out[fid] = {**f, "arms": arms}
     return out

@@ -115,7 +115,7 @@ def records(run: Any, metric: str) -> bool:
 def _named_sampled_metrics(plan: Any) -> list[tuple[str, str, list[Any], str]]:
     """``(where, metric, runs that must record it, level)`` of every sampled-eval metric that the
     ``report:`` and ``findings:`` sections name (any name under ``eval/pass@``, well formed or not)."""
-    from harness.config.findings import FROM_START, arm_runs
+    from harness.config.findings import arm_runs, finding_selectors
 
     report = plan.grid.report or {}
     runs = list(plan.runs)
@@ -130,8 +130,7 @@ def _named_sampled_metrics(plan: Any) -> list[tuple[str, str, list[Any], str]]:
             for m in ([values] if isinstance(values, str) else values or [])
         ]
     for fid, f in (plan.grid.findings or {}).items():
-        arms = ("variant",) if f.get("measure") == FROM_START else ("baseline", "variant")
-        chosen = [r for arm in arms for r in arm_runs(runs, f[arm])]
+        chosen = [r for sel in finding_selectors(f).values() for r in arm_runs(runs, sel)]
         named.append((f"findings.{fid}.metric", f.get("metric"), chosen, "error"))
     sampled = (layout.SAMPLED_ACCURACY, layout.PASS_AT_PREFIX)
     return [(w, m, r, lv) for w, m, r, lv in named if isinstance(m, str) and m.startswith(sampled)]
