@@ -53,7 +53,10 @@ def test_task_spec_malformed_reward_entries_are_named():
     with pytest.raises(SpecError) as e:
         TaskSpec("chain_sum", {}, rewards=("correctness", {"weight": 2.0}))
     (msg,) = e.value.problems
-    assert msg.startswith("task.rewards[1] = {'weight': 2.0}: the mapping has no name") and "{name: soft_overlong" in msg
+    assert (
+        msg.startswith("task.rewards[1] = {'weight': 2.0}: the mapping has no name")
+        and "{name: soft_overlong" in msg
+    )
     with pytest.raises(SpecError) as e:
         TaskSpec("chain_sum", {}, rewards=("correctness", {"name": "correctness", "weight": 2.0}))
     assert "repeats correctness; give each reward once" in e.value.problems[0]

@@ -285,7 +285,7 @@ def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
     local = report_for(tmp_path, {"deepspeed": str(config)})
     assert [e.message for e in local.errors] == [
         f"trainer.deepspeed = {str(config)!r} but deepspeed is not installed here; install it "
-        "(pip install deepspeed) or drop the setting."
+        "(pip install deepspeed, or the package's deepspeed extra) or drop the setting."
     ]
     assert report_for(tmp_path, {"deepspeed": str(config)}, executor={"name": "slurm"}).ok
     missing = report_for(tmp_path, {"deepspeed": str(tmp_path / "no.json")}, executor={"name": "slurm"})
