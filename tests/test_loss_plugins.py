@@ -194,8 +194,9 @@ def test_twenty_real_steps_give_the_builtins_metric_columns(
         tmp_path, _spec(tiny_model, chain_sum_task, name, ["harness.losses.mirrors"], **trainer), "mirror"
     )
     assert list(builtin["step"]) == list(range(1, 21))
-    assert set(builtin.columns) == set(mirror.columns)
-    machine = {c for c in builtin.columns if c.startswith(("time/", "memory/", "machine/"))}
+    # what the machine was doing is read at most once a second: a run may lack a reading the other has
+    machine = {c for c in {*builtin.columns, *mirror.columns} if c.startswith(("time/", "memory/", "machine/"))}
+    assert set(builtin.columns) - machine == set(mirror.columns) - machine
     columns = sorted(set(builtin.columns) - TIME_COLUMNS - machine - {"run_id"})
     assert {"loss", "entropy", "reward", "w_seq/mean"} <= set(columns)
     assert (builtin[layout.OFF_POLICY] > 0).any()  # the ratios moved, so the formula mattered
