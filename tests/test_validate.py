@@ -273,13 +273,29 @@ def test_a_batch_that_does_not_divide_over_the_processes_writes_nothing(
     assert not results.exists()
 
 
-def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
-    """Without deepspeed installed: a local run is told to install it; a SLURM run is validated by
-    TRL without it (the job environment has it) but its config file must exist."""
+@pytest.fixture
+def absent(monkeypatch):
+    """``absent("peft", ...)``: this process finds none of those packages (``importlib.util.find_spec``
+    answers None for them, as where they are not installed; nothing is uninstalled)."""
     import importlib.util
 
-    if importlib.util.find_spec("deepspeed") is not None:
-        pytest.skip("deepspeed is installed: TRL itself checks the config")
+    from harness.config import scale
+
+    real, missing = importlib.util.find_spec, set()
+
+    def find_spec(name, *args, **kwargs):
+        return None if name.split(".")[0] in missing else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    scale.top_level_keys.cache_clear()  # memoised: what deepspeed says, or the fallback
+    yield lambda *names: missing.update(names)
+    scale.top_level_keys.cache_clear()
+
+
+def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path, absent):
+    """Without deepspeed installed: a local run is told to install it; a SLURM run is validated by
+    TRL without it (the job environment has it) but its config file must exist."""
+    absent("deepspeed")
     config = tmp_path / "ds.json"
     config.write_text('{"zero_optimization": {"stage": 2}}')
     local = report_for(tmp_path, {"deepspeed": str(config)})
@@ -293,6 +309,26 @@ def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
     assert "no.json': no such file" in err.message
     batch = {"deepspeed": str(config), "num_generations": 3}  # TRL's other checks still run
     assert "divisible by num_generations" in report_for(tmp_path, batch, executor={"name": "slurm"}).format()
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_a_misspelt_deepspeed_key_is_refused_without_deepspeed_too(tmp_path, absent, executor):
+    """A login node without deepspeed plans SLURM jobs: DeepSpeed's top-level keys come from the
+    fallback list, and a key DeepSpeed would ignore is refused all the same."""
+    absent("deepspeed")
+    from harness.config import scale
+
+    assert scale.top_level_keys() == scale.FALLBACK_TOP_LEVEL_KEYS
+    config = {"train_micro_batch_size_per_gpus": "auto", "zero_optimization": {"stage": 2}}
+    errors = [
+        e.message for e in report_for(tmp_path, {"deepspeed": config}, executor={"name": executor}).errors
+    ]
+    assert errors[0] == (
+        "trainer.deepspeed: unknown key 'train_micro_batch_size_per_gpus' = 'auto': DeepSpeed ignores a top-level "
+        "key it does not know, so this setting would not apply; did you mean 'train_micro_batch_size_per_gpu'? "
+        "Rename it."
+    )
+    assert len(errors) == (1 if executor == "slurm" else 2)  # locally: and deepspeed is not installed
 
 
 def test_gpus_beyond_one_per_process_are_a_warning(tmp_path):
