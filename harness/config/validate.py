@@ -243,10 +243,10 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
         findings += [Finding("error", m) for m in scale.shape_problems(where, config)]
     if findings or importlib.util.find_spec("deepspeed") is None:
         del kwargs["deepspeed"]  # TRL checks the rest without it
-    if importlib.util.find_spec("deepspeed") is None and not elsewhere:
+    if importlib.util.find_spec("deepspeed") is None and not elsewhere:  # one message for every run
         findings += err(
-            f"trainer.deepspeed = {ds!r} but deepspeed is not installed here; install it "
-            "(pip install deepspeed, or the package's deepspeed extra) or drop the setting."
+            "trainer.deepspeed is set but deepspeed is not installed here; pip install "
+            "'grpo-harness[deepspeed]' (or pip install deepspeed), or drop the setting."
         )
     return kwargs, findings
 
