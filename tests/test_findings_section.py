@@ -545,3 +545,182 @@ def test_plan_warns_when_runs_a_new_measure_reads_do_not_evaluate(tmp_path):
     assert not any(
         "eval_steps" in line for line in findings.plan_lines(plan_of(tmp_path, {"S": S1, "T": T1}))
     )
+
+
+# --- arms whose runs can never give the finding a value -------------------------------------------
+
+
+def _value_errors(plan) -> list[str]:
+    """The errors of the plan's validation that name a finding (harness.config.finding_values)."""
+    from harness.config.validate import validate_plan
+
+    return [f.message for f in validate_plan(plan).errors if f.message.startswith("findings.")]
+
+
+OFF = {**F1, "off_policy_only": True}
+
+
+def test_off_policy_only_on_arms_whose_runs_are_all_on_policy_is_refused(tmp_path, capsys):
+    on = {
+        "baseline": {"epsilon_high": 0.2, "num_iterations": 1},
+        "variant": {"epsilon_high": 0.28, "num_iterations": 1},
+    }
+    plan = plan_of(tmp_path, {"F1": {**OFF, **on}})
+    (error,) = _value_errors(plan)
+    assert error.startswith(
+        "findings.F1.baseline (epsilon_high=0.2, num_iterations=1) and findings.F1.variant (epsilon_high=0.28, "
+        "num_iterations=1): no run of these arms can give the finding a value, so it can have no verdict: "
+        "off_policy_only = true counts only the steps with off_policy == 1, and every run is on-policy "
+        "(trainer.gradient_accumulation_steps = 1, trainer.steps_per_generation = 1, trainer.num_iterations = 1: "
+    ), error
+    assert "TRL reuses the current log-probs as the old ones and no step is off-policy" in error
+    assert error.endswith(
+        "give them off-policy steps (e.g. num_iterations: 2, which makes steps_per_generation x "
+        "num_iterations exceed gradient_accumulation_steps), or drop off_policy_only."
+    )
+    path = write(tmp_path, {**BASE, "findings": {"F1": {**OFF, **on}}})
+    assert cli.main(["plan", str(path)]) == 2
+    assert (
+        "findings.F1.baseline (epsilon_high=0.2, num_iterations=1) and findings.F1.variant"
+        in capsys.readouterr().err
+    )
+    # one arm on-policy: that arm alone is named; off-policy arms (num_iterations 4) are accepted
+    plan = plan_of(tmp_path, {"F1": {**OFF, "baseline": on["baseline"]}})
+    (error,) = _value_errors(plan)
+    assert error.startswith(
+        "findings.F1.baseline (epsilon_high=0.2, num_iterations=1): no run of the arm can"
+    )
+    assert _value_errors(plan_of(tmp_path, {"F1": OFF})) == []
+    assert _value_errors(plan_of(tmp_path, {"F1": {**F1, **on}})) == []  # every row counts
+
+
+def test_a_refused_num_iterations_at_its_default_is_not_blamed_on_the_finding(tmp_path, capsys):
+    """num_iterations written as text is refused and left out at TRL's 1: the cells are checked
+    without it, and the on-policy runs that default makes are not said to be the finding's fault."""
+    data = {**BASE, "grid": {"seed": [0, 1], "epsilon_high": [0.2, 0.28]}}
+    data["trainer"] = {**BASE["trainer"], "num_iterations": "4"}
+    arms = {"baseline": {"epsilon_high": 0.2}, "variant": {"epsilon_high": 0.28}}
+    path = write(tmp_path, {**data, "findings": {"F1": {**OFF, **arms}}})
+    assert cli.main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.num_iterations = '4' is read by YAML as a string" in err and "1 problem" in err, err
+    assert "off_policy_only" not in err
+
+
+def test_off_policy_follows_trls_rule_not_num_iterations_alone(tmp_path):
+    """gradient_accumulation_steps % (steps_per_generation x num_iterations): with 4 accumulation
+    steps and 1 step per generation, 2 iterations are still on-policy; steps_per_generation above
+    the accumulation makes 1 iteration off-policy."""
+    grid = {"grid": {"seed": [0, 1], "epsilon_high": [0.2, 0.28]}}
+    arms = {"baseline": {"epsilon_high": 0.2}, "variant": {"epsilon_high": 0.28}}
+    trainer = {
+        **BASE["trainer"],
+        "gradient_accumulation_steps": 4,
+        "steps_per_generation": 1,
+        "num_iterations": 2,
+    }
+    (error,) = _value_errors(plan_of(tmp_path, {"F1": {**OFF, **arms}}, **grid, trainer=trainer))
+    assert (
+        "trainer.gradient_accumulation_steps = 4, trainer.steps_per_generation = 1, trainer.num_iterations = 2"
+        in error
+    )
+    assert "e.g. num_iterations: 5" in error
+    trainer = {**BASE["trainer"], "gradient_accumulation_steps": 2, "steps_per_generation": 4}
+    assert _value_errors(plan_of(tmp_path, {"F1": {**OFF, **arms}}, **grid, trainer=trainer)) == []
+
+
+def test_a_dose_level_whose_runs_are_on_policy_is_named_by_its_value(tmp_path):
+    dose = {
+        **{k: F1[k] for k in ("claim", "paper", "metric", "window", "direction")},
+        "dose": {"key": "num_iterations", "values": [1, 4]},
+        "arms": {"epsilon_high": 0.2},
+        "off_policy_only": True,
+    }
+    (error,) = _value_errors(plan_of(tmp_path, {"D": dose}))
+    assert error.startswith(
+        "findings.D.dose.values[0] (epsilon_high=0.2, num_iterations=1): no run of the arm"
+    )
+    assert "off_policy_only = true" in error
+
+
+@pytest.mark.parametrize(
+    ("finding", "extra", "said"),
+    [
+        (
+            {**F1, "metric": "eval/accuracy"},
+            {"harness": {"eval_steps": 0}},
+            "metric eval/accuracy is logged at the eval steps only, and every run sets harness.eval_steps = 0; "
+            "set harness.eval_steps > 0 for them, or read a metric every step logs (e.g. reward).",
+        ),
+        (
+            {**S1, "metric": "eval/accuracy"},
+            {"harness": {"eval_steps": 0}},
+            "metric eval/accuracy is logged at the eval steps only (as is a from_start finding's start, "
+            "eval_start.json, written only where a run evaluates), and every run sets harness.eval_steps = 0; "
+            "set harness.eval_steps > 0 for them.",
+        ),
+        (
+            S1,
+            {"harness": {"eval_steps": 2}},
+            "no run records metric eval/pass@16: the sampled eval is off in every one (harness.sampled_eval_n = "
+            "0, or harness.eval_steps = 0). Set harness.sampled_eval_n > 0",
+        ),
+        (
+            {**F1, "metric": "dynamic_sampling/groups_kept"},
+            {},
+            "metric dynamic_sampling/groups_kept is logged only by runs with dynamic sampling on, and every run "
+            "has dynamic_sampling.enable = false; set dynamic_sampling.enable: true for them, or read another metric.",
+        ),
+        (
+            {**F1, "metric": "rewards/format/mean"},
+            {},
+            "metric rewards/format/mean is logged only by runs whose task.rewards name format, and every run names "
+            "[correctness]; add format to their task.rewards",
+        ),
+    ],
+    ids=["eval-off", "from-start-eval-off", "sampled-off", "dynamic-sampling-off", "reward-absent"],
+)
+def test_a_metric_the_arms_runs_never_log_is_refused(tmp_path, finding, extra, said):
+    (error,) = _value_errors(plan_of(tmp_path, {"F": finding}, **extra))
+    arms = "findings.F.variant (" if finding.get("measure") == "from_start" else "findings.F.baseline ("
+    assert error.startswith(arms) and "can give the finding a value, so it can have no verdict: " in error
+    assert said in error, error
+
+
+def test_an_arm_some_of_whose_runs_evaluate_is_only_warned_about(tmp_path):
+    """One arm without eval is refused alone; an arm with one evaluating run keeps its plan warning."""
+    sub = {
+        "off": {"set": {"harness.eval_steps": 0, "epsilon_high": 0.2}, "grid": {"seed": [0, 1]}},
+        "on": {"set": {"epsilon_high": 0.28}, "grid": {"seed": [0, 1]}},
+        "mixed": {"set": {"epsilon_high": 0.3}, "zip": [{"seed": [0, 1], "harness.eval_steps": [0, 5]}]},
+    }
+    grid = {k: v for k, v in BASE.items() if k != "grid"}
+    path = write(
+        tmp_path,
+        {
+            **grid,
+            "subgrids": sub,
+            "findings": {
+                "A": {
+                    **F1,
+                    "metric": "eval/accuracy",
+                    "baseline": {"subgrid": "off"},
+                    "variant": {"subgrid": "on"},
+                },
+                "B": {
+                    **F1,
+                    "metric": "eval/accuracy",
+                    "baseline": {"subgrid": "mixed"},
+                    "variant": {"subgrid": "on"},
+                },
+            },
+        },
+    )
+    plan = expand(load_grid(path))
+    (error,) = _value_errors(plan)
+    assert error.startswith(
+        'findings.A.baseline (subgrid="off"): no run of the arm can give the finding a value'
+    )
+    assert "every run sets harness.eval_steps = 0" in error
+    warnings = [line for line in findings.plan_lines(plan) if "harness.eval_steps = 0" in line]
+    assert len(warnings) == 2 and "1 of the finding's 4 run(s)" in warnings[1]

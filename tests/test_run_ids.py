@@ -21,7 +21,9 @@ RECORDED = json.loads((REPO / "tests" / "data" / "run_ids.json").read_text())
 def test_run_ids_unchanged(entry):
     name, _, profile = entry.partition(":")
     if name == "lora.yaml":  # its peft: section's keys are peft's LoraConfig fields, checked with peft
-        pytest.importorskip("peft", reason="the peft extra is not installed: lora.yaml's keys cannot be checked")
+        pytest.importorskip(
+            "peft", reason="the peft extra is not installed: lora.yaml's keys cannot be checked"
+        )
     grid = load_grid(REPO / "ablations" / name, profile=None if profile == "-" else profile)
     assert [r.run_id for r in expand(grid).runs] == RECORDED[entry]
 

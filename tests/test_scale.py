@@ -112,7 +112,12 @@ def test_fsdp_on_cpu_is_refused(tmp_path):
     "config, said",
     [
         ({**AUTO, "zero_optimization": {"stage": "3"}}, "zero_optimization.stage = '3' must be the integer"),
-        ({**AUTO, "zero_optimisation": {"stage": 2}}, "the key is spelt zero_optimization"),
+        (
+            {**AUTO, "zero_optimisation": {"stage": 2}},
+            "unknown key 'zero_optimisation' = {'stage': 2}: DeepSpeed ignores a top-level key it does not "
+            "know, so this setting would not apply; did you mean 'zero_optimization'? Rename it (accelerate "
+            "requires a zero_optimization block).",
+        ),
         ({**AUTO, "zero_optimization": [1]}, "zero_optimization = [1] must be a mapping"),
         ({**Z2, "optimizer": {"type": 3}}, "optimizer = {'type': 3} must be a mapping with a type name"),
         (
@@ -136,3 +141,66 @@ def test_a_folder_is_not_a_missing_file(tmp_path):
 def test_report_to_names_an_integration_transformers_knows(tmp_path):
     (error,) = _validate(tmp_path, extra="grid: {trainer.report_to: [[foo, tensorboard]]}\n")
     assert "trainer.report_to names 'foo', which transformers does not know" in error
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        (
+            {
+                "train_micro_batch_size_per_gpus": 8,
+                "gradient_accumulation_steps": "auto",
+                **{"zero_optimization": {"stage": 2}},
+            },
+            "trainer.deepspeed: unknown key 'train_micro_batch_size_per_gpus' = 8: DeepSpeed ignores a top-level key "
+            "it does not know, so this setting would not apply; did you mean 'train_micro_batch_size_per_gpu'? "
+            "Rename it.",
+        ),
+        (
+            {**Z2, "gradiant_clipping": 1.0},
+            "unknown key 'gradiant_clipping' = 1.0: DeepSpeed ignores a top-level key it does not know, so this "
+            "setting would not apply; did you mean 'gradient_clipping'? Rename it.",
+        ),
+        (
+            {**Z2, "bogus_block": {"x": 1}},
+            "unknown key 'bogus_block' = {'x': 1}: DeepSpeed ignores a top-level key it does not know, so this "
+            "setting would not apply; drop it, or give it as DeepSpeed's documentation names it",
+        ),
+        (
+            {**AUTO, "zero_optimization": {"stgae": 2}},
+            "DeepSpeed refuses zero_optimization.stgae = 2: Extra inputs are not permitted; did you mean "
+            "zero_optimization.stage? Rename it.",
+        ),
+        (
+            {**AUTO, "zero_optimization": {"stage": 2, "offload_optimizer": {"devcie": "cpu"}}},
+            "DeepSpeed refuses zero_optimization.offload_optimizer.devcie = 'cpu': Extra inputs are not permitted; "
+            "did you mean zero_optimization.offload_optimizer.device? Rename it.",
+        ),
+    ],
+    ids=["micro-batch", "clipping", "no-close-key", "zero-stage", "offload-device"],
+)
+def test_a_key_deepspeed_would_ignore_or_refuse_is_named_with_the_closest(tmp_path, config, said):
+    errors = _validate(tmp_path, config)
+    assert len(errors) == 1 and said in errors[0], errors
+
+
+def test_a_deepspeed_config_file_with_a_misspelt_key_is_refused(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**AUTO, "zero_optimisation": {"stage": 2}}))
+    (error,) = _validate(tmp_path, str(path))
+    assert error.startswith(f"trainer.deepspeed = '{path}': unknown key 'zero_optimisation' = {{'stage': 2}}")
+    assert (
+        "did you mean 'zero_optimization'? Rename it (accelerate requires a zero_optimization block)."
+        in error
+    )
+
+
+def test_the_fallback_keys_hold_every_key_the_installed_deepspeed_reads():
+    """The keys come from DeepSpeed's own parser; the list for machines without deepspeed must not
+    refuse a key it reads (update FALLBACK_TOP_LEVEL_KEYS with the lock's deepspeed)."""
+    from harness.config import scale
+
+    read = scale._keys_deepspeed_reads()
+    assert {"zero_optimization", "train_micro_batch_size_per_gpu", "fp16", "bf16", "optimizer"} <= read
+    assert read <= scale.FALLBACK_TOP_LEVEL_KEYS, sorted(read - scale.FALLBACK_TOP_LEVEL_KEYS)
+    assert scale.top_level_keys() == read | scale.FALLBACK_TOP_LEVEL_KEYS

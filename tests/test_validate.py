@@ -273,19 +273,35 @@ def test_a_batch_that_does_not_divide_over_the_processes_writes_nothing(
     assert not results.exists()
 
 
-def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
-    """Without deepspeed installed: a local run is told to install it; a SLURM run is validated by
-    TRL without it (the job environment has it) but its config file must exist."""
+@pytest.fixture
+def absent(monkeypatch):
+    """``absent("peft", ...)``: this process finds none of those packages (``importlib.util.find_spec``
+    answers None for them, as where they are not installed; nothing is uninstalled)."""
     import importlib.util
 
-    if importlib.util.find_spec("deepspeed") is not None:
-        pytest.skip("deepspeed is installed: TRL itself checks the config")
+    from harness.config import scale
+
+    real, missing = importlib.util.find_spec, set()
+
+    def find_spec(name, *args, **kwargs):
+        return None if name.split(".")[0] in missing else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    scale.top_level_keys.cache_clear()  # memoised: what deepspeed says, or the fallback
+    yield lambda *names: missing.update(names)
+    scale.top_level_keys.cache_clear()
+
+
+def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path, absent):
+    """Without deepspeed installed: a local run is told to install it; a SLURM run is validated by
+    TRL without it (the job environment has it) but its config file must exist."""
+    absent("deepspeed")
     config = tmp_path / "ds.json"
     config.write_text('{"zero_optimization": {"stage": 2}}')
     local = report_for(tmp_path, {"deepspeed": str(config)})
     assert [e.message for e in local.errors] == [
-        f"trainer.deepspeed = {str(config)!r} but deepspeed is not installed here; install it "
-        "(pip install deepspeed, or the package's deepspeed extra) or drop the setting."
+        "trainer.deepspeed is set but deepspeed is not installed here; pip install 'grpo-harness[deepspeed]' "
+        "(or pip install deepspeed), or drop the setting."
     ]
     assert report_for(tmp_path, {"deepspeed": str(config)}, executor={"name": "slurm"}).ok
     missing = report_for(tmp_path, {"deepspeed": str(tmp_path / "no.json")}, executor={"name": "slurm"})
@@ -293,6 +309,78 @@ def test_a_deepspeed_config_is_checked_where_deepspeed_is_absent(tmp_path):
     assert "no.json': no such file" in err.message
     batch = {"deepspeed": str(config), "num_generations": 3}  # TRL's other checks still run
     assert "divisible by num_generations" in report_for(tmp_path, batch, executor={"name": "slurm"}).format()
+
+
+def test_a_missing_deepspeed_is_one_problem_for_every_config_of_the_grid(tmp_path, absent):
+    absent("deepspeed")
+    configs = [{"zero_optimization": {"stage": s}} for s in (1, 2)]
+    report = report_for(tmp_path, grid={"trainer.deepspeed": configs, "seed": [0, 1]})
+    lines = report.format().splitlines()
+    assert lines[0].endswith("1 error; nothing was run or written:"), lines
+    assert lines[1].startswith("  - 4 runs [") and lines[1].endswith(
+        "trainer.deepspeed is set but deepspeed is not installed here; pip install 'grpo-harness[deepspeed]' "
+        "(or pip install deepspeed), or drop the setting."
+    )
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_a_misspelt_deepspeed_key_is_refused_without_deepspeed_too(tmp_path, absent, executor):
+    """A login node without deepspeed plans SLURM jobs: DeepSpeed's top-level keys come from the
+    fallback list, and a key DeepSpeed would ignore is refused all the same."""
+    absent("deepspeed")
+    from harness.config import scale
+
+    assert scale.top_level_keys() == scale.FALLBACK_TOP_LEVEL_KEYS
+    config = {"train_micro_batch_size_per_gpus": "auto", "zero_optimization": {"stage": 2}}
+    errors = [
+        e.message for e in report_for(tmp_path, {"deepspeed": config}, executor={"name": executor}).errors
+    ]
+    assert errors[0] == (
+        "trainer.deepspeed: unknown key 'train_micro_batch_size_per_gpus' = 'auto': DeepSpeed ignores a top-level "
+        "key it does not know, so this setting would not apply; did you mean 'train_micro_batch_size_per_gpu'? "
+        "Rename it."
+    )
+    assert len(errors) == (1 if executor == "slurm" else 2)  # locally: and deepspeed is not installed
+
+
+PEFT_GRID = {
+    "peft": {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+    "grid": {"peft.r": [4, 16], "seed": [0, 1]},
+    "subgrids": {"wide": {"set": {"peft.lora_alpha": 32}}, "plain": {"set": {}}},
+}
+
+
+def test_a_peft_section_without_peft_is_one_problem(tmp_path, absent, capsys):
+    absent("peft")
+    with pytest.raises(SpecError) as e:
+        report_for(tmp_path, **PEFT_GRID)
+    (problem,) = [p for p in e.value.problems if "peft" in p]
+    assert problem == (
+        "peft: the peft: section (LoRA) needs the peft package, which is not installed here, and the grid sets "
+        "peft.lora_alpha, peft.lora_dropout, peft.r, peft.target_modules (in peft, grid.peft.r, subgrids.wide.set); "
+        "pip install 'grpo-harness[peft]' (or pip install peft), or drop the peft settings to train every weight."
+    )
+    from harness import cli as harness_cli
+
+    path = tmp_path / "g.yaml"  # report_for wrote it
+    assert harness_cli.main(["plan", str(path), "-o", "peft.use_rslora=true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("needs the peft package") == 1 and "-o peft.use_rslora" in err, err
+
+
+def test_each_missing_tracker_is_one_problem_with_its_install_command(tmp_path, absent):
+    absent("wandb", "mlflow")
+    report = report_for(tmp_path, {"report_to": ["wandb", "mlflow", "wandb"]}, grid={"seed": [0, 1, 2]})
+    errors = [line for line in report.format().splitlines() if line.startswith("  - ")]
+    assert len(errors) == 2, errors
+    assert errors[0].endswith(
+        "trainer.report_to names 'wandb' but wandb is not installed here; pip install 'grpo-harness[trackers]' "
+        "(or pip install wandb), or drop the setting."
+    )
+    assert errors[1].endswith(
+        "trainer.report_to names 'mlflow' but mlflow is not installed here; pip install mlflow, or drop the setting."
+    )
+    assert all(e.startswith("  - 3 runs [") for e in errors)
 
 
 def test_gpus_beyond_one_per_process_are_a_warning(tmp_path):

@@ -146,14 +146,14 @@ def check_findings(section: Any, problems: list[str], path: Any = None) -> dict[
         found: list[str] = []
         checked = _check_finding(finding, where, found)
         if found and path is not None:
-            found = [p + _origin_text(path, str(fid)) for p in found]
+            found = [p + origin_text(path, str(fid)) for p in found]
         problems += found
         if checked is not None and not found:
             out[str(fid)] = checked
     return out
 
 
-def _origin_text(path: Any, fid: str) -> str:
+def origin_text(path: Any, fid: str) -> str:
     """Where finding ``fid`` of grid file ``path`` is stated, when an included file states it (a
     sentence to add to its problems; "" when only the file itself does)."""
     from pathlib import Path
@@ -503,7 +503,7 @@ def plan_problems(plan: Any) -> list[str]:
                 problems.append(
                     no_run_problem(f"{where}.{arm}", selector, runs, plan)
                     + applied_text(plan.grid, selector)
-                    + _origin_text(plan.grid.source, fid)
+                    + origin_text(plan.grid.source, fid)
                 )
         shared = {r.run_id for r in arms.get("baseline", ())} & {r.run_id for r in arms["variant"]}
         if shared:
@@ -514,7 +514,7 @@ def plan_problems(plan: Any) -> list[str]:
                 f"({setting_text(finding['variant'])}) share {len(shared)} run(s), e.g. run {example.run_id} "
                 f"({setting_text({k: example.varying.get(k) for k in plan.varying_keys})}), and a run cannot "
                 f"be compared with itself; give both arms the keys {', '.join(k.removeprefix('trainer.') for k in keys)} "
-                "with a different value of one of them." + _origin_text(plan.grid.source, fid)
+                "with a different value of one of them." + origin_text(plan.grid.source, fid)
             )
     return problems
 
@@ -523,7 +523,7 @@ def _dose_problems(plan: Any, runs: Sequence[Any], fid: str, finding: Mapping[st
     """A dose-response finding's problems against the runs: its shared ``arms`` selector that picks
     no run (once), else each value whose level holds no run, naming the key and the value."""
     where, shared = f"findings.{fid}", finding["select"]
-    origin = _origin_text(plan.grid.source, fid)
+    origin = origin_text(plan.grid.source, fid)
     if not arm_runs(runs, shared):
         return [
             no_run_problem(f"{where}.arms", shared, runs, plan) + applied_text(plan.grid, shared) + origin
@@ -751,7 +751,8 @@ def _measure_text(f: Mapping[str, Any]) -> str:
 
 def _eval_warning(f: Mapping[str, Any], runs: Sequence[Any]) -> list[str]:
     """A warning when a finding reads an eval/ metric (or a from_start finding's start) and some of
-    its runs do not evaluate (``harness.eval_steps: 0``); none otherwise."""
+    its runs do not evaluate (``harness.eval_steps: 0``); none otherwise. An arm none of whose runs
+    evaluates is an error of the plan (:mod:`harness.config.finding_values`)."""
     needs = f.get("measure") == FROM_START or str(f["metric"]).startswith("eval/")
     off = [r for r in runs if getattr(r.harness, "eval_steps", 1) == 0]
     if not (needs and off):

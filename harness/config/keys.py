@@ -260,10 +260,7 @@ def check_key(key: str, where: str) -> str | None:
     if len(parts) == 1:
         return f"{where}: '{key}' is a whole section, not one setting; name one of its keys ({key}.NAME)."
     if head == lora.SECTION and not lora.available():
-        return (
-            f"{where}: '{key}': the peft: section (LoRA) needs the peft package, which is not installed "
-            "here; pip install 'grpo-harness[peft]', or drop the section to train every weight."
-        )
+        return f"{where}: '{key}' {_NEEDS_PEFT}; {_PEFT_FIX}."
     fields = section_fields(head)
     name = parts[1]
     if name not in fields:
@@ -276,6 +273,34 @@ def check_key(key: str, where: str) -> str | None:
     if len(parts) > 2 and not type_ok({}, fields[name]):
         return f"{where}: '{key}': '{head}.{name}' is not a mapping, it has no sub-keys."
     return None
+
+
+#: What :func:`check_key` says of a ``peft.*`` key where peft is not installed, and the fix; the
+#: keys are then one problem (:func:`one_per_package`).
+_NEEDS_PEFT = "needs the peft package (the peft: section, LoRA), which is not installed here"
+_PEFT_FIX = (
+    "pip install 'grpo-harness[peft]' (or pip install peft), or drop the peft settings to train every weight"
+)
+
+
+def one_per_package(problems: Sequence[str]) -> list[str]:
+    """``problems`` with the keys refused because peft is not installed (:func:`check_key`) said as
+    one problem, in the place of the first: a missing package is one problem, however many keys,
+    axes, sub-grids, selectors or overrides need it; the problem names them and where they are set."""
+    marker = f" {_NEEDS_PEFT};"
+    hits = [p for p in problems if marker in p]
+    if not hits:
+        return list(problems)
+    places = [p.split(marker, 1)[0].rsplit(": ", 1) for p in hits]  # [where, "'key'"]
+    keys = dict.fromkeys(key.strip("'") for _, key in places)
+    wheres = dict.fromkeys(where for where, _ in places)
+    merged = (
+        f"{lora.SECTION}: the peft: section (LoRA) needs the peft package, which is not installed here, "
+        f"and the grid sets {', '.join(keys)} (in {', '.join(wheres)}); {_PEFT_FIX}."
+    )
+    out = [p for p in problems if marker not in p]
+    out.insert(problems.index(hits[0]), merged)
+    return out
 
 
 def _settable(section: str, fields: Mapping[str, Any]) -> list[str]:

@@ -167,30 +167,42 @@ def rule_report_to(ctx: RunContext) -> list[Finding]:
     )
 
 
+#: Trackers the package's ``trackers`` extra installs (pyproject.toml).
+_TRACKERS_EXTRA = ("wandb", "trackio", "tensorboard")
+
+
 def rule_packages(ctx: RunContext) -> list[Finding]:
     """Optional packages the settings need that this machine lacks (vLLM, liger-kernel, report_to
-    integrations); on a cluster they are the job environment's business, so SLURM runs are not checked."""
+    integrations), each with its install command; on a cluster they are the job environment's
+    business, so SLURM runs are not checked. A message names the setting and the package, not the
+    run, so every run that lacks a package shares one (a grid lists it once, with its runs)."""
     if ctx.executor.name == "slurm":
         return []
     import importlib.util
 
-    needed = []  # (the setting, as written in a message; module; distribution)
+    needed = []  # (the setting, as written in a message; module; distribution; the install command)
     if ctx.value("use_vllm"):
-        needed.append(("trainer.use_vllm = true", "vllm", "vllm"))
+        needed.append(("trainer.use_vllm = true", "vllm", "vllm", "pip install vllm"))
     if ctx.value("use_liger_kernel"):
-        needed.append(("trainer.use_liger_kernel = true", "liger_kernel", "liger-kernel"))
+        needed.append(
+            ("trainer.use_liger_kernel = true", "liger_kernel", "liger-kernel", "pip install liger-kernel")
+        )
     names = _report_to_names(ctx)
     if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
         return err(
             f"trainer.report_to = {ctx.value('report_to')!r}: name integrations as strings, e.g. [wandb]."
         )
-    for name in names:
+    for name in dict.fromkeys(names):
         if name in _REPORTERS:
-            needed.append((f"trainer.report_to names {name!r}", _REPORTERS[name], _REPORTERS[name]))
+            dist = _REPORTERS[name]
+            how = f"pip install {dist}"
+            if dist in _TRACKERS_EXTRA:
+                how = f"pip install 'grpo-harness[trackers]' (or {how})"
+            needed.append((f"trainer.report_to names {name!r}", dist, dist, how))
     out: list[Finding] = []
-    for setting, module, dist in needed:
+    for setting, module, dist, how in needed:
         if importlib.util.find_spec(module) is None:
-            out += err(f"{setting} but {dist} is not installed here; install it or drop the setting.")
+            out += err(f"{setting} but {dist} is not installed here; {how}, or drop the setting.")
     return out
 
 

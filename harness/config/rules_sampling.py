@@ -114,9 +114,8 @@ def records(run: Any, metric: str) -> bool:
 
 def _named_sampled_metrics(plan: Any) -> list[tuple[str, str, list[Any], str]]:
     """``(where, metric, runs that must record it, level)`` of every sampled-eval metric that the
-    ``report:`` and ``findings:`` sections name (any name under ``eval/pass@``, well formed or not)."""
-    from harness.config.findings import arm_runs, finding_selectors
-
+    ``report:`` and ``findings:`` sections name (any name under ``eval/pass@``, well formed or not;
+    a finding's with no runs: its arms are checked one by one, :mod:`harness.config.finding_values`)."""
     report = plan.grid.report or {}
     runs = list(plan.runs)
     named = [("report.metric", report.get("metric"), runs, "error")]
@@ -130,17 +129,18 @@ def _named_sampled_metrics(plan: Any) -> list[tuple[str, str, list[Any], str]]:
             for m in ([values] if isinstance(values, str) else values or [])
         ]
     for fid, f in (plan.grid.findings or {}).items():
-        chosen = [r for sel in finding_selectors(f).values() for r in arm_runs(runs, sel)]
-        named.append((f"findings.{fid}.metric", f.get("metric"), chosen, "error"))
+        # the name alone: whether each arm's runs record it is harness.config.finding_values'
+        named.append((f"findings.{fid}.metric", f.get("metric"), [], "error"))
     sampled = (layout.SAMPLED_ACCURACY, layout.PASS_AT_PREFIX)
     return [(w, m, r, lv) for w, m, r, lv in named if isinstance(m, str) and m.startswith(sampled)]
 
 
 def sampled_metric_problems(plan: Any) -> list[Finding]:
     """The sampled eval's metrics that the report or a finding reads but no run records: a
-    pass@k whose k is no positive integer, or that no run's ``sampled_eval_n`` reports (k = 1, 2,
-    4, ... up to n, and n), or any of them with the sampled eval off in every run concerned. An
-    error where a table or a verdict rests on it, a warning for a panel."""
+    pass@k whose k is no positive integer, or (the report's) that no run's ``sampled_eval_n``
+    reports (k = 1, 2, 4, ... up to n, and n), or any of them with the sampled eval off in every run
+    concerned; a finding's arms whose runs record none are :mod:`harness.config.finding_values`'s.
+    An error where a table or a verdict rests on it, a warning for a panel."""
     out = []
     for where, metric, runs, level in _named_sampled_metrics(plan):
         if metric != layout.SAMPLED_ACCURACY and layout.pass_at_k(metric) is None:
@@ -155,14 +155,12 @@ def sampled_metric_problems(plan: Any) -> list[Finding]:
         if not runs or any(records(r, metric) for r in runs):
             continue
         out.append(
-            Finding(
-                level, f"{where} = {metric}, but none of its runs records it: {_unrecorded(runs, metric)}"
-            )
+            Finding(level, f"{where} = {metric}, but none of its runs records it: {unrecorded(runs, metric)}")
         )
     return out
 
 
-def _unrecorded(runs: list[Any], metric: str) -> str:
+def unrecorded(runs: list[Any], metric: str) -> str:
     """Why ``runs`` record no ``metric`` of the sampled eval, and the fix."""
     ns = sorted({r.harness.sampled_eval_n for r in runs if r.harness.eval_steps > 0})
     if not any(ns):

@@ -8,7 +8,11 @@ model or a process group:
   settings and lists every value given that disagrees with them (``trainer_config_process`` at
   ``GRPOConfig``, ``trainer_config_finalize`` at ``train()``), with the run's world size;
 - DeepSpeed's ``DeepSpeedConfig`` parses the result (its pydantic models refuse an unknown ZeRO
-  key or stage; its batch assertions);
+  key or stage, named with the closest key the model has; its batch assertions);
+- a top-level key DeepSpeed does not know, which it ignores without a word (``zero_optimisation``,
+  ``train_micro_batch_size_per_gpus``), is refused with the closest key it knows: the keys its own
+  parser reads (:func:`top_level_keys`), or a list of them where deepspeed is not installed (a
+  login node that plans SLURM jobs);
 - the ``optimizer`` block: a name DeepSpeed does not build, a torch optimizer ZeRO was not tested
   with, and on CPU an optimizer whose kernel DeepSpeed's CPU build lacks (its op builder is
   ``NotImplementedBuilder``), which the engine reports only when it builds the optimizer;
@@ -23,6 +27,8 @@ model or a process group:
 from __future__ import annotations
 
 import copy
+import difflib
+import functools
 import json
 import logging
 import math
@@ -125,24 +131,23 @@ _NUMBER_KEYS = (
 
 
 def shape_problems(where: str, config: Any) -> list[str]:
-    """What the config's shape gets wrong before its values are compared: not a mapping, no
-    ``zero_optimization`` block (accelerate requires one; a misspelt key is named), a ZeRO stage or a
-    batch size written as a string (DeepSpeed reads ``"3"`` as 3 where accelerate and the harness do
-    not: such a run shards its model but is not treated as ZeRO-3, and hangs)."""
-    import difflib
-
+    """What the config's shape gets wrong before its values are compared: not a mapping, a top-level
+    key DeepSpeed does not know (:func:`unknown_key_problems`), no ``zero_optimization`` block
+    (accelerate requires one), a ZeRO stage or a batch size written as a string (DeepSpeed reads
+    ``"3"`` as 3 where accelerate and the harness do not: such a run shards its model but is not
+    treated as ZeRO-3, and hangs)."""
     if not isinstance(config, Mapping):
         return [f"{where}: a DeepSpeed config is a JSON object (a mapping), not {type(config).__name__}."]
+    out = unknown_key_problems(where, config)
     zero = config.get("zero_optimization")
     if zero is None:
-        near = difflib.get_close_matches("zero_optimization", [str(k) for k in config], n=1, cutoff=0.75)
-        hint = f" ({near[0]!r} is not it: the key is spelt zero_optimization)" if near else ""
-        return [
-            f"{where}: no zero_optimization block{hint}; accelerate requires one, e.g. zero_optimization: {{stage: 2}}."
-        ]
+        if not any(_closest_key(k) == "zero_optimization" for k in config if k not in top_level_keys()):
+            out.append(
+                f"{where}: no zero_optimization block; accelerate requires one, e.g. zero_optimization: {{stage: 2}}."
+            )
+        return out
     if not isinstance(zero, Mapping):
-        return [f"{where}: zero_optimization = {zero!r} must be a mapping, e.g. {{stage: 2}}."]
-    out = []
+        return [*out, f"{where}: zero_optimization = {zero!r} must be a mapping, e.g. {{stage: 2}}."]
     stage = zero.get("stage", 0)
     if not isinstance(stage, int) or isinstance(stage, bool):
         out.append(
@@ -160,6 +165,125 @@ def shape_problems(where: str, config: Any) -> list[str]:
     return out
 
 
+def unknown_key_problems(where: str, config: Mapping[str, Any]) -> list[str]:
+    """One message per top-level key of ``config`` that DeepSpeed does not know (:func:`top_level_keys`),
+    naming the key, its value and the closest key DeepSpeed knows: DeepSpeed ignores such a key
+    without a word, so the setting would not apply."""
+    out = []
+    for key, value in config.items():
+        if key in top_level_keys():
+            continue
+        near = _closest_key(key)
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        fix = (
+            f"did you mean {near!r}? Rename it"
+            + (" (accelerate requires a zero_optimization block)" if near == "zero_optimization" else "")
+            if near
+            else "drop it, or give it as DeepSpeed's documentation names it (https://www.deepspeed.ai/docs/config-json/)"
+        )
+        out.append(
+            f"{where}: unknown key {key!r} = {shown}: DeepSpeed ignores a top-level key it does not know, so "
+            f"this setting would not apply; {fix}."
+        )
+    return out
+
+
+def _closest_key(key: Any) -> str | None:
+    """The top-level key DeepSpeed knows that ``key`` is closest to (difflib), or None."""
+    near = difflib.get_close_matches(str(key), sorted(top_level_keys()), n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+#: DeepSpeed's top-level config keys when deepspeed is not installed here: the keys that
+#: ``DeepSpeedConfig`` of deepspeed 0.19.8 reads (:func:`_keys_deepspeed_reads`; removed features
+#: included, which it refuses by name) and the two ``deepspeed.initialize`` reads beside them.
+#: tests/test_scale.py checks that it holds every key the installed DeepSpeed reads.
+FALLBACK_TOP_LEVEL_KEYS = frozenset(
+    {
+        "activation_checkpointing", "aio", "amp", "autotuning", "bf16", "bfloat16", "checkpoint", "comet",
+        "comms_logger", "communication_data_type", "compile", "compression_training", "csv_monitor",
+        "curriculum_learning", "data_efficiency", "data_parallel_size", "data_types", "dataloader_drop_last",
+        "datastates_ckpt", "disable_allgather", "disable_python_gc", "dump_state", "eigenvalue", "elasticity",
+        "expert_parallel", "flops_profiler", "fp16", "gradient_accumulation_steps", "gradient_allreduce_op",
+        "gradient_clipping", "gradient_predivide_factor", "graph_harvesting", "hybrid_engine", "log_level",
+        "managed_gradient_accumulation", "memory_breakdown", "nebula", "optimizer", "pipeline",
+        "prescale_gradients", "progressive_layer_drop", "quantize_training", "scheduler",
+        "seq_parallel_communication_data_type", "sequence_parallel_size", "sparse_attention",
+        "sparse_gradients", "steps_per_print", "tensor_parallel", "tensorboard", "timers", "torch_autocast",
+        "train_batch_size", "train_micro_batch_size_per_gpu", "use_data_before_expert_parallelism",
+        "vocabulary_size", "wall_clock_breakdown", "wandb", "weight_quantization",
+        "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "zero_optimization",
+    }
+)  # fmt: skip
+
+
+@functools.cache
+def top_level_keys() -> frozenset[str]:
+    """The top-level keys of a DeepSpeed config: those the installed DeepSpeed's parser reads
+    (:func:`_keys_deepspeed_reads`) with :data:`FALLBACK_TOP_LEVEL_KEYS`, or the fallback alone where
+    deepspeed is not installed or cannot say. Memoised per process."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return FALLBACK_TOP_LEVEL_KEYS
+    try:
+        return _keys_deepspeed_reads() | FALLBACK_TOP_LEVEL_KEYS
+    except Exception:  # a DeepSpeed that does not build its config as this one does
+        return FALLBACK_TOP_LEVEL_KEYS
+
+
+class _Reading(dict):
+    """A config that records every key looked up in it (``get``, ``[]``, ``in``, ``keys()``); its
+    copies share the record."""
+
+    def __init__(self, values: Mapping[str, Any], read: set[Any]) -> None:
+        super().__init__(values)
+        self.read = read
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def keys(self) -> Any:
+        return _ReadingKeys(self)
+
+
+class _ReadingKeys:
+    """``_Reading.keys()``: membership recorded as a lookup."""
+
+    def __init__(self, config: _Reading) -> None:
+        self.config = config
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.config
+
+    def __iter__(self) -> Any:
+        return iter(dict.keys(self.config))
+
+    def __len__(self) -> int:
+        return len(dict.keys(self.config))
+
+
+def _keys_deepspeed_reads() -> frozenset[str]:
+    """The top-level keys DeepSpeed's ``DeepSpeedConfig`` looks up when it parses a config (each
+    section's getter reads its own key: ``get_zero_config`` reads ``zero_optimization``, the monitors
+    ``tensorboard``, ``wandb``, ...), recorded on a minimal config it accepts."""
+    quiet_cpu_fallback()
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    read: set[Any] = set()
+    DeepSpeedConfig(_Reading({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}, read))
+    return frozenset(k for k in read if isinstance(k, str))
+
+
 def _deepspeed_parse(where: str, config: dict) -> list[str]:
     """DeepSpeed's own parse of the filled config (its world size, 1 here, is not the run's: the
     batch total, already checked against the run's by transformers, is left for it to derive)."""
@@ -172,12 +296,7 @@ def _deepspeed_parse(where: str, config: dict) -> list[str]:
     try:
         DeepSpeedConfig(copy.deepcopy(parsed))
     except pydantic.ValidationError as e:
-        section = _SECTIONS.get(e.title)
-        return [
-            f"{where}: DeepSpeed refuses {_dotted((section, *err['loc']) if section else err['loc'])} = "
-            f"{err.get('input')!r}: {err['msg']}."
-            for err in e.errors()
-        ]
+        return [_refused_line(where, e.title, err) for err in e.errors()]
     except (AssertionError, ValueError, KeyError, TypeError) as e:
         fix = ""
         if "train_micro_batch_size_per_gpu" in str(e):
@@ -194,7 +313,60 @@ _SECTIONS = {
     "DeepSpeedZeroConfig": "zero_optimization",
     "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer",
     "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param",
+    "DeepSpeedFP16Config": "fp16",
+    "DeepSpeedBF16Config": "bf16",
 }
+
+
+def _refused_line(where: str, model_name: str, error: Mapping[str, Any]) -> str:
+    """One error of DeepSpeed's pydantic model ``model_name`` as a message: the dotted key, the
+    value, pydantic's reason, and for an unknown key the closest one the model has."""
+    section = _SECTIONS.get(model_name)
+    loc = (section, *error["loc"]) if section else tuple(error["loc"])
+    near = _closest_field(model_name, error)
+    hint = f"; did you mean {_dotted((*loc[:-1], near))}? Rename it" if near else ""
+    return f"{where}: DeepSpeed refuses {_dotted(loc)} = {error.get('input')!r}: {error['msg']}{hint}."
+
+
+def _closest_field(model_name: str, error: Mapping[str, Any]) -> str | None:
+    """For a key a DeepSpeed pydantic model refuses as unknown (``extra_forbidden``), the closest of
+    the fields (and aliases) of the model it sits in; None for another error, or when none is close."""
+    if error.get("type") != "extra_forbidden" or not error.get("loc"):
+        return None
+    from deepspeed.runtime.config_utils import DeepSpeedConfigModel
+
+    models, model = [DeepSpeedConfigModel], None
+    while models and model is None:  # the model the error names, among DeepSpeed's config models
+        cls = models.pop()
+        model = cls if cls.__name__ == model_name else None
+        models += cls.__subclasses__()
+    for part in error["loc"][:-1]:  # down to the model that holds the unknown key
+        model = _field_model(model, str(part)) if model is not None else None
+    if model is None:
+        return None
+    fields = model.model_fields
+    names = [*fields, *(f.alias for f in fields.values() if f.alias)]
+    near = difflib.get_close_matches(str(error["loc"][-1]), names, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def _field_model(model: type, name: str) -> type | None:
+    """The pydantic model of field ``name`` (or the field of that alias) of ``model``
+    (``Optional[Model]`` included); None when it is no model."""
+    import typing
+
+    import pydantic
+
+    field = model.model_fields.get(name) or next(
+        (f for f in model.model_fields.values() if f.alias == name), None
+    )
+    todo = [field.annotation] if field is not None else []
+    while todo:
+        hint = todo.pop()
+        if isinstance(hint, type) and issubclass(hint, pydantic.BaseModel):
+            return hint
+        todo += typing.get_args(hint)
+    return None
 
 
 def _dotted(loc: tuple) -> str:

@@ -58,6 +58,7 @@ from harness.config.keys import (
     coerce_number,
     invisible,
     normalize_key,
+    one_per_package,
     plugin_note,
     section_fields,
     shown_key,
@@ -173,7 +174,7 @@ def _checked_grid(
         left_out: set[str] = set()
         partial = _partial_grid(path, config, plugins, problems, left_out) if salvage else None
         problems[at:at] = plugins.unknown_problems()
-        raise SpecError(problems, path, partial=partial, left_out=left_out)
+        raise SpecError(one_per_package(problems), path, partial=partial, left_out=left_out)
     base = {k: copy.deepcopy(config[k]) for k in (*SETTING_SECTIONS, *SCALAR_SETTINGS) if k in config}
     if config.get("plugins"):  # each run imports them again where it trains (not in the run id)
         base["plugins"] = list(config["plugins"])

@@ -12,8 +12,9 @@ Two layers, both applied to every cell and all problems listed at once:
 
 Each rule is a function ``(RunContext) -> list[Finding]`` (:mod:`harness.config.rules_base`), tested
 one by one. Then the plan's own checks: the cells the sections refused (under their run ids), the
-``report:`` choices no run can fill, embedded-model sections no run reads; and the one-pass listing
-of a grid's problems (:func:`format_one_pass`).
+``report:`` choices no run can fill, a finding's arm whose runs can give it no value
+(:mod:`harness.config.finding_values`), embedded-model sections no run reads; and the one-pass
+listing of a grid's problems (:func:`format_one_pass`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness.config import finding_values
 from harness.config.grid import Plan
 from harness.config.rules_base import Finding, Rule, RunContext, Validation, err, error_lines
 from harness.config.rules_run import (
@@ -162,9 +164,14 @@ def _where(varying: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 
 def validate_run(
-    run: RunSpec, executor: ExecutorSettings, varying_keys: tuple[str, ...], clip_siblings: int = 1
+    run: RunSpec,
+    executor: ExecutorSettings,
+    varying_keys: tuple[str, ...],
+    clip_siblings: int = 1,
+    contexts: dict[str, RunContext] | None = None,
 ) -> list[Finding]:
-    """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`."""
+    """All findings for one run: TRL's ``GRPOConfig`` first, then every rule of :data:`RULES`; the
+    run's :class:`RunContext` goes to ``contexts`` under its run id when given."""
     device = resolve_device(run.harness.device, executor)
     nproc = executor.num_processes
     kwargs, findings = _trl_kwargs(run, device, executor.name == "slurm")
@@ -181,6 +188,8 @@ def validate_run(
         where = on if nproc > 1 else device
         findings += err(f"TRL's GRPOConfig rejects these settings (on {where}): {verdict['error']}{fix}")
     ctx = RunContext(run, dict(run.trainer), verdict["values"], varying_keys, clip_siblings, executor)
+    if contexts is not None:
+        contexts[run.run_id] = ctx
     for rule in RULES:
         try:
             findings += rule(ctx)
@@ -234,10 +243,10 @@ def _trl_kwargs(run: RunSpec, device: str, elsewhere: bool) -> tuple[dict[str, A
         findings += [Finding("error", m) for m in scale.shape_problems(where, config)]
     if findings or importlib.util.find_spec("deepspeed") is None:
         del kwargs["deepspeed"]  # TRL checks the rest without it
-    if importlib.util.find_spec("deepspeed") is None and not elsewhere:
+    if importlib.util.find_spec("deepspeed") is None and not elsewhere:  # one message for every run
         findings += err(
-            f"trainer.deepspeed = {ds!r} but deepspeed is not installed here; install it "
-            "(pip install deepspeed, or the package's deepspeed extra) or drop the setting."
+            "trainer.deepspeed is set but deepspeed is not installed here; pip install "
+            "'grpo-harness[deepspeed]' (or pip install deepspeed), or drop the setting."
         )
     return kwargs, findings
 
@@ -252,11 +261,15 @@ def validate_plan(plan: Plan) -> Validation:
         validation.findings += [Finding("error", p, cell.run_id, where) for p in cell.problems]
         validation.findings += _stand_in_errors(cell, plan, executors, validation, where)
     siblings = clip_sibling_counts(plan.runs)
+    contexts: dict[str, RunContext] = {}
     for run in plan.runs:
         executor = _run_executor(run, plan.grid.executor, executors, validation)
         if executor is not None:
-            validation.findings += validate_run(run, executor, plan.varying_keys, siblings[run.run_id])
+            validation.findings += validate_run(
+                run, executor, plan.varying_keys, siblings[run.run_id], contexts
+            )
     validation.findings += _report_cannot_act(plan) + _unused_sections(plan) + sampled_metric_problems(plan)
+    validation.findings += [Finding("error", p) for p in finding_values.problems(plan, contexts)]
     for dropped, kept in plan.duplicates:
         validation.findings.append(
             Finding(
