@@ -195,7 +195,9 @@ def test_twenty_real_steps_give_the_builtins_metric_columns(
     )
     assert list(builtin["step"]) == list(range(1, 21))
     # what the machine was doing is read at most once a second: a run may lack a reading the other has
-    machine = {c for c in {*builtin.columns, *mirror.columns} if c.startswith(("time/", "memory/", "machine/"))}
+    machine = {
+        c for c in {*builtin.columns, *mirror.columns} if c.startswith(("time/", "memory/", "machine/"))
+    }
     assert set(builtin.columns) - machine == set(mirror.columns) - machine
     columns = sorted(set(builtin.columns) - TIME_COLUMNS - machine - {"run_id"})
     assert {"loss", "entropy", "reward", "w_seq/mean"} <= set(columns)
