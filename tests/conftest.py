@@ -38,10 +38,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def pytest_collection_modifyitems(config, items):
     """Before ``-m`` selects: mark slow every test that uses a model fixture (helpers.MODEL_FIXTURES),
     directly or through another fixture, and every SLURM test, so the fast tier
-    (``pytest -m "not slow"``) leaves them out."""
+    (``pytest -m "not slow"``) leaves them out. The SLURM tests share one xdist group: one cluster,
+    whose partitions and preemption they use, so they run one after another in one test process."""
     for item in items:
         if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session", autouse=True)
