@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
 import pytest
@@ -52,16 +52,68 @@ def test_the_lock_is_generated_and_holds_the_cpu_build_of_torch_only():
     assert not cuda, f"CUDA packages in the CPU lock: {cuda}"
 
 
+def extras_installed() -> dict[str, bool]:
+    """Each optional extra of grpo-harness: whether every package it names is installed."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    out = {}
+    for extra, reqs in project["optional-dependencies"].items():
+        present = True
+        for r in reqs:
+            try:
+                version(Requirement(r).name)
+            except PackageNotFoundError:
+                present = False
+        out[extra] = present
+    return out
+
+
+def requirement_closure(roots: list[Requirement]) -> set[str]:
+    """The canonical names of ``roots`` and of every package they require, transitively, as the
+    installed distributions' metadata states (environment markers evaluated, extras followed)."""
+    seen: set[str] = set()
+    todo = [(r, frozenset(r.extras)) for r in roots]
+    while todo:
+        req, extras = todo.pop()
+        name = canonicalize_name(req.name)
+        key = name + "[" + ",".join(sorted(extras)) + "]"
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            subs = requires(req.name) or []
+        except PackageNotFoundError:
+            continue
+        for text in subs:
+            sub = Requirement(text)
+            env_ok = sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in (extras or {""}))
+            if env_ok:
+                todo.append((sub, frozenset(sub.extras)))
+    return {k.split("[", 1)[0] for k in seen}
+
+
 @pytest.mark.skipif(
     os.environ.get("CI") != "true", reason="checks the environment CI installs from the lock (CI=true)"
 )
 def test_ci_runs_in_exactly_the_locked_environment():
+    """Every locked package that is installed has its locked version. Where every optional extra is
+    installed (scripts/setup.sh, the whole lock), every locked package must be; where some are not
+    (scripts/setup-minimal.sh: the package and its test extra), every package that grpo-harness and
+    the extras present require, transitively, must be."""
+    extras = extras_installed()
+    assert extras["test"], "the test extra is not installed: pip install -e '.[test]'"
+    pins = locked()
+    if all(extras.values()):
+        required = set(pins)
+    else:
+        used = sorted(e for e, present in extras.items() if present)
+        required = requirement_closure([Requirement(f"grpo-harness[{','.join(used)}]")]) & set(pins)
+        assert "torch" in required and "trl" in required, sorted(required)
     differ = []
-    for name, want in locked().items():
+    for name, want in pins.items():
         try:
             have = version(name)
         except PackageNotFoundError:
             have = None
-        if have is None or Version(have) != Version(want):
+        if (have is None and name in required) or (have is not None and Version(have) != Version(want)):
             differ.append(f"{name}: locked {want}, installed {have}")
     assert not differ, "\n".join(differ)
