@@ -85,6 +85,31 @@ def resolve_model(
     return str(local) if local.is_dir() else model
 
 
+def embedded_build(model: str, task: TaskSpec, tiny_spec: TinyModelSpec | None = None):
+    """The cache key of an embedded model (``tiny``, ``tiny-chat``, ``tiny-steps``) for ``task``, and
+    the function that builds it: ``(key, build)`` with ``build(out_dir) -> info`` (the model's own
+    build, which never uses a shipped copy: :mod:`harness.models.prebuilt`).
+
+    Raises:
+        ValueError: ``model`` is no embedded model.
+    """
+    spec_class = {TINY: TinyModelSpec, TINY_CHAT: TinyChatModelSpec, TINY_STEPS: TinyStepsModelSpec}
+    if model not in spec_class:
+        raise ValueError(f"{model!r} is no embedded model ({', '.join(spec_class)})")
+    spec = tiny_spec or spec_class[model]()
+    if model == TINY:
+        from harness.models.tiny import build_tiny_model, tiny_model_key
+
+        return tiny_model_key(spec, task), lambda out: build_tiny_model(spec, task, out)
+    if model == TINY_STEPS:
+        from harness.models.tiny_steps import build_tiny_steps_model, tiny_steps_model_key
+
+        return tiny_steps_model_key(spec, task), lambda out: build_tiny_steps_model(spec, task, out)
+    from harness.models.tiny_chat import build_tiny_chat_model, tiny_chat_model_key
+
+    return tiny_chat_model_key(spec, task), lambda out: build_tiny_chat_model(spec, task, out)
+
+
 def has_chat_template(folder: Path) -> bool:
     """Whether a ``save_pretrained`` model folder's tokenizer has a chat template: a
     ``chat_template`` in ``tokenizer_config.json`` (older transformers), or a

@@ -40,6 +40,7 @@ from harness.config.schema import (
     TaskSpec,
     TinyModelSpec,
 )
+from harness.models import prebuilt
 from harness.models.build_progress import (
     BUILD_LOG_EVERY_S,
     DATA,
@@ -445,7 +446,9 @@ def cached_build(
     watch: BuildWatch | None = None,
 ) -> Path:
     """``cache_dir/key``, made by ``build(folder, report)`` on first use (``build`` returns the build
-    info and tells ``report``, a :class:`BuildReport`, how far it is).
+    info and tells ``report``, a :class:`BuildReport`, how far it is), or copied from the folder
+    shipped for ``key`` where there is one (:mod:`harness.models.prebuilt`; it is what the build
+    would write on the machine that made it).
 
     Safe under concurrency: processes serialise on a file lock next to the folder, and a build goes into a
     temporary sibling that is renamed into place only when complete, so a folder that exists is whole.
@@ -470,14 +473,25 @@ def cached_build(
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_dir))
         report = BuildReport(progress, name, watch)
+        source = prebuilt.shipped(key)
         try:
-            info = build(tmp / "model", report)
+            if source is not None:
+                origin = prebuilt.install(source, tmp / "model")
+            else:
+                info = build(tmp / "model", report)
             os.rename(tmp / "model", final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             progress.unlink(missing_ok=True)
     finally:
         lock.release()
+    if source is not None:
+        cpu = origin.get("cpu", {})
+        say(
+            f"model {name}: installed the copy shipped with grpo-harness (built on {cpu.get('cpu', '?')}, "
+            f"{cpu.get('capability', '?')}; {prebuilt.NO_PREBUILT_ENV}=1 builds it here instead): {final}"
+        )
+        return final
     say(f"built model {name} in {clock(time.time() - report.started_at)}: {final}")
     logger.info("built %s in %.1f s", final, info["build_seconds"])
     return final

@@ -1,0 +1,159 @@
+"""Embedded models shipped built (harness.models.prebuilt): the model cache installs a shipped folder
+instead of building; the shipped folders are exactly the keys the shipped grids use at the lock's
+versions; a rebuild equals the shipped folder bit for bit on the CPU that made it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness.models import prebuilt
+from harness.models.tiny import cached_build
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("prebuilt_script", REPO / "scripts" / "prebuilt.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+
+
+def on_the_lock() -> bool:
+    """Whether the libraries that are part of a key are at the lock's versions."""
+    from importlib.metadata import version
+
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements-cpu.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    return all(version(name) == pins[name] for name in ("torch", "transformers", "trl", "tokenizers"))
+
+
+def needs_the_lock() -> None:
+    if not on_the_lock():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs on the lock's versions (scripts/setup.sh)", pytrace=False)
+        pytest.skip("the shipped keys hold the lock's library versions: bash scripts/setup.sh")
+
+
+def fake_shipped(root: Path, key: str) -> Path:
+    folder = root / key
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "tiny_model.json").write_text(json.dumps({"build_seconds": 1.0}))
+    (folder / prebuilt.ORIGIN_FILE).write_text(
+        json.dumps({"key": key, "cpu": {"cpu": "x", "capability": "y"}})
+    )
+    return folder
+
+
+def refuse_to_build(out: Path, report) -> dict:
+    raise AssertionError("built although a copy is shipped")
+
+
+def test_the_cache_installs_a_shipped_folder_instead_of_building(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
+    monkeypatch.delenv(prebuilt.NO_PREBUILT_ENV, raising=False)
+    source = fake_shipped(tmp_path / "shipped", "tiny-k")
+    got = cached_build(tmp_path / "cache", "tiny-k", refuse_to_build)
+    assert got == tmp_path / "cache" / "tiny-k"
+    assert sorted(p.name for p in got.iterdir()) == sorted(p.name for p in source.iterdir())
+    assert (got / "model.safetensors").read_bytes() == b"weights"
+    assert "installed the copy shipped with grpo-harness" in capsys.readouterr().err
+    assert not list((tmp_path / "cache").glob(".tiny-k.*")), "no temporary folder left behind"
+
+
+def test_no_prebuilt_builds_even_where_a_copy_is_shipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
+    monkeypatch.setenv(prebuilt.NO_PREBUILT_ENV, "1")
+    fake_shipped(tmp_path / "shipped", "tiny-k")
+    built = []
+
+    def build(out: Path, report) -> dict:
+        out.mkdir()
+        (out / "model.safetensors").write_bytes(b"mine")
+        built.append(out)
+        return {"build_seconds": 0.0}
+
+    got = cached_build(tmp_path / "cache", "tiny-k", build)
+    assert built and (got / "model.safetensors").read_bytes() == b"mine"
+
+
+def test_a_key_without_a_shipped_folder_is_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
+    fake_shipped(tmp_path / "shipped", "tiny-other")
+    with pytest.raises(AssertionError, match="built although"):
+        cached_build(tmp_path / "cache", "tiny-k", refuse_to_build)
+
+
+def test_the_shipped_folders_are_the_shipped_grids_keys():
+    """After the lock changes (scripts/lock.sh), every key changes: this fails until
+    `python scripts/prebuilt.py make` ships the new folders and removes the stale ones."""
+    needs_the_lock()
+    wanted = set(script.wanted())
+    shipped = set(prebuilt.shipped_keys())
+    assert wanted - shipped == set(), "not shipped: python scripts/prebuilt.py make"
+    assert shipped - wanted == set(), "shipped for no grid: python scripts/prebuilt.py make removes them"
+    for key in shipped:
+        origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
+        assert origin["key"] == key and origin["cpu"]["capability"]
+
+
+def test_differences_name_the_files_that_differ_and_ignore_the_build_time(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, seconds, weights in ((a, 1.0, b"w"), (b, 2.0, b"w")):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(weights)
+        (folder / "tiny_model.json").write_text(json.dumps({"build_seconds": seconds, "sft": [1]}))
+    assert script.differences(a, b) == []
+    (b / "model.safetensors").write_bytes(b"v")
+    (b / "tiny_model.json").write_text(json.dumps({"build_seconds": 2.0, "sft": [2]}))
+    (b / "extra.json").write_text("{}")
+    assert script.differences(a, b) == [
+        "extra.json: only in the second",
+        "model.safetensors: differs",
+        "tiny_model.json: ['sft']",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", prebuilt.shipped_keys())
+def test_a_rebuild_equals_the_shipped_folder(key):
+    """Rebuilt from scratch, a shipped model is the same bit for bit where the CPU is the one that
+    built it (the build is deterministic for a CPU and library versions). On another CPU the kernels
+    may round differently, so the bits can differ; the rebuild must then still be the same model:
+    the same files, tensors and shapes, and the warm start's mean SFT loss within 5%."""
+    needs_the_lock()
+    grid, build = script.wanted()[key]
+    shipped = prebuilt.PREBUILT_DIR / key
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "model"
+        build(out)
+        diff = script.differences(shipped, out)
+        same_cpu = prebuilt.read_origin(shipped)["cpu"] == prebuilt.cpu_signature()
+        if same_cpu:
+            assert diff == [], f"{key} ({grid}) rebuilt differs: {diff}; python scripts/prebuilt.py make"
+            return
+        print(
+            f"{key}: built on {prebuilt.read_origin(shipped)['cpu']}, here {prebuilt.cpu_signature()}",
+            file=sys.stderr,
+        )
+        from safetensors import safe_open
+
+        def shapes(folder: Path) -> dict:
+            with safe_open(str(folder / "model.safetensors"), "pt") as f:
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+
+        assert shapes(out) == shapes(shipped)
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            p.name for p in shipped.iterdir() if p.name != prebuilt.ORIGIN_FILE
+        )
+        losses = [
+            json.loads((f / "tiny_model.json").read_text())["sft"]["train_loss"] for f in (shipped, out)
+        ]
+        assert abs(losses[1] - losses[0]) <= 0.05 * abs(losses[0]), losses
