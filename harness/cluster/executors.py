@@ -8,6 +8,7 @@ differ only in how submitit is set up. Local execution never runs more jobs at o
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -304,14 +305,23 @@ def execute_local(
         outcomes[outcome.run_id] = outcome
         display.ended_run(outcome.run_id, outcome.state)
 
+    from harness.cluster.preload import serving, wanted
+
     stop = DriverStop(in_process=in_process)
     active: list[tuple[RunSpec, submitit.Job]] = []
-    with display, stop.installed(), _thread_environment(threads):  # the jobs inherit the threads
+    # the jobs inherit the threads, and the preloaded interpreter's socket
+    with (
+        display,
+        stop.installed(),
+        _thread_environment(threads),
+        serving(wanted(in_process, len(runs), executor.setup)) as python,
+    ):
         try:
             if in_process:
                 _run_in_process(runs, grid_dir, threads, finish, stop)
             else:
-                _drive(list(runs), active, parallel, grid_dir, executor, threads, finish, display, stop)
+                launch = functools.partial(_launch, executor=executor, threads=threads, python=python)
+                _drive(list(runs), active, parallel, grid_dir, launch, finish, display, stop)
         except KeyboardInterrupt:  # in process, a second signal: the run stopped at once
             pass
         except BaseException:
@@ -370,7 +380,7 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
         finish(outcome_of(spec.run_id, rdir, result, raised=raised))
 
 
-def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display, stop) -> None:
+def _drive(queue, active, parallel, grid_dir, launch, finish, display, stop) -> None:
     """Keep at most ``parallel`` local jobs running until ``queue`` and ``active`` are empty,
     showing the runs in flight on ``display`` as they go. Once ``stop`` (a
     :class:`harness.cluster.stopping.DriverStop`) is requested, launch nothing more and ask the
@@ -379,7 +389,7 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display
     while active or (queue and not stop.requested):
         while queue and len(active) < parallel and not stop.requested:
             spec = queue.pop(0)
-            active.append((spec, _launch(spec, grid_dir, executor, threads)))
+            active.append((spec, launch(spec, grid_dir)))
         time.sleep(0.5)
         if stop.requested:
             for text in stop.news(len(active)):
@@ -390,13 +400,17 @@ def _drive(queue, active, parallel, grid_dir, executor, threads, finish, display
         active[:] = _collect(active, grid_dir, finish, killed, stop)
 
 
-def _launch(spec: RunSpec, grid_dir: Path, executor: ExecutorSettings, threads: int) -> submitit.Job:
+def _launch(
+    spec: RunSpec, grid_dir: Path, executor: ExecutorSettings, threads: int, python: str | None = None
+) -> submitit.Job:
     """Submit one run as a local job (submitit's controller, then the run's processes, started
-    with SIGINT ignored: a terminal's Ctrl-C is the driver's to handle)."""
+    with SIGINT ignored: a terminal's Ctrl-C is the driver's to handle). ``python``: the command
+    that starts the job's processes, the preloaded interpreter's client
+    (:mod:`harness.cluster.preload`), or None for submitit's own (this Python)."""
     from harness.cluster.stopping import children_ignore_sigint
 
     rdir = layout.run_dir(grid_dir, spec.run_id)
-    ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR)
+    ex = submitit.LocalExecutor(folder=rdir / layout.LOGS_DIR, **({"python": python} if python else {}))
     ex.update_parameters(
         timeout_min=executor.timeout_min,
         tasks_per_node=executor.tasks_per_node,

@@ -1,0 +1,362 @@
+"""A preloaded interpreter for local jobs: each run's process is forked from one that has already
+imported the model stack, instead of starting Python and importing torch, transformers and TRL anew.
+
+A local ``run`` goes through submitit's local executor: per run, submitit starts a controller, which
+starts the job's task, ``python -u -m submitit.core._submit FOLDER``, which unpickles
+:class:`harness.cluster.executors.TrainingJob` and calls it. Most of that task's first seconds are
+imports. Here the task is :func:`client` instead (``python -m harness.cluster.preload -u -m
+submitit.core._submit FOLDER``: a Python start-up with nothing imported), which hands its command
+line, working folder, environment and standard streams to a :class:`Server` started once per
+``run`` (:func:`serving`). The server, which imported :data:`PRELOAD` once, forks a child for it;
+the child takes the task's streams, folder, environment and command line and runs the module as
+``python -m`` would. So the run still has a process of its own, which dies alone, and submitit's
+controller still sees its task: the client passes every signal it gets on to the child (SIGTERM and
+USR2 stop a run at its next step, :mod:`harness.cluster.stopping`), waits for it, and exits as it
+exited; if the client dies (a SIGKILL from the controller or from a second Ctrl-C), the child sees
+its end of a pipe close and kills itself.
+
+Where no server answers (none started, or it has ended), the client runs the command itself with
+``os.execv``: a plain start-up, as without the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+#: The environment variable that gives a job's task the server's socket.
+SOCKET_ENV = "GRPO_HARNESS_PRELOAD_SOCKET"
+#: What the server imports once, in this order: the model stack and everything a run's process
+#: imports before its first step.
+PRELOAD = (
+    "torch",
+    "transformers",
+    "trl",
+    "datasets",
+    "accelerate",
+    "pandas",
+    "pyarrow.parquet",
+    "reasoning_gym",
+    "submitit",
+    "submitit.core._submit",
+    "harness.train.training",
+    "harness.train.trainer",
+    "harness.train.recorder",
+    "harness.cluster.executors",
+)
+#: Signals the client passes on to the child (SIGKILL cannot be caught: the child notices the
+#: client's end instead).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
+_LEN = struct.Struct("!I")
+
+
+def _send(sock: socket.socket, record: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(record).encode()
+    payload = _LEN.pack(len(data)) + data
+    if fds:
+        socket.send_fds(sock, [payload], fds)
+    else:
+        sock.sendall(payload)
+
+
+def _recv(sock: socket.socket, maxfds: int = 0) -> tuple[dict | None, list[int]]:
+    """One record (and up to ``maxfds`` file descriptors) from ``sock``; ``(None, [])`` at its end."""
+    if maxfds:
+        head, fds, _, _ = socket.recv_fds(sock, _LEN.size, maxfds)
+    else:
+        head, fds = sock.recv(_LEN.size, socket.MSG_WAITALL), []
+    if len(head) < _LEN.size:
+        return None, fds
+    (n,) = _LEN.unpack(head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            return None, fds
+        body += chunk
+    return json.loads(body), fds
+
+
+# --- the client: a job's task ------------------------------------------------------------------
+
+
+def client(argv: list[str]) -> None:
+    """Run ``python ARGV`` through the server named by :data:`SOCKET_ENV`, as if it ran here: the
+    same exit code, or the same signal ends this process. Falls back to ``os.execv`` of the command
+    when no server answers. Never returns."""
+    path = os.environ.get(SOCKET_ENV)
+    sock = _connect(path) if path else None
+    if sock is None:
+        os.execv(sys.executable, [sys.executable, *argv])
+    alive_r, alive_w = os.pipe()  # the child reads EOF when this process ends, however it ends
+    request = {
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "path": list(sys.path),  # what this command line would import from, run here
+        "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+    }
+    _send(sock, request, [0, 1, 2, alive_r])
+    os.close(alive_r)
+    reply, _ = _recv(sock)
+    if reply is None or "pid" not in reply:  # the server could not fork: run it here instead
+        os.execv(sys.executable, [sys.executable, *argv])
+    child = reply["pid"]
+    for signum in FORWARDED:
+        signal.signal(signum, lambda s, _f: _forward(child, s))
+    end, _ = _recv(sock)
+    _exit_like(end or {"signal": signal.SIGKILL})
+
+
+def _connect(path: str, wait_s: float = 5.0) -> socket.socket | None:
+    """A connection to the server at ``path``; while its folder exists but the socket does not yet
+    (the server is starting), retried for up to ``wait_s`` seconds. None when nothing answers."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError:
+            sock.close()
+        if not Path(path).parent.is_dir() or Path(path).exists() or time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _forward(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _exit_like(end: dict) -> None:
+    """End this process as the child ended: ``{"code": n}`` or ``{"signal": n}``."""
+    sys.stdout.flush(), sys.stderr.flush()
+    if "signal" in end:
+        signum = int(end["signal"])
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # a signal that does not end a process by default
+    os._exit(int(end.get("code", 1)))
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+class Server:
+    """The preloaded interpreter's loop (in its own process: :func:`serving` starts it).
+
+    Args:
+        path: the Unix socket it listens on.
+        modules: what it imports before it serves (:data:`PRELOAD`).
+        parent_fd: the read end of a pipe the driver holds; when it closes (the driver ended, however
+            it ended), the server ends.
+    """
+
+    def __init__(self, path: str, parent_fd: int, modules: tuple[str, ...] = PRELOAD):
+        self.modules = modules
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the driver's to handle
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.parent_fd = parent_fd
+        self.waiting: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def preload(self) -> None:
+        """Import its modules (clients that connect meanwhile wait in the socket's backlog)."""
+        import importlib
+
+        for name in self.modules:
+            importlib.import_module(name)
+
+    def serve(self) -> None:
+        """Fork a child per request until the driver's pipe closes; tell each client how its child
+        ended."""
+        while True:
+            ready, _, _ = select.select([self.listener, self.parent_fd, self.wake_r], [], [])
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 512)
+            self._reap()
+            if self.parent_fd in ready and not os.read(self.parent_fd, 1):
+                return
+            if self.listener in ready:
+                conn, _ = self.listener.accept()
+                self._start(conn)
+
+    def _start(self, conn: socket.socket) -> None:
+        request, fds = _recv(conn, maxfds=4)
+        if request is None or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+            return
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            self.listener.close()
+            conn.close()
+            _become(request, fds)
+        for fd in fds:
+            os.close(fd)
+        self.waiting[pid] = conn
+        _send(conn, {"pid": pid})
+
+    def _reap(self) -> None:
+        while self.waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.waiting.pop(pid, None)
+            if conn is None:
+                continue
+            end = (
+                {"signal": os.WTERMSIG(status)}
+                if os.WIFSIGNALED(status)
+                else {"code": os.waitstatus_to_exitcode(status)}
+            )
+            with contextlib.suppress(OSError):
+                _send(conn, end)
+            conn.close()
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """In a forked child: take the client's streams, folder, environment, import path and signals,
+    then run its
+    command line as ``python`` would (``-u`` and ``-m MODULE ARGS`` only). Never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(
+            signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
+        )
+        for target, fd in zip((0, 1, 2), fds[:3], strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        _die_with_client(fds[3])
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:] = request["path"]
+        code = _run_module(request["argv"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_module(argv: list[str]) -> int:
+    """``python [-u] -m MODULE ARGS...`` in this process; returns 0 when the module returns."""
+    import runpy
+
+    args = [a for a in argv if a != "-u"]
+    if len(args) < 2 or args[0] != "-m":
+        raise SystemExit(f"preloaded interpreter: only `-m MODULE ...` command lines, got {argv}")
+    sys.argv = [args[1], *args[2:]]
+    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _die_with_client(fd: int) -> None:
+    """A daemon thread that kills this process when the client's pipe ``fd`` closes."""
+
+    def watch() -> None:
+        while os.read(fd, 1):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="client-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> None:
+    """``python -m harness.cluster.preload serve SOCKET PARENT_FD [MODULE ...]``: the server (its
+    modules :data:`PRELOAD` unless named); anything else: the client, with the command line it runs (``-u -m submitit.core._submit FOLDER``)."""
+    if argv[:1] == ["serve"]:
+        server = Server(argv[1], int(argv[2]), tuple(argv[3:]) or PRELOAD)
+        server.preload()
+        print("ready", flush=True)
+        server.serve()
+        return
+    client(argv)
+
+
+#: Set to 1: local jobs start Python and import everything themselves, as submitit starts them.
+NO_PRELOAD_ENV = "GRPO_HARNESS_NO_PRELOAD"
+
+
+def wanted(in_process: bool, runs: int, setup: tuple | list = ()) -> bool:
+    """Whether a local ``run`` of ``runs`` runs starts a server: not for the debug executor (its
+    runs train in the driver), not for a single run (nothing to share the imports with), not where
+    :data:`NO_PRELOAD_ENV` is set, and not where the executor has ``setup`` lines (they may change
+    what an import reads)."""
+    disabled = os.environ.get(NO_PRELOAD_ENV, "") not in ("", "0")
+    return not (in_process or runs < 2 or setup or disabled)
+
+
+@contextlib.contextmanager
+def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str | None]:
+    """A server for the block, its socket in :data:`SOCKET_ENV` (which the jobs launched inside the
+    block inherit); yields the command submitit's executor should start for ``python``, or None
+    when not ``enabled``. The server imports ``modules`` (default :data:`PRELOAD`) before it
+    serves. It ends with the block, or with this process."""
+    if not enabled:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="grpo-harness-preload-")
+    path = str(Path(folder) / "socket")
+    parent_r, parent_w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "harness.cluster.preload", "serve", path, str(parent_r), *modules],
+        pass_fds=(parent_r,),
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # no terminal's signals: the driver stops the runs (stopping.py)
+    )
+    os.close(parent_r)
+    before = os.environ.get(SOCKET_ENV)
+    os.environ[SOCKET_ENV] = path
+    try:
+        yield f"{sys.executable} -m harness.cluster.preload"
+    finally:
+        if before is None:
+            os.environ.pop(SOCKET_ENV, None)
+        else:
+            os.environ[SOCKET_ENV] = before
+        os.close(parent_w)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            os.rmdir(folder)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

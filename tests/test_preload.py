@@ -1,0 +1,114 @@
+"""The preloaded interpreter of local jobs (harness.cluster.preload): a command run through its
+client behaves as if Python ran it there (exit code, streams, folder, environment, signals), dies
+with its client, and runs by itself where no server answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from harness.cluster import preload
+
+MODULE = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    print("child", os.getpid(), os.getcwd(), os.environ.get("PRELOAD_TEST"), sys.argv[1:], flush=True)
+    print("on stderr", file=sys.stderr, flush=True)
+    if sys.argv[1] == "wait":
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
+        signal.signal(signal.SIGUSR2, lambda *a: print("USR2", flush=True))
+        time.sleep(60)
+    if sys.argv[1] == "raise":
+        raise ValueError("boom")
+    sys.exit(int(sys.argv[1]))
+    """
+)
+
+
+@pytest.fixture()
+def module_dir(tmp_path):
+    (tmp_path / "preload_probe.py").write_text(MODULE)
+    return tmp_path
+
+
+def run(python: str, module_dir, *args: str, **kw):
+    env = dict(
+        os.environ,
+        PRELOAD_TEST="set",
+        PYTHONPATH=f"{module_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    cmd = [*python.split(), "-u", "-m", "preload_probe", *args]
+    return subprocess.Popen(
+        cmd, env=env, cwd=module_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
+
+
+def test_a_command_runs_in_a_forked_child_as_it_would_run_alone(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        assert python and python.endswith("-m harness.cluster.preload")
+        p = run(python, module_dir, "3")
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 3
+    word, pid, cwd, env, argv = out.split(" ", 4)
+    assert word == "child" and int(pid) != p.pid, (
+        "the command ran in a child of the server, not in the client"
+    )
+    assert cwd == str(module_dir) and env == "set" and argv.strip() == "['3']"
+    assert err == "on stderr\n"
+
+
+def test_an_exception_is_printed_and_exits_1(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        p = run(python, module_dir, "raise")
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and "ValueError: boom" in err
+
+
+def test_signals_reach_the_child_and_it_dies_with_its_client(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        p = run(python, module_dir, "wait")
+        child = int(p.stdout.readline().split()[1])
+        p.send_signal(signal.SIGUSR2)
+        assert p.stdout.readline() == "USR2\n"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 7
+        q = run(python, module_dir, "wait")
+        child = int(q.stdout.readline().split()[1])
+        q.kill()
+        q.wait(timeout=30)
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"child {child} outlived its killed client")
+
+
+def test_without_a_server_the_client_runs_the_command_itself(module_dir, monkeypatch):
+    monkeypatch.setenv(preload.SOCKET_ENV, str(module_dir / "no-such-folder" / "socket"))
+    p = run(f"{sys.executable} -m harness.cluster.preload", module_dir, "5")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 5 and int(out.split()[1]) == p.pid, "exec'd in place"
+
+
+def test_the_server_ends_with_the_block(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        path = os.environ[preload.SOCKET_ENV]
+        p = run(python, module_dir, "0")
+        p.communicate(timeout=60)
+    assert preload.SOCKET_ENV not in os.environ and not os.path.exists(path)
+
+
+def test_when_a_server_is_wanted():
+    assert preload.wanted(False, 2)
+    assert not preload.wanted(True, 2), "the debug executor trains in the driver"
+    assert not preload.wanted(False, 1)
+    assert not preload.wanted(False, 2, ["module load cuda"]), "setup lines may change what imports read"
