@@ -426,3 +426,42 @@ def test_an_override_of_a_key_some_sub_grids_set_is_refused_naming_them(tmp_path
     assert sorted(r.trainer.get("learning_rate") for r in runs) == [1.0e-5, 1.0e-3]  # b takes the profile's
     plain = expand(load_grid(path, ["trainer.max_steps=5"])).runs  # a key no sub-grid sets reaches all
     assert [r.trainer["max_steps"] for r in plain] == [5, 5]
+
+
+def test_a_subgrid_on_the_first_seeds_follows_the_grid_seed_axis(tmp_path):
+    """``seeds: n`` runs a sub-grid on the first n values of the grid's seed axis, so that a
+    ``-o grid.seed=[...]`` (a grid run again on other seeds) moves them too."""
+    path = write(
+        tmp_path,
+        {
+            **BASE,
+            "grid": {"seed": [0, 1, 2, 3]},
+            "subgrids": {
+                "dose": {"grid": {"epsilon_high": [0.2, 0.4]}, "seeds": 2},
+                "pair": {"grid": {"loss_type": ["grpo", "dapo"]}},
+            },
+        },
+    )
+    by_sub = {}
+    for run in expand(load_grid(path)).runs:
+        by_sub.setdefault(run.subgrid, []).append(run.settings["seed"])
+    assert sorted(by_sub["dose"]) == [0, 0, 1, 1] and sorted(by_sub["pair"]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    moved = expand(load_grid(path, overrides=["grid.seed=[7, 8, 9]"])).runs
+    assert sorted(r.settings["seed"] for r in moved if r.subgrid == "dose") == [7, 7, 8, 8]
+
+
+@pytest.mark.parametrize(
+    ("sub", "words"),
+    [
+        ({"seeds": 0}, "seeds = 0: write how many of the grid's seeds"),
+        ({"seeds": True}, "seeds = True: write how many"),
+        ({"seeds": "2"}, "seeds = '2': write how many"),
+        ({"seeds": 2, "grid": {"seed": [5, 6]}}, "seeds = 2 and a seed of its own both choose its seeds"),
+    ],
+)
+def test_bad_subgrid_seeds_are_refused_naming_the_fix(tmp_path, sub, words):
+    data = {**BASE, "grid": {"seed": [0, 1]}, "subgrids": {"dose": {"set": {"epsilon": 0.2}, **sub}}}
+    path = write(tmp_path, data)
+    with pytest.raises(SpecError) as e:
+        load_grid(path)
+    assert "subgrids.dose" in str(e.value) and words in str(e.value)

@@ -89,17 +89,31 @@ def cells(grid: GridSpec) -> Iterator[tuple[str, Cell, Cell]]:
 
     Cells = union over sub-grids (a single empty one when the grid has none) of
     top-level axes x sub-grid axes, where a sub-grid's fixed settings and axes take precedence over
-    the top-level axes on a shared key (the sub-grid is the more specific statement).
+    the top-level axes on a shared key (the sub-grid is the more specific statement). A sub-grid
+    with ``seeds: n`` takes the top-level cells of the first n seeds only (:func:`first_seeds`).
     """
     subgrids = grid.subgrids or (SubGrid(""),)
     for sub in subgrids:
+        seeds = first_seeds(grid, sub.seeds)
         for top, top_written in _axes_cells(grid.axes, grid.zips):
+            if seeds is not None and top.get("seed", grid.base.get("seed")) not in seeds:
+                continue
             for inner, inner_written in _axes_cells(sub.axes, sub.zips):
                 yield (
                     sub.name,
                     {**top, **dict(sub.settings), **inner},
                     {**top_written, **dict(sub.settings_as_written), **inner_written},
                 )
+
+
+def first_seeds(grid: GridSpec, n: int | None) -> tuple | None:
+    """The first ``n`` values of the grid's top-level ``seed`` axis (its one ``seed:`` where it has
+    no axis), or None for ``n`` None: every seed. A ``-o grid.seed=[...]`` moves them with the
+    axis."""
+    if n is None:
+        return None
+    axis = next((a for a in grid.axes if a.key == "seed"), None)
+    return tuple(axis.values[:n]) if axis is not None else (grid.base.get("seed"),)
 
 
 def steps_per_epoch(trainer: Mapping[str, Any], train_size: int, num_processes: int = 1) -> int:

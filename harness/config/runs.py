@@ -49,7 +49,8 @@ class Axis:
 
 @dataclass(frozen=True)
 class SubGrid:
-    """A named part of the grid: fixed settings plus its own product and zipped axes.
+    """A named part of the grid: fixed settings plus its own product and zipped axes, on every seed of
+    the grid's ``seed`` axis or (``seeds``) on its first ``seeds`` values.
 
     ``settings`` are coerced like axis values; ``written`` holds them as written where that differs.
     """
@@ -59,6 +60,7 @@ class SubGrid:
     axes: tuple[Axis, ...] = ()
     zips: tuple[tuple[Axis, ...], ...] = ()
     written: tuple[tuple[str, Any], ...] | None = None
+    seeds: int | None = None  # runs on the first ``seeds`` values of the grid's seed axis only
 
     @property
     def settings_as_written(self) -> tuple[tuple[str, Any], ...]:

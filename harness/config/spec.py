@@ -331,7 +331,9 @@ def _shape_problems(config: Mapping[str, Any]) -> list[str]:
     expect(config.get("report"), Mapping, "report", f"a mapping of layout keys ({', '.join(REPORT_KEYS)})")
     expect(config.get("findings"), Mapping, "findings", "a mapping of finding id -> {claim, paper, ...}")
     zip_groups(config.get("zip"), "zip")
-    if expect(config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip}"):
+    if expect(
+        config.get("subgrids"), Mapping, "subgrids", "a mapping of sub-grid name -> {set, grid, zip, seeds}"
+    ):
         for name, sub in (config.get("subgrids") or {}).items():
             where = f"subgrids.{name}"
             if not isinstance(sub, Mapping):
@@ -453,6 +455,11 @@ def _usable_subgrid(sub: Any, keep: Callable[[str, Any], bool]) -> dict | None:
         "set": good,
         "grid": _usable_axes(sub.get("grid"), keep),
         "zip": _usable_zips(sub.get("zip"), keep),
+        **(
+            {"seeds": sub["seeds"]}
+            if isinstance(sub.get("seeds"), int) and not isinstance(sub["seeds"], bool) and sub["seeds"] >= 1
+            else {}
+        ),
     }
 
 
@@ -490,8 +497,8 @@ def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:
             problems.append(f"{where} must be a mapping with set/grid/zip.")
             continue
         for k in sub:
-            if k not in ("set", "grid", "zip"):
-                problems.append(f"{where}: unknown key '{k}'; a sub-grid has set, grid and zip.")
+            if k not in ("set", "grid", "zip", "seeds"):
+                problems.append(f"{where}: unknown key '{k}'; a sub-grid has set, grid, zip and seeds.")
         written = []
         for k, v in (sub.get("set") or {}).items():
             key = normalize_key(str(k))
@@ -507,6 +514,35 @@ def _subgrids(section: Mapping[str, Any], problems: list[str]) -> list[SubGrid]:
                 _axis_list(sub.get("grid"), f"{where}.grid", problems),
                 _zip_list(sub.get("zip"), f"{where}.zip", problems),
                 tuple(written) if _changed([v for _, v in settings], [v for _, v in written]) else None,
+                _subgrid_seeds(sub, where, problems),
             )
         )
     return subgrids
+
+
+def _subgrid_seeds(sub: Mapping[str, Any], where: str, problems: list[str]) -> int | None:
+    """A sub-grid's ``seeds:`` (how many of the grid's seeds it runs on), checked; None when unset.
+    A seed axis of its own would choose seeds twice, and is refused beside it."""
+    n = sub.get("seeds")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        problems.append(
+            f"{where}.seeds = {n!r}: write how many of the grid's seeds the sub-grid runs on, a whole "
+            "number >= 1 (its first n values: seeds: 2 with grid: {seed: [4, 5, 6, 7]} runs 4 and 5)."
+        )
+        return None
+    own = [k for part in ("set", "grid") for k in (sub.get(part) or {}) if normalize_key(str(k)) == "seed"]
+    own += [
+        k
+        for g in sub.get("zip") or []
+        if isinstance(g, Mapping)
+        for k in g
+        if normalize_key(str(k)) == "seed"
+    ]
+    if own:
+        problems.append(
+            f"{where}: seeds = {n} and a seed of its own both choose its seeds; keep seeds (it follows the "
+            "grid's seed axis, and -o grid.seed=[...] with it) or the seed setting, not both."
+        )
+    return n
