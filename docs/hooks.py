@@ -75,7 +75,7 @@ def _index(modules: list[str]) -> str:
         "",
         "Made from the docstrings of the public modules of `harness` and `analysis` (a name that",
         "starts with `_` is private). `analysis` reads a results folder and takes from `harness` only",
-        "`harness.layout` and `harness.config.schema` ([Architecture](../ARCHITECTURE.md)).",
+        "`harness.layout` and `harness.settings.schema` ([Architecture](../ARCHITECTURE.md)).",
         "",
     ]
     for pkg in PACKAGES:

@@ -3,7 +3,7 @@
 The rest of the harness asks this module, never TRL directly, about: the values TRL accepts for
 ``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``;
 ``GRPOConfig``'s fields and defaults; the device a run executes on; TRL's verdict on a run's
-``GRPOConfig`` keyword arguments (memoised on disk by :mod:`harness.config.verdicts`); and the
+``GRPOConfig`` keyword arguments (memoised on disk by :mod:`harness.verdicts`); and the
 private names of ``GRPOTrainer`` that :class:`harness.train.trainer.HarnessGRPOTrainer` overrides or
 reads (:data:`TRL_PRIVATE_NAMES`, checked against the installed TRL by :func:`missing_private_names`).
 
@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
+from harness.settings.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
 
 #: TRL 1.16's ``GRPOConfig.loss_type`` values, used only when the installed TRL's field help does
 #: not list them (:func:`loss_types` reads them from it).
@@ -67,7 +67,7 @@ def grpo_config_type() -> type:
 
 def _grpo_config_facts() -> dict[str, Any]:
     """GRPOConfig's field types and JSON defaults, from the verdict memo (TRL is imported on a miss)."""
-    from harness.config import verdicts
+    from harness import verdicts
 
     def ask() -> dict[str, Any]:
         cls = grpo_config_type()
@@ -100,7 +100,7 @@ TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
 
 @functools.cache
 def grpo_config_fields() -> dict[str, Any]:
-    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.config.schema.describe_hint`'s
+    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.settings.schema.describe_hint`'s
     grammar), with :data:`TRAINER_TYPE_FIXES` applied; memoised on disk per TRL stack version."""
     types = dict(_grpo_config_facts()["types"])
     types.update({k: v for k, v in TRAINER_TYPE_FIXES.items() if k in types})
@@ -233,14 +233,14 @@ def error_line(e: BaseException) -> str:
 def grpo_config_verdict(
     kwargs: Mapping[str, Any], device: str, elsewhere: bool = False, num_processes: int = 1
 ) -> dict[str, Any]:
-    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.config.verdicts`).
+    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
 
     Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
     are left out) or ``{"values": None, "error": TRL's first error line}``. The memo is keyed by the
     kwargs, device and the versions of trl, transformers, accelerate and torch; a CUDA run on this
     machine (not ``elsewhere``) depends on its GPU and is never memoised.
     """
-    from harness.config import verdicts
+    from harness import verdicts
 
     def ask() -> dict[str, Any]:
         try:

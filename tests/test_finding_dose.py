@@ -21,8 +21,8 @@ from analysis.load import load
 from analysis.power import seeds_for_slope_power, slope_fit, slope_power
 from harness import cli, layout
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 # --- the slope and its power -----------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ import yaml
 from harness import cli
 from harness.config import findings
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "g",

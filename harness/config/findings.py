@@ -42,8 +42,8 @@ from typing import Any
 
 from harness.config.finding_dose import DOSE_REQUIRED, check_dose, level_selectors
 from harness.config.keys import check_setting, coerce_number, normalize_key, run_setting_key, suggest
-from harness.config.schema import canonical_json
 from harness.config.yaml_files import finding_origins
+from harness.settings.schema import canonical_json
 
 #: Keys of one finding, in the order they are shown.
 FINDING_KEYS = (
@@ -453,7 +453,7 @@ def _shown(value: Any) -> str:
 
 
 def selects(run: Any, selector: Mapping[str, Any]) -> bool:
-    """Whether ``run`` (a :class:`harness.config.runs.RunSpec`) belongs to the arm of ``selector``: every
+    """Whether ``run`` (a :class:`harness.settings.runs.RunSpec`) belongs to the arm of ``selector``: every
     selector key equals the run's resolved setting (compared as canonical JSON, so ``2`` and ``2.0``
     differ exactly where the grid coerces them apart; a key the run leaves unset matches only
     ``null``); the key :data:`SUBGRID` compares the run's sub-grid name."""
@@ -644,9 +644,9 @@ def metric_warning(metric: str) -> str | None:
     harness's own, ``rewards/<name>/mean|std``, ``eval/pass@k``) but is close to one, naming it;
     else None."""
     from harness import layout
-    from harness.config.schema import REWARD_NAMES
     from harness.layout import WSEQ_COLUMNS
     from harness.models.tasks import LENGTH_CORRECT, LENGTH_INCORRECT
+    from harness.settings.schema import REWARD_NAMES
 
     own = (
         layout.STEP_WALL_S, layout.ELAPSED_S, layout.TOKENS_GENERATED, layout.TOKENS_TRAINED,

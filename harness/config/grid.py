@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.config import task_axis
-from harness.config.runs import Axis, GridSpec, RunSpec, SubGrid
-from harness.config.schema import (
+from harness.settings.runs import Axis, GridSpec, RunSpec, SubGrid
+from harness.settings.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EPOCH,
     TINY,
@@ -34,7 +34,7 @@ from harness.config.schema import (
 
 @dataclass(frozen=True)
 class Rejected:
-    """A cell whose settings break a section's rules (:class:`harness.config.schema.Section`): no run is
+    """A cell whose settings break a section's rules (:class:`harness.settings.schema.Section`): no run is
     made of it, and validation reports ``problems`` under its run id and values."""
 
     run_id: str

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from harness.config.rules_base import Finding, RunContext, err, warn
-from harness.config.runs import RunSpec
-from harness.config.schema import (
+from harness.settings.runs import RunSpec
+from harness.settings.schema import (
     canonical_json,
 )
 from harness.trl_boundary import (

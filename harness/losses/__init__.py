@@ -107,7 +107,7 @@ class Hyperparameter:
 
     @property
     def desc(self) -> str:
-        """The type in :func:`harness.config.schema.describe_hint`'s grammar (what the grid's checks use)."""
+        """The type in :func:`harness.settings.schema.describe_hint`'s grammar (what the grid's checks use)."""
         return _TYPES[self.type]
 
     def range_text(self) -> str:
@@ -514,7 +514,7 @@ def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, A
 
 
 def grpo_config_kwargs(run: Any, device: str, output_dir: str) -> dict[str, Any]:
-    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` (a :class:`harness.config.runs.RunSpec`)
+    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` (a :class:`harness.settings.runs.RunSpec`)
     on ``device`` ("cpu" or "cuda").
 
     Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per
