@@ -6,6 +6,8 @@
 - the schema, planning (``spec`` and the modules it reads a grid with, ``grid``, ``validate`` and its
   rules) and the TRL boundary import no torch, transformers or trl at module level, so planning a
   grid never loads the model stack;
+- the analysis's settings (``analysis.settings``), which planning takes, import only
+  ``harness.settings`` of the project and nothing heavy, and ``analysis/__init__.py`` nothing;
 - ``training`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
 - module-level imports among the project's modules form no cycle;
 - each package imports only the packages its row of ARCHITECTURE.md's table names, each in a row
@@ -121,6 +123,28 @@ def test_planning_imports_no_model_stack_at_module_level(module):
     assert not heavy, (
         f"{module} imports {heavy} at module level; import them inside the function that needs them"
     )
+
+
+#: What the analysis's settings may not import at module level: planning takes them, and `plan`
+#: loads neither the model stack nor the analysis's.
+ANALYSIS_HEAVY = (*HEAVY, "pandas", "numpy", "pyarrow", "scipy", "matplotlib")
+
+
+@pytest.mark.parametrize(
+    "module", ["analysis", "analysis.settings.findings", "analysis.settings.finding_dose"]
+)
+def test_the_analysis_settings_are_light(module):
+    """Planning imports ``analysis.settings``: importing it runs ``analysis/__init__.py``, which
+    must import nothing at module level, and the settings only ``harness.settings`` of the project
+    and nothing heavy."""
+    found = _imports(_modules()[module], True)
+    heavy = sorted(i for i in found if i.split(".")[0] in ANALYSIS_HEAVY)
+    project = sorted(
+        i
+        for i in found
+        if i.split(".")[0] in PACKAGES and not _within(i, ("harness.settings", "analysis.settings"))
+    )
+    assert not heavy and not project, f"{module} imports {heavy + project} at module level"
 
 
 def test_training_does_not_import_validate():
@@ -287,10 +311,7 @@ def test_the_package_table_reads_bottom_up():
     """Each row names only packages of the rows above it: no arrow points back up."""
     rows = list(_package_rules().items())
     order = {pkg: i for i, (pkg, _) in enumerate(rows)}
-    up = {
-        pkg: sorted(t for t in allowed if order.get(t, len(rows)) >= order[pkg])
-        for pkg, allowed in rows
-    }
+    up = {pkg: sorted(t for t in allowed if order.get(t, len(rows)) >= order[pkg]) for pkg, allowed in rows}
     up = {k: v for k, v in up.items() if v}
     assert not up, f"rows of ARCHITECTURE.md's package table that name a package at or below their own: {up}"
 

@@ -251,9 +251,9 @@ def plan_record(plan: Plan) -> dict[str, Any]:
     """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
     specified, so the report covers exactly these runs, its ``report:`` layout (``{}`` when it
     has none), so the report needs no YAML, and its ``findings:`` with each arm's run ids
-    (:func:`harness.config.findings.record`); a progression's rows get their run ids too
+    (:func:`analysis.settings.findings.record`); a progression's rows get their run ids too
     (:func:`harness.config.report_check.report_record`)."""
-    from harness.config.findings import record
+    from analysis.settings.findings import record
     from harness.config.report_check import report_record
 
     return {

@@ -90,7 +90,7 @@ class GridSpec:
     report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
     findings: Mapping[str, Any] = field(
         default_factory=dict
-    )  # the checked findings: (harness.config.findings)
+    )  # the checked findings: (analysis.settings.findings)
 
 
 @dataclass(frozen=True)
