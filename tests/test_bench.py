@@ -16,7 +16,8 @@ import torch
 
 from harness import bench
 from harness.bench import common
-from harness.bench.probe import LOSS_VARIANTS, make_loss_stand_in
+from harness.bench.probe import make_loss_stand_in
+from harness.bench.settings import LOSS_VARIANTS
 from harness.bench.vespo import (
     EquivalenceError,
     VespoBatch,
