@@ -141,7 +141,8 @@ ANALYSIS_HEAVY = (*HEAVY, "pandas", "numpy", "pyarrow", "scipy", "matplotlib")
 
 
 @pytest.mark.parametrize(
-    "module", ["analysis", "analysis.settings.findings", "analysis.settings.finding_dose"]
+    "module",
+    ["analysis", "analysis.settings.keys", "analysis.settings.findings", "analysis.settings.finding_dose"],
 )
 def test_the_analysis_settings_are_light(module):
     """Planning imports ``analysis.settings``: importing it runs ``analysis/__init__.py``, which

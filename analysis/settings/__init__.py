@@ -5,5 +5,5 @@ the selector language its arms share with a progression's rows, and what ``grid.
 Light on purpose: it imports nothing of the project but :mod:`harness.settings`, and no pandas,
 numpy, matplotlib, torch or trl, so planning a grid (:mod:`harness.config`) takes it without
 loading the analysis. The grid's key language it checks selectors with is planning's, passed in
-(:class:`analysis.settings.findings.SettingKeys`).
+(:class:`analysis.settings.keys.SettingKeys`).
 """

@@ -30,10 +30,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from analysis.settings.findings import SettingKeys
+from analysis.settings.keys import SettingKeys
 
 #: The keys of a finding's ``dose`` mapping.
 DOSE_KEYS = ("key", "values", "scale")
@@ -60,14 +59,13 @@ def level_selectors(finding: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def check_dose(
     finding: Mapping[str, Any], where: str, problems: list[str], keys: SettingKeys
 ) -> dict[str, Any]:
-    """A finding's ``dose`` and ``arms`` checked and normalised: ``{"dose": {key (dotted), values
-    (coerced to the field's type, as grid values are), scale}, "select": {shared selector}}``, the
-    keys that passed; each problem goes to ``problems`` naming the finding, the key, the value and
-    the fix. ``baseline`` and ``variant``, and a measure other than window, are problems with a dose
-    (the levels are the arms). ``keys``: the grid's key language
-    (:class:`analysis.settings.findings.SettingKeys`), which checks the key and the values."""
-    from analysis.settings.findings import check_selector
-
+    """A finding's ``dose`` checked and normalised: ``{"dose": {key (dotted), values (coerced to the
+    field's type, as grid values are), scale}}`` when it passed; each problem goes to ``problems``
+    naming the finding, the key, the value and the fix. ``baseline`` and ``variant``, and a measure
+    other than window, are problems with a dose (the levels are the arms; the shared ``arms``
+    selector is checked with the other selectors, :func:`analysis.settings.findings.check_findings`).
+    ``keys``: the grid's key language (:class:`analysis.settings.keys.SettingKeys`), which checks the
+    key and the values."""
     out: dict[str, Any] = {}
     for arm in ("baseline", "variant"):
         if finding.get(arm) is not None:
@@ -85,16 +83,6 @@ def check_dose(
     dose = _dose(finding.get("dose"), f"{where}.dose", problems, keys)
     if dose is not None:
         out["dose"] = dose
-    arms = finding.get("arms")
-    if arms is not None:
-        selector = check_selector(arms, f"{where}.arms", problems, keys)
-        if selector is not None and dose is not None and dose["key"] in selector:
-            problems.append(
-                f"{where}.arms: {dose['key'].removeprefix('trainer.')} is dose.key, whose values select the levels; "
-                "drop it from arms (arms holds the settings every level shares)."
-            )
-        elif selector is not None:
-            out["select"] = selector
     return out
 
 

@@ -31,9 +31,9 @@ finding's arms and a progression's rows share (:func:`check_selector`, :func:`se
 :func:`arm_runs`) and what ``grid.json`` keeps of the section (:func:`record`: each arm's run ids,
 so the report and ``grpo-harness findings`` need neither the YAML nor a second matching). A
 selector's keys and values are the grid's: they are checked with the grid's key language, which
-planning owns and passes in (:class:`SettingKeys`, :mod:`harness.config.keys`). Planning calls the
-checks when the grid is loaded and holds the arms against the expanded runs
-(:mod:`harness.config.findings`); the verdicts are computed in :mod:`analysis.findings`.
+planning owns and passes in (:class:`analysis.settings.keys.SettingKeys`,
+:mod:`harness.config.keys`). Planning calls the checks when the grid is loaded and holds the arms
+against the expanded runs (:mod:`harness.config.findings`); the verdicts are computed in :mod:`analysis.findings`.
 
 Imports nothing of the project but :mod:`harness.settings`, and nothing heavy, so planning a grid
 takes it without loading the analysis.
@@ -44,36 +44,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from analysis.settings.finding_dose import DOSE_REQUIRED, check_dose, level_selectors
+from analysis.settings.keys import SettingKeys
 from harness.settings.schema import canonical_json
-
-
-class SettingKeys(Protocol):
-    """The grid's key language, as planning owns it (:mod:`harness.config.keys` is passed as is):
-    what a selector's keys and values, and a dose's key and values, are checked with."""
-
-    def normalize_key(self, key: str) -> str:
-        """A bare ``GRPOConfig`` field name as ``trainer.<name>``; other keys unchanged."""
-        ...
-
-    def run_setting_key(self, key: str, where: str) -> str | None:
-        """The problem with dotted ``key`` as a run setting runs are compared by, or None."""
-        ...
-
-    def check_setting(self, key: str, value: Any, where: str) -> str | None:
-        """The problem with setting ``key`` to ``value`` (unknown key, wrong type), or None."""
-        ...
-
-    def coerce_number(self, key: str, value: Any) -> Any:
-        """``value`` as the grid holds it for ``key`` (an int as a float where the field is a float)."""
-        ...
-
-    def suggest(self, word: str, options: Sequence[str]) -> str:
-        """`` Did you mean 'x'?`` for the options close to ``word``, or ""."""
-        ...
-
 
 #: Keys of one finding, in the order they are shown.
 FINDING_KEYS = (
@@ -239,11 +214,34 @@ def _check_finding(finding: Any, where: str, problems: list[str], keys: SettingK
             )
     if dose:
         out.update(check_dose(finding, where, problems, keys))
+        out.update(_dose_arms(finding, out.get("dose"), where, problems, keys))
     for arm in () if dose else ARMS:
         if finding.get(arm) is not None and arm not in out:
             out[arm] = check_selector(finding[arm], f"{where}.{arm}", problems, keys)
     out.update(_optional_keys(finding, measure, where, problems))
     return {k: out[k] for k in _CHECKED_KEYS if k in out}
+
+
+def _dose_arms(
+    finding: Mapping[str, Any],
+    dose: Mapping[str, Any] | None,
+    where: str,
+    problems: list[str],
+    keys: SettingKeys,
+) -> dict[str, Any]:
+    """A dose-response finding's ``arms`` (the settings every level shares) checked as a selector:
+    ``{"select": selector}``, or ``{}`` with the problems (one when it names ``dose.key``, whose
+    values select the levels)."""
+    if finding.get("arms") is None:
+        return {}
+    selector = check_selector(finding["arms"], f"{where}.arms", problems, keys)
+    if selector is not None and dose is not None and dose["key"] in selector:
+        problems.append(
+            f"{where}.arms: {dose['key'].removeprefix('trainer.')} is dose.key, whose values select the levels; "
+            "drop it from arms (arms holds the settings every level shares)."
+        )
+        return {}
+    return {} if selector is None else {"select": selector}
 
 
 def _optional_keys(
