@@ -1,6 +1,6 @@
 """Dose-response findings: does a run's metric move with a setting's value the way a paper says?
 
-A dose-response finding (:mod:`harness.config.finding_dose`) names one numeric setting
+A dose-response finding (:mod:`analysis.settings.finding_dose`) names one numeric setting
 (``dose.key``) and several of its values; each value's runs form a *level*. Per run the value is
 the window mean of the metric, as for a two-arm finding (:func:`analysis.findings.window_stats`);
 the verdict rests on the ordinary least-squares slope of those values on the setting's value (or
@@ -20,7 +20,6 @@ Pure functions; the texts that explain a dose-response row in the findings table
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from analysis import stats
 from analysis.finding_measures import DIRECTIONS, NOT_RESOLVED, resolved, why_no_value
 from analysis.power import one_sided_p, seeds_for_slope_power, slope_fit
 from analysis.scores import bootstrap_reps
+from analysis.settings.finding_dose import SCALES, level_label
 from analysis.tables import fmt
 
 __all__ = [
@@ -47,15 +47,6 @@ __all__ = [
     "values_text",
     "x_of",
 ]
-
-#: The x of the regression: the value itself, or its natural log.
-SCALES = ("linear", "log")
-
-
-def level_label(value: Any) -> str:
-    """A level's name, its value as JSON text: the key of its run ids in ``grid.json``'s ``arms``
-    (:func:`harness.config.finding_dose.level_label` writes them)."""
-    return json.dumps(value)
 
 
 def x_of(values: Sequence[float] | np.ndarray, scale: str) -> np.ndarray:

@@ -1,6 +1,6 @@
 """What a finding measures per run, beside the window mean of :mod:`analysis.findings`.
 
-A finding's ``measure`` (:mod:`harness.config.findings`) says which number each run gives:
+A finding's ``measure`` (:mod:`analysis.settings.findings`) says which number each run gives:
 
 - ``window`` (the default): the nan-mean of the metric over a window of the run's logged steps
   (:func:`analysis.findings.window_stats`); two arms of runs compared by Welch's interval.
@@ -33,6 +33,16 @@ from analysis import stats
 from analysis.aggregate import factorize_runs
 from analysis.power import paired_interval, paired_p, seeds_for_paired_power
 from analysis.scores import bootstrap_reps
+from analysis.settings.findings import (
+    BASELINE_TARGET,
+    DIRECTIONS,
+    FROM_START,
+    MEASURES,
+    START,
+    TO_TARGET,
+    WINDOW,
+    X_UNITS,
+)
 from analysis.tables import fmt
 from harness import layout
 
@@ -55,16 +65,7 @@ __all__ = [
     "why_no_value",
 ]
 
-DIRECTIONS = ("higher", "lower")
 REPRODUCED, OPPOSITE, NOT_RESOLVED = "reproduced", "opposite", "not resolved"
-WINDOW, TO_TARGET, FROM_START = "window", "to_target", "from_start"
-MEASURES = (WINDOW, TO_TARGET, FROM_START)
-#: What a ``to_target`` finding counts until the target: optimizer steps or generated tokens.
-X_UNITS = ("step", "tokens")
-#: ``baseline: start``: a ``from_start`` finding's baseline, each run's own starting policy.
-START = "start"
-#: ``target: baseline``: the baseline arm's mean of its runs' window means.
-BASELINE_TARGET = "baseline"
 _X_COLUMN = {"step": layout.STEP, "tokens": layout.TOKENS_GENERATED_TOTAL}
 _X_TEXT = {"step": "steps", "tokens": f"generated tokens ({layout.TOKENS_GENERATED_TOTAL})"}
 

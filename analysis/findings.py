@@ -1,6 +1,6 @@
 """Verdicts on a grid's findings: does each paper's claim hold in these runs?
 
-A grid file's ``findings:`` section (:mod:`harness.config.findings`) states, per finding, a paper's
+A grid file's ``findings:`` section (:mod:`analysis.settings.findings`) states, per finding, a paper's
 claim, the metric that tests it, a window of each run, the direction the paper finds and two arms
 of runs (baseline and variant); ``grid.json`` records each arm's run ids. Here, pure functions:
 
@@ -68,7 +68,7 @@ HOLM_ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Finding:
-    """One finding as ``grid.json`` records it (:func:`harness.config.findings.record`).
+    """One finding as ``grid.json`` records it (:func:`analysis.settings.findings.record`).
 
     Attributes:
         id: the finding's key in the grid file.

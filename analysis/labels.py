@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness import layout
+from harness.trl_boundary import NAMED_LOSS_VARIANTS
 
 NONE_LABEL = "(none)"
 
@@ -84,10 +85,11 @@ COMBINED: dict[tuple[str, ...], Any] = {
     ): lambda kp, lp, kn, ln: f"k/λ +{kp}/{lp} −{kn}/{ln}",
 }
 
-#: Variants with a name of their own: ``({dotted key: value, ...}, name)``. The name replaces the
+#: Variants with a name of their own: ``({dotted key: value, ...}, name)``, the named variants of
+#: TRL's losses (:data:`harness.trl_boundary.NAMED_LOSS_VARIANTS`: GSPO). The name replaces the
 #: label of the key it is matched on first (``loss_type`` here) when every key matches.
-NAMED_VARIANTS: tuple[tuple[dict[str, Any], str], ...] = (
-    ({"trainer.loss_type": "grpo", "trainer.importance_sampling_level": "sequence"}, "gspo"),
+NAMED_VARIANTS: tuple[tuple[dict[str, Any], str], ...] = tuple(
+    ({f"trainer.{k}": v for k, v in settings.items()}, name) for name, settings in NAMED_LOSS_VARIANTS.items()
 )
 
 _METRIC_LABELS: dict[str, str] = {

@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from analysis.load import NONE_LABEL
+from harness.trl_boundary import loss_names
 
 __all__ = [
     "COLUMN_WIDTH_IN",
@@ -57,19 +58,15 @@ PALETTE: tuple[str, ...] = (
 #: Grey: the colour of a missing value (a run that leaves the key at TRL's default).
 _NONE_SLOT = 7
 
-#: Loss types that always get the same palette slot, whatever else a figure shows. GRPO (the usual
-#: baseline) and VESPO sit at the two most distinct hues.
-_FIXED: dict[str, int] = {
-    "grpo": 0,
-    "dr_grpo": 1,
-    "dapo": 2,
-    "vespo": 3,
-    "gspo": 4,
-    "cispo": 5,
-    "bnpo": 6,
-    "sapo": 9,
-    "luspo": 10,
-}
+
+def _fixed_slots() -> dict[str, int]:
+    """The palette slot of each built-in loss, the same whatever else a figure shows: the names of
+    :func:`harness.trl_boundary.loss_names` (TRL's loss types, then the named variants such as
+    gspo) take the slots in order, the grey of a missing value left out, so a loss type TRL adds
+    gets its own colour from the boundary's record alone."""
+    slots = [i for i in range(len(PALETTE)) if i != _NONE_SLOT]
+    return dict(zip(loss_names(), slots, strict=False))
+
 
 RC: dict[str, Any] = {
     "font.size": 8,
@@ -132,7 +129,7 @@ def figure(
 def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
     """A colour for each variant label, the same in every figure.
 
-    Known loss types (``grpo``, ``dr_grpo``, ``dapo``, ...) keep fixed palette slots; any other label
+    Built-in losses (``grpo``, ``dr_grpo``, ``dapo``, ..., ``gspo``) keep fixed palette slots; any other label
     takes the first free slot in sorted order, so a given set of labels always maps the same way.
 
     Args:
@@ -144,9 +141,10 @@ def variant_colors(labels: Iterable[Any]) -> dict[str, str]:
     names = list(dict.fromkeys(str(x) for x in labels))
     out: dict[str, str] = {}
     used: set[int] = set()
+    fixed = _fixed_slots()
     for name in names:
-        if name in _FIXED:
-            slot = _FIXED[name]
+        if name in fixed:
+            slot = fixed[name]
             out[name] = PALETTE[slot]
             used.add(slot)
     if NONE_LABEL in names:

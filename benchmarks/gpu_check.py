@@ -83,8 +83,8 @@ def chat_tokenizer(cache_dir: Path, model_max_length: int) -> Any:
     """
     from transformers import AutoTokenizer
 
-    from harness.config.schema import TaskSpec, TinyChatModelSpec
     from harness.models.names import resolve_model
+    from harness.settings.schema import TaskSpec, TinyChatModelSpec
 
     task = TaskSpec(name="chain_sum", kwargs=TASK_KWARGS, template="chat")
     path = resolve_model(
@@ -132,8 +132,8 @@ def sample_prompts(tokenizer: Any, count: int = 4, device: str = "cpu") -> Any:
     (count, T) id tensor (left-padded with the pad id; T in tokens)."""
     import torch
 
-    from harness.config.schema import TaskSpec
     from harness.models.tasks import bare_prompt, generate_entries
+    from harness.settings.schema import TaskSpec
 
     _, entries = generate_entries(TaskSpec(name="chain_sum", kwargs=TASK_KWARGS), 0, count)
     gen = torch.Generator().manual_seed(0)

@@ -4,7 +4,7 @@ Times the whole CLI (`python -m harness submit GRID --hold`, a fresh process: im
 TRL's GRPOConfig verdict for every cell, the rule table, the code snapshot, one sbatch, 1,000 job
 records) twice:
 
-- cold: an empty verdict memo (harness.config.verdicts), so TRL, torch and reasoning-gym are imported and
+- cold: an empty verdict memo (harness.verdicts), so TRL, torch and reasoning-gym are imported and
   asked, as on the first validation after installing or upgrading them;
 - warm: the memo holds the answers for these settings (as after `grpo-harness plan`, or any earlier
   plan or submit with the same trainer settings); nothing heavy is imported.

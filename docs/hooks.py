@@ -75,7 +75,8 @@ def _index(modules: list[str]) -> str:
         "",
         "Made from the docstrings of the public modules of `harness` and `analysis` (a name that",
         "starts with `_` is private). `analysis` reads a results folder and takes from `harness` only",
-        "`harness.layout` and `harness.config.schema` ([Architecture](../ARCHITECTURE.md)).",
+        "what [Architecture](../ARCHITECTURE.md) lists: the layout (`harness.layout`), the typed settings",
+        "(`harness.settings.schema`), the report's settings and the record of TRL's losses.",
         "",
     ]
     for pkg in PACKAGES:

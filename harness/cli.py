@@ -39,9 +39,9 @@ def _load_plan(args: argparse.Namespace):
     (:func:`harness.config.validate.format_one_pass`)."""
     from harness.config.findings import plan_problems
     from harness.config.grid import expand
-    from harness.config.schema import SpecError
     from harness.config.spec import load_grid
     from harness.config.validate import format_one_pass, validate_plan
+    from harness.settings.schema import SpecError
 
     left_out: frozenset[str] = frozenset()
     try:

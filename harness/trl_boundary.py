@@ -1,20 +1,25 @@
 """Everything that knows TRL's insides, in one place.
 
-The rest of the harness asks this module, never TRL directly, about: the values TRL accepts for
-``loss_type`` (read from its field help, :func:`loss_types`) and ``importance_sampling_level``;
-``GRPOConfig``'s fields and defaults; the device a run executes on; TRL's verdict on a run's
-``GRPOConfig`` keyword arguments (memoised on disk by :mod:`harness.config.verdicts`); and the
+The rest of the harness asks this module, never TRL directly, about: TRL's built-in losses (the
+values TRL accepts for ``loss_type``, read from its field help, :func:`loss_types`; the fields each
+reads, :data:`TRL_LOSS_READS`, which :func:`stated_loss_reads` reads from TRL's code; the names
+figures and tables show, :func:`loss_names`; every other list of them derives from this record) and
+``importance_sampling_level``; ``GRPOConfig``'s fields and defaults; the device a run executes on; TRL's verdict on a run's
+``GRPOConfig`` keyword arguments (memoised on disk by :mod:`harness.verdicts`); and the
 private names of ``GRPOTrainer`` that :class:`harness.train.trainer.HarnessGRPOTrainer` overrides or
 reads (:data:`TRL_PRIVATE_NAMES`, checked against the installed TRL by :func:`missing_private_names`).
 
 It knows nothing of loss plugins: a run's keyword arguments, a plugin's reduction in place of its
 name, are :func:`harness.losses.grpo_config_kwargs`, which asks this module what TRL takes.
 
-Importing this module imports neither torch nor TRL: each function imports what it needs.
+Importing this module imports neither torch nor TRL: each function imports what it needs. Its
+record of the losses is plain data, which the analysis takes too (it never calls a function here
+that asks TRL).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -25,17 +30,27 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
+from harness.settings.schema import ExecutorSettings, canonical_json, describe_fields, is_desc
 
-#: TRL 1.16's ``GRPOConfig.loss_type`` values, used only when the installed TRL's field help does
-#: not list them (:func:`loss_types` reads them from it).
+# --- TRL's built-in losses: the one record of them, which every other list derives from ------------------
+#
+# What TRL states about its losses is read from the installed TRL where it states it: the loss types
+# from ``GRPOConfig.loss_type``'s field help (:func:`loss_types`), the fields each loss reads from the
+# branches of ``GRPOTrainer._compute_loss`` (:func:`stated_loss_reads`). The constants below are the
+# same facts as the TRL version the harness pins (1.16) states them, for what must be known without
+# asking TRL: the analysis (which never imports it), the benchmark's table, the harness's own module
+# constants. tests/test_structure.py holds them against the installed TRL, so a TRL that adds a loss
+# fails there and names this record as the one place to add it; tests/test_loss_facts.py checks that
+# a loss added here reaches every list derived from it.
+
+#: TRL's ``GRPOConfig.loss_type`` values, in the order of the field's help.
 KNOWN_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-#: The loss-shaping ``GRPOConfig`` fields (:data:`harness.losses.LOSS_FIELDS`) each TRL 1.16 loss
-#: reads in ``GRPOTrainer._compute_loss``: the clipped surrogates read the clip range and ``delta``
-#: (``clamp(r, max=delta)``); cispo reads only ``epsilon_high`` (``min(r, epsilon_high)``, which is
-#: ``epsilon`` when unset, TRL's ``__init__``); sapo its temperatures; vespo its gamma weight's k and
-#: lambda. Every loss reads ``importance_sampling_level`` (the ratio's level).
+#: The loss-shaping ``GRPOConfig`` fields each TRL loss reads in ``GRPOTrainer._compute_loss``: the
+#: clipped surrogates read the clip range and ``delta`` (``clamp(r, max=delta)``); cispo reads only
+#: ``epsilon_high`` (``min(r, epsilon_high)``, which is ``epsilon`` when unset, TRL's ``__init__``);
+#: sapo its temperatures; vespo its gamma weight's k and lambda. Every loss also reads
+#: ``importance_sampling_level`` (the ratio's level).
 TRL_LOSS_READS = {
     **{lt: ("epsilon", "epsilon_high", "delta") for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")},
     "cispo": ("epsilon", "epsilon_high"),
@@ -45,6 +60,158 @@ TRL_LOSS_READS = {
 #: The TRL losses that cap the ratio at a field, not clip it to 1 +- a range: cispo's
 #: ``min(r, epsilon_high)`` (MiniMax-M1, arXiv:2506.13585 eq. 4).
 TRL_RATIO_CAPS = {"cispo": "epsilon_high"}
+#: Losses a paper names that are a TRL loss type at other settings, as TRL documents them: GSPO
+#: (arXiv:2507.18071) is ``loss_type: grpo`` with sequence-level importance sampling.
+NAMED_LOSS_VARIANTS: dict[str, dict[str, str]] = {
+    "gspo": {"loss_type": "grpo", "importance_sampling_level": "sequence"},
+}
+
+
+def loss_names() -> tuple[str, ...]:
+    """The built-in losses by the names figures, tables and the benchmark show: TRL's loss types in
+    :data:`KNOWN_LOSS_TYPES`'s order, then the named variants (:data:`NAMED_LOSS_VARIANTS`)."""
+    return (*KNOWN_LOSS_TYPES, *NAMED_LOSS_VARIANTS)
+
+
+#: The loss-specific fields whose effect vanishes where every ratio is 1 (on-policy): VESPO's
+#: (k, lambda), since phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma
+#: weight); SAPO's temperatures, since its gate (4 / tau) sigmoid(tau (r - 1)) has slope 1 at r = 1
+#: for every tau (TRL's sapo branch of ``_compute_loss``), so the gradient at r = 1 is GRPO's. (The
+#: clip range and ``delta`` act only off-policy for every loss that reads them.)
+TRL_OFF_POLICY_ONLY_FIELDS = (
+    "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+    "sapo_temperature_pos", "sapo_temperature_neg",
+)  # fmt: skip
+
+
+def _fields_read_by(several: bool) -> tuple[str, ...]:
+    """The fields of :data:`TRL_LOSS_READS` read by more than one loss (``several``) or by exactly
+    one, in the table's order."""
+    readers: dict[str, int] = {}
+    for fields in TRL_LOSS_READS.values():
+        for f in fields:
+            readers[f] = readers.get(f, 0) + 1
+    return tuple(f for f, n in readers.items() if (n > 1) == several)
+
+
+def specific_loss_fields() -> tuple[str, ...]:
+    """The loss fields only one TRL loss reads (SAPO's temperatures, VESPO's k and lambda): set for
+    a run whose loss does not read them, they are refused
+    (:func:`harness.config.rules_trainer.rule_loss_fields`)."""
+    return _fields_read_by(several=False)
+
+
+def loss_fields() -> tuple[str, ...]:
+    """The ``GRPOConfig`` fields that shape TRL's loss formulas and reach a plugin: those several
+    losses read (the clip range and ``delta``), ``importance_sampling_level``, then
+    :func:`specific_loss_fields`. A plugin declares which of them it reads
+    (``harness.losses.register_loss(reads=...)``)."""
+    return (*_fields_read_by(several=True), "importance_sampling_level", *specific_loss_fields())
+
+
+def stated_loss_reads() -> dict[str, tuple[str, ...]]:
+    """``{loss type: the GRPOConfig fields its branch reads}``, as the installed TRL's
+    ``GRPOTrainer._compute_loss`` states them: the ``if self.loss_type ...`` chain that computes
+    ``per_token_loss``, each branch's ``self.args.<field>`` and the trainer attributes that
+    ``GRPOTrainer.__init__`` sets from ``args`` (``self.epsilon_high`` reads ``epsilon_high`` and
+    ``epsilon``), in :func:`loss_fields`' order, a field outside it last. Imports TRL.
+    Empty when TRL's code has no such chain."""
+    import inspect
+    import textwrap
+
+    from trl import GRPOTrainer
+
+    def tree(function: Any) -> ast.AST:
+        return ast.parse(textwrap.dedent(inspect.getsource(function)))
+
+    from_args = _attributes_from_args(tree(GRPOTrainer.__init__))
+    out: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree(GRPOTrainer._compute_loss)):
+        if isinstance(node, ast.If) and _assigns(node, "per_token_loss") and _loss_types_tested(node.test):
+            for loss_types_, body in _branches(node):
+                read = {f for n in body for f in _fields_read(n, from_args)}
+                order = {f: i for i, f in enumerate(loss_fields())}
+                for lt in loss_types_:
+                    out[lt] = tuple(sorted(read, key=lambda f: (order.get(f, len(order)), f)))
+            break
+    return out
+
+
+def _attributes_from_args(init: ast.AST) -> dict[str, set[str]]:
+    """``{attribute: the args fields it is set from}`` of ``self.<attribute> = ...args.<field>...``."""
+    out: dict[str, set[str]] = {}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    out.setdefault(target.attr, set()).update(_args_fields(node.value))
+    return out
+
+
+def _args_fields(node: ast.AST) -> set[str]:
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args"
+    }
+
+
+def _fields_read(node: ast.AST, from_args: Mapping[str, set[str]]) -> set[str]:
+    """The GRPOConfig fields a statement reads: ``self.args.<field>``, and the fields of a trainer
+    attribute set from ``args``."""
+    out = set()
+    for n in ast.walk(node):
+        if not isinstance(n, ast.Attribute):
+            continue
+        if isinstance(n.value, ast.Attribute) and n.value.attr == "args" and _is_self(n.value.value):
+            out.add(n.attr)
+        elif _is_self(n.value) and n.attr in from_args and n.attr != "loss_type":
+            out |= from_args[n.attr]
+    return out
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _assigns(node: ast.If, name: str) -> bool:
+    return any(
+        isinstance(t, ast.Name) and t.id == name
+        for n in ast.walk(node)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+    )
+
+
+def _loss_types_tested(test: ast.AST) -> tuple[str, ...]:
+    """The loss types ``self.loss_type == "x"`` or ``self.loss_type in ["x", ...]`` tests; () else."""
+    if not (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Attribute)
+        and test.left.attr == "loss_type"
+    ):
+        return ()
+    right = test.comparators[0]
+    if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant):
+        return (right.value,)
+    if isinstance(test.ops[0], ast.In) and isinstance(right, ast.List | ast.Tuple):
+        return tuple(e.value for e in right.elts if isinstance(e, ast.Constant))
+    return ()
+
+
+def _branches(node: ast.If) -> list[tuple[tuple[str, ...], list[ast.stmt]]]:
+    """The ``(loss types, body)`` of each branch of an ``if``/``elif`` chain on ``self.loss_type``."""
+    out = []
+    while isinstance(node, ast.If) and _loss_types_tested(node.test):
+        out.append((_loss_types_tested(node.test), node.body))
+        node = node.orelse[0] if len(node.orelse) == 1 else None
+    return out
+
+
 #: ``GRPOTrainer`` methods :class:`harness.train.trainer.HarnessGRPOTrainer` overrides (and calls through
 #: ``super()``), and instance attributes the harness reads; all private to TRL, so an upgrade may
 #: rename them. :func:`missing_private_names` says which the installed TRL lacks.
@@ -67,7 +234,7 @@ def grpo_config_type() -> type:
 
 def _grpo_config_facts() -> dict[str, Any]:
     """GRPOConfig's field types and JSON defaults, from the verdict memo (TRL is imported on a miss)."""
-    from harness.config import verdicts
+    from harness import verdicts
 
     def ask() -> dict[str, Any]:
         cls = grpo_config_type()
@@ -100,7 +267,7 @@ TRAINER_TYPE_FIXES = {"scale_rewards": {"union": ["str", "bool"]}}
 
 @functools.cache
 def grpo_config_fields() -> dict[str, Any]:
-    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.config.schema.describe_hint`'s
+    """``{field: described type}`` of TRL's ``GRPOConfig`` (:func:`harness.settings.schema.describe_hint`'s
     grammar), with :data:`TRAINER_TYPE_FIXES` applied; memoised on disk per TRL stack version."""
     types = dict(_grpo_config_facts()["types"])
     types.update({k: v for k, v in TRAINER_TYPE_FIXES.items() if k in types})
@@ -233,14 +400,14 @@ def error_line(e: BaseException) -> str:
 def grpo_config_verdict(
     kwargs: Mapping[str, Any], device: str, elsewhere: bool = False, num_processes: int = 1
 ) -> dict[str, Any]:
-    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.config.verdicts`).
+    """TRL's verdict on ``GRPOConfig(**kwargs)`` as JSON data, memoised on disk (:mod:`harness.verdicts`).
 
     Returns ``{"values": {field: resolved value}, "error": None}`` (fields whose value has no JSON form
     are left out) or ``{"values": None, "error": TRL's first error line}``. The memo is keyed by the
     kwargs, device and the versions of trl, transformers, accelerate and torch; a CUDA run on this
     machine (not ``elsewhere``) depends on its GPU and is never memoised.
     """
-    from harness.config import verdicts
+    from harness import verdicts
 
     def ask() -> dict[str, Any]:
         try:

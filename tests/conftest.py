@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def verdict_memo(tmp_path_factory) -> Path:
-    """A session-private memo of TRL/reasoning-gym verdicts (harness.config.verdicts), shared with subprocesses."""
+    """A session-private memo of TRL/reasoning-gym verdicts (harness.verdicts), shared with subprocesses."""
     path = tmp_path_factory.mktemp("verdicts")
     os.environ["GRPO_HARNESS_VERDICTS"] = str(path)
     return path

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.runs import RunSpec
+from harness.settings.runs import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
 # Fast settings for end-to-end runs: a barely warm-started tiny model and a few short steps.

@@ -16,7 +16,8 @@ import torch
 
 from harness import bench
 from harness.bench import common
-from harness.bench.probe import LOSS_VARIANTS, make_loss_batch, make_loss_stand_in, trl_config_defaults
+from harness.bench.probe import make_loss_stand_in
+from harness.bench.settings import LOSS_VARIANTS
 from harness.bench.vespo import (
     EquivalenceError,
     VespoBatch,
@@ -28,6 +29,7 @@ from harness.bench.vespo import (
     reference_gamma_weights,
     trl_gamma_weights,
 )
+from harness.losses.stand_in import make_loss_batch, trl_config_defaults
 
 LOG_1E8 = math.log(1e-8)
 PAIRS = {"pos": (0.8, 2.0, 3.0), "neg": (-0.8, 3.0, 2.0)}  # advantage, k, lambda (TRL defaults)

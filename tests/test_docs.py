@@ -85,7 +85,7 @@ def test_every_public_module_has_a_reference_page():
     assert {
         "harness",
         "analysis",
-        "harness.config.schema",
+        "harness.settings.schema",
         "analysis.report",
         "harness.losses.compute",
     } <= set(modules)

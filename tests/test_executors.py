@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harness.cluster import executors
-from harness.config.schema import ExecutorSettings
+from harness.settings.schema import ExecutorSettings
 
 NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

@@ -1,6 +1,6 @@
 """Dose-response findings: one setting at several values, judged by the least-squares slope of the
 runs' window means on the value (analysis.finding_dose, analysis.power.slope_fit), checked when
-the grid loads and at plan (harness.config.finding_dose), recorded in grid.json with each level's
+the grid loads and at plan (analysis.settings.finding_dose), recorded in grid.json with each level's
 run ids, and shown in the findings tables."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from analysis.load import load
 from analysis.power import seeds_for_slope_power, slope_fit, slope_power
 from harness import cli, layout
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 # --- the slope and its power -----------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from analysis.power import (
     welch_interval,
 )
 from harness import cli, layout
-from harness.config import findings as config_findings
 
 ACC = layout.EVAL_ACCURACY
 TOTAL = layout.TOKENS_GENERATED_TOTAL
@@ -482,6 +481,8 @@ def test_read_start_evals_keeps_the_finite_eval_numbers(tmp_path):
 
 
 def test_the_grid_check_and_the_analysis_name_the_same_measures():
-    assert config_findings.MEASURES == fmx.MEASURES
-    assert config_findings.X_UNITS == fmx.X_UNITS
-    assert (config_findings.START, config_findings.BASELINE_TARGET) == (fmx.START, fmx.BASELINE_TARGET)
+    from analysis.settings import findings as section
+
+    assert fmx.MEASURES is section.MEASURES
+    assert fmx.X_UNITS is section.X_UNITS
+    assert (fmx.START, fmx.BASELINE_TARGET) == (section.START, section.BASELINE_TARGET)

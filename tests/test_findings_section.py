@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.settings import findings as section
 from harness import cli
 from harness.config import findings
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "g",
@@ -182,8 +183,8 @@ def plan_of(tmp_path, finding_map, **extra):
 
 def test_arms_select_the_runs_whose_settings_equal_every_selector_key(tmp_path):
     plan = plan_of(tmp_path, {"F1": F1})
-    base = findings.arm_runs(plan.runs, plan.grid.findings["F1"]["baseline"])
-    var = findings.arm_runs(plan.runs, plan.grid.findings["F1"]["variant"])
+    base = section.arm_runs(plan.runs, plan.grid.findings["F1"]["baseline"])
+    var = section.arm_runs(plan.runs, plan.grid.findings["F1"]["variant"])
     assert [r.varying for r in base] == [
         {"seed": s, "trainer.epsilon_high": 0.2, "trainer.num_iterations": 4} for s in (0, 1, 2)
     ]
@@ -191,11 +192,11 @@ def test_arms_select_the_runs_whose_settings_equal_every_selector_key(tmp_path):
         {"seed": s, "trainer.epsilon_high": 0.28, "trainer.num_iterations": 4} for s in (0, 1, 2)
     ]
     run = plan.runs[0]
-    assert findings.selects(run, {"trainer.epsilon_high": 0.2})
-    assert not findings.selects(run, {"trainer.epsilon_high": 0.28})
-    assert findings.selects(run, {"trainer.epsilon": None})  # a key the run leaves unset is null
-    assert not findings.selects(run, {"trainer.epsilon": 0.2})
-    assert findings.selects(run, {"task.kwargs.max_digits": 1})
+    assert section.selects(run, {"trainer.epsilon_high": 0.2})
+    assert not section.selects(run, {"trainer.epsilon_high": 0.28})
+    assert section.selects(run, {"trainer.epsilon": None})  # a key the run leaves unset is null
+    assert not section.selects(run, {"trainer.epsilon": 0.2})
+    assert section.selects(run, {"task.kwargs.max_digits": 1})
     assert findings.plan_problems(plan) == []
 
 
@@ -279,8 +280,8 @@ def test_an_arm_may_name_its_sub_grid(tmp_path):
     }
     plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": finding}})))
     f = plan.grid.findings["F"]
-    assert [r.get("trainer.learning_rate") for r in findings.arm_runs(plan.runs, f["variant"])] == [0.0, 0.0]
-    assert [r.subgrid for r in findings.arm_runs(plan.runs, f["baseline"])] == ["baseline", "baseline"]
+    assert [r.get("trainer.learning_rate") for r in section.arm_runs(plan.runs, f["variant"])] == [0.0, 0.0]
+    assert [r.subgrid for r in section.arm_runs(plan.runs, f["baseline"])] == ["baseline", "baseline"]
     assert findings.plan_problems(plan) == []
     wrong = {**finding, "variant": {"subgrid": "frozn"}}
     plan = expand(load_grid(write(tmp_path, {**data, "findings": {"F": wrong}})))
@@ -423,7 +424,7 @@ S1 = {
 def test_the_new_measures_are_checked_and_normalised(tmp_path):
     grid = load_grid(write(tmp_path, {**BASE, "findings": {"T": T1, "S": S1}}))
     t, s = grid.findings["T"], grid.findings["S"]
-    assert list(t) == [*findings.FINDING_KEYS[:9], "measure", "target", "x"]
+    assert list(t) == [*section.FINDING_KEYS[:9], "measure", "target", "x"]
     assert (t["measure"], t["target"], t["x"], t["window"]) == ("to_target", "baseline", "step", [0.9, 1.0])
     assert (s["measure"], s["baseline"], s["metric"]) == ("from_start", "start", "eval/pass@16")
     assert "target" not in s and "x" not in s
@@ -508,7 +509,7 @@ def test_a_from_start_finding_has_one_arm_at_plan_and_in_grid_json(tmp_path, cap
     plan = plan_of(tmp_path, {"S": S1, "T": T1})
     assert findings.plan_problems(plan) == []
     record = plan_record(plan)["findings"]
-    variant = [r.run_id for r in findings.arm_runs(plan.runs, plan.grid.findings["S"]["variant"])]
+    variant = [r.run_id for r in section.arm_runs(plan.runs, plan.grid.findings["S"]["variant"])]
     assert len(variant) == 3 and record["S"]["arms"] == {"baseline": variant, "variant": variant}
     assert record["S"]["baseline"] == "start" and record["T"]["target"] == "baseline"
     assert record["T"]["arms"]["baseline"] != record["T"]["arms"]["variant"]

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness import layout
-from harness.config.runs import RunSpec
+from harness.settings.runs import RunSpec
 from harness.train import checkpoints
 
 pytest.importorskip("peft", reason="the peft extra: pip install 'grpo-harness[peft]'")
@@ -92,7 +92,7 @@ def test_a_rank_axis_plans_and_a_grid_without_peft_keeps_its_run_ids(tmp_path):
     ids=["sync", "unknown-key", "owned", "type", "module", "peft-check"],
 )
 def test_bad_peft_sections_are_refused_at_plan_with_the_fix(tmp_path, extra, expected):
-    from harness.config.schema import SpecError
+    from harness.settings.schema import SpecError
 
     body = GRID + extra.replace("trainer.beta: 0.1\ntrainer.sync_ref_model: true\n", "")
     if "sync_ref_model" in extra:

@@ -16,9 +16,9 @@ from helpers import FAST_TINY, REPO, cli
 
 from harness import layout, losses
 from harness.config.grid import expand
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
+from harness.settings.schema import SpecError
 
 DOC = REPO / "docs" / "plugins.md"
 

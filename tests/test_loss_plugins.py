@@ -21,11 +21,11 @@ import torch
 from trl import GRPOTrainer
 
 from harness import layout
-from harness.bench.probe import LossProbe, make_loss_batch
-from harness.config.runs import RunSpec
 from harness.losses import REGISTRY
 from harness.losses import mirrors as _mirrors  # noqa: F401  (registers the mirrors)
 from harness.losses.compute import plugin_loss
+from harness.losses.stand_in import LossProbe, make_loss_batch
+from harness.settings.runs import RunSpec
 from harness.train.training import train
 
 TOL = 1e-6

@@ -3,7 +3,7 @@
 The case: two completions of lengths 3 and 5 in a batch padded to T = 5, ``max_completion_length=10``,
 per-token loss 1 everywhere in the first and 3 everywhere in the second (token sum 18 over 8 tokens).
 Every value below is computed by TRL's own ``GRPOTrainer._compute_loss`` through the stand-in of
-``harness.bench.probe``, never re-implemented, so a TRL release that changes a reduction fails here.
+``harness.losses.stand_in``, never re-implemented, so a TRL release that changes a reduction fails here.
 
 How the per-token loss is made exactly 1 and 3:
 
@@ -23,7 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench.probe import LossBatch, make_loss_batch, make_loss_stand_in
+from harness.bench.probe import make_loss_stand_in
+from harness.losses.stand_in import LossBatch, make_loss_batch
 
 LENGTHS = [3, 5]
 MAX_COMPLETION_LENGTH = 10

@@ -206,8 +206,8 @@ def test_grpo_trainer_runs_on_tiny_model(tiny_dir, tmp_path):
 
     from trl import GRPOTrainer
 
-    from harness.config.runs import RunSpec
     from harness.losses import grpo_config_kwargs
+    from harness.settings.runs import RunSpec
     from harness.train.training import build_trainer
     from harness.trl_boundary import build_grpo_config
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "onepass",

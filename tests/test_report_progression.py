@@ -18,8 +18,8 @@ from analysis import progression, report, stats
 from harness import cli, layout
 from harness.config.grid import expand, plan_record
 from harness.config.report_check import progression_problems
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 T2 = 4.302652729911275  # t_{0.975, 2}: 3 runs
 T4 = 2.7764451051977987  # t_{0.975, 4}: Welch's df for two rows of 3 runs with equal spread

@@ -9,8 +9,8 @@ import yaml
 
 from harness import layout
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "g",

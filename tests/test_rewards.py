@@ -18,9 +18,9 @@ from helpers import cli
 
 from harness import rewards
 from harness.config.grid import expand
-from harness.config.schema import SpecError, TaskSpec
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
+from harness.settings.schema import SpecError, TaskSpec
 
 BASE = {
     "name": "rw",
@@ -121,7 +121,7 @@ def test_an_entry_column_is_no_setting_and_a_raising_check_is_named(clean_regist
 
 
 def test_the_builtins_are_the_schemas():
-    from harness.config.schema import REWARD_NAMES
+    from harness.settings.schema import REWARD_NAMES
 
     assert rewards.BUILTIN_NAMES == REWARD_NAMES
 

@@ -21,12 +21,12 @@ from helpers import REPO, make_spec
 
 from harness import layout
 from harness.config.grid import expand
-from harness.config.schema import HarnessSettings, SpecError, TaskSpec
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import passk
 from harness.models.tasks import build_task, generate_completions, sampled_eval
 from harness.models.tiny import TinyModelSpec, build_model, build_tokenizer
+from harness.settings.schema import HarnessSettings, SpecError, TaskSpec
 
 # ---------------------------------------------------------------------------------------------- settings
 

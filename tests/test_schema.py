@@ -10,10 +10,12 @@ import pickle
 import pytest
 import yaml
 
-from harness.config import schema
 from harness.config.grid import expand
-from harness.config.runs import RunSpec
-from harness.config.schema import (
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
+from harness.settings import schema
+from harness.settings.runs import RunSpec
+from harness.settings.schema import (
     ExecutorSettings,
     HarnessSettings,
     SpecError,
@@ -22,8 +24,6 @@ from harness.config.schema import (
     canonical_json,
     run_id_of,
 )
-from harness.config.spec import load_grid
-from harness.config.validate import validate_plan
 
 SETTINGS = {
     "seed": 3,

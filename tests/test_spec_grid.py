@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from harness.config.grid import expand
-from harness.config.schema import SpecError, run_id_of
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError, run_id_of
 
 BASE = {
     "name": "g",
@@ -199,7 +199,7 @@ def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
 
 def test_yaml_type_hints_accept_and_refuse_what_grpo_config_declares():
     from harness.config.keys import section_fields
-    from harness.config.schema import describe_hint, hint_name, type_ok
+    from harness.settings.schema import describe_hint, hint_name, type_ok
 
     fields = section_fields("trainer")
     assert (

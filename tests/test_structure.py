@@ -1,13 +1,18 @@
 """The import rules of the code, read from its source (no module is imported):
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
-  (``harness.config.schema``) and the report's settings (``harness.config.report_section``);
+  (``harness.settings.schema``), the report's settings (``harness.config.report_section``) and the
+  plain data of the boundary's record of TRL's losses;
 - the schema (``schema`` and ``runs``) imports nothing else of the project, so every module can take it;
 - the schema, planning (``spec`` and the modules it reads a grid with, ``grid``, ``validate`` and its
   rules) and the TRL boundary import no torch, transformers or trl at module level, so planning a
   grid never loads the model stack;
+- the analysis's settings (``analysis.settings``), which planning takes, import only
+  ``harness.settings`` of the project and nothing heavy, and ``analysis/__init__.py`` nothing;
 - ``training`` does not import ``validate``: what it needs of TRL comes from ``harness.trl_boundary``;
 - module-level imports among the project's modules form no cycle;
+- each package imports only the packages its row of ARCHITECTURE.md's table names, each in a row
+  above its own, counting imports inside functions, and the packages' imports form no cycle;
 - every private name of TRL the trainer relies on exists in the installed TRL.
 """
 
@@ -60,7 +65,16 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-ANALYSIS_MAY_TAKE = ("harness.layout", "harness.config.schema", "harness.config.report_section")
+#: What the analysis may take from harness: the results layout, the schema, the report's settings,
+#: and the plain data of the boundary's record of TRL's losses (never a function that asks TRL).
+ANALYSIS_MAY_TAKE = (
+    "harness.layout",
+    "harness.settings.schema",
+    "harness.config.report_section",
+    "harness.trl_boundary.KNOWN_LOSS_TYPES",
+    "harness.trl_boundary.NAMED_LOSS_VARIANTS",
+    "harness.trl_boundary.loss_names",
+)
 
 
 def _within(name: str, modules) -> bool:
@@ -68,7 +82,7 @@ def _within(name: str, modules) -> bool:
     return any(name == m or name.startswith(m + ".") for m in modules)
 
 
-def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
+def test_analysis_takes_from_harness_only_what_it_may():
     bad = {}
     for name, path in _modules().items():
         if name.startswith("analysis"):
@@ -83,7 +97,7 @@ def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
 
 
 #: The schema: the settings sections, and the grid and run types built from them only.
-SCHEMA = ("harness.config.schema", "harness.config.runs")
+SCHEMA = ("harness.settings.schema", "harness.settings.runs")
 
 
 @pytest.mark.parametrize("module", SCHEMA)
@@ -99,8 +113,8 @@ def test_the_schema_imports_nothing_of_the_project(module):
 @pytest.mark.parametrize(
     "module",
     [
-        "harness.config.schema",
-        "harness.config.runs",
+        "harness.settings.schema",
+        "harness.settings.runs",
         "harness.config.yaml_files",
         "harness.config.keys",
         "harness.config.overrides",
@@ -119,6 +133,29 @@ def test_planning_imports_no_model_stack_at_module_level(module):
     assert not heavy, (
         f"{module} imports {heavy} at module level; import them inside the function that needs them"
     )
+
+
+#: What the analysis's settings may not import at module level: planning takes them, and `plan`
+#: loads neither the model stack nor the analysis's.
+ANALYSIS_HEAVY = (*HEAVY, "pandas", "numpy", "pyarrow", "scipy", "matplotlib")
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["analysis", "analysis.settings.keys", "analysis.settings.findings", "analysis.settings.finding_dose"],
+)
+def test_the_analysis_settings_are_light(module):
+    """Planning imports ``analysis.settings``: importing it runs ``analysis/__init__.py``, which
+    must import nothing at module level, and the settings only ``harness.settings`` of the project
+    and nothing heavy."""
+    found = _imports(_modules()[module], True)
+    heavy = sorted(i for i in found if i.split(".")[0] in ANALYSIS_HEAVY)
+    project = sorted(
+        i
+        for i in found
+        if i.split(".")[0] in PACKAGES and not _within(i, ("harness.settings", "analysis.settings"))
+    )
+    assert not heavy and not project, f"{module} imports {heavy + project} at module level"
 
 
 def test_training_does_not_import_validate():
@@ -214,8 +251,8 @@ ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 #: Packages of the package table; a module belongs to the longest one its name starts with, and a
 #: module outside every package (``harness.layout``) is its own.
 UNITS = (
-    "harness.config", "harness.models", "harness.losses", "harness.train", "harness.cluster",
-    "harness.bench", "analysis.report", "analysis",
+    "harness.settings", "harness.config", "harness.models", "harness.rewards", "harness.losses",
+    "harness.train", "harness.cluster", "harness.bench", "analysis.settings", "analysis.report", "analysis",
 )  # fmt: skip
 
 
@@ -279,6 +316,39 @@ def test_each_package_imports_only_what_its_row_in_the_architecture_names():
     stale = {pkg: sorted(allowed - set(actual.get(pkg, {}))) for pkg, allowed in rules.items()}
     stale = {k: v for k, v in stale.items() if v}
     assert not stale, f"ARCHITECTURE.md allows imports no module makes any more (update the table): {stale}"
+
+
+def test_the_package_table_reads_bottom_up():
+    """Each row names only packages of the rows above it: no arrow points back up."""
+    rows = list(_package_rules().items())
+    order = {pkg: i for i, (pkg, _) in enumerate(rows)}
+    up = {pkg: sorted(t for t in allowed if order.get(t, len(rows)) >= order[pkg]) for pkg, allowed in rows}
+    up = {k: v for k, v in up.items() if v}
+    assert not up, f"rows of ARCHITECTURE.md's package table that name a package at or below their own: {up}"
+
+
+def test_no_import_cycles_between_packages():
+    """The packages' imports, those inside functions included, form no cycle (a cycle would have
+    one of its arrows point back up whatever the order of the table)."""
+    graph = {pkg: set(targets) for pkg, targets in _package_imports().items()}
+    seen: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        seen[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if seen.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in seen:
+                visit(nxt, [*path, nxt])
+        seen[node] = 2
+
+    for name in sorted(graph):
+        if name not in seen:
+            visit(name, [name])
+    imports = _package_imports()
+    shown = [[*c, [imports[a][b][:2] for a, b in zip(c, c[1:], strict=False)]] for c in cycles]
+    assert not cycles, f"import cycles between packages (with the imports that make them): {shown}"
 
 
 def test_the_architecture_names_every_module_and_no_other():

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from harness.config.grid import expand, plan_record
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "g",

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from harness import rewards
-from harness.config.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
 from harness.models.tasks import (
     bare_prompt,
     build_task,
@@ -18,6 +17,7 @@ from harness.models.tasks import (
     resolve_template,
 )
 from harness.models.tiny import build_tokenizer
+from harness.settings.schema import EVAL_SEED, REWARD_NAMES, SpecError, TaskSpec
 
 SUM = TaskSpec("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 1}, train_size=64, eval_size=32)
 

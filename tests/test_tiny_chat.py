@@ -20,8 +20,6 @@ from helpers import SMALL_MODEL, SMALL_TASK, cli
 
 from harness import layout
 from harness.config.grid import expand
-from harness.config.runs import RunSpec
-from harness.config.schema import TINY, TINY_CHAT, SpecError, TaskSpec, TinyChatModelSpec, TinyModelSpec
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import tiny as models
@@ -36,6 +34,8 @@ from harness.models.tiny_chat import (
     chat_sft_examples,
     tiny_chat_model_key,
 )
+from harness.settings.runs import RunSpec
+from harness.settings.schema import TINY, TINY_CHAT, SpecError, TaskSpec, TinyChatModelSpec, TinyModelSpec
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = TaskSpec(**SMALL_TASK)

@@ -17,7 +17,6 @@ from helpers import SMALL_MODEL
 
 from harness import rewards
 from harness.config.grid import expand
-from harness.config.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinyStepsModelSpec
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
 from harness.models import tiny_steps
@@ -30,6 +29,7 @@ from harness.models.tasks import (
     steps_prompt,
 )
 from harness.models.tiny_steps import noisy_chain, parse_terms, worked_chain
+from harness.settings.schema import TINY, TINY_STEPS, SpecError, TaskSpec, TinyStepsModelSpec
 
 TASK = TaskSpec(
     name="chain_sum",

@@ -7,9 +7,9 @@ import yaml
 from helpers import cli
 
 from harness.config.grid import expand
-from harness.config.schema import SpecError
 from harness.config.spec import load_grid
 from harness.config.validate import validate_plan
+from harness.settings.schema import SpecError
 
 BASE = {
     "name": "bad",

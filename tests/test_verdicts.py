@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from harness.config import verdicts
+from harness import verdicts
 
 # Validate a grid in a fresh process and report the findings plus which heavy libraries got imported.
 PROBE = """

@@ -22,6 +22,7 @@ from analysis.report.runs import _run_table, _runs_without_metrics, findings_run
 from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
 from analysis.tables import Table
 from harness import layout
+from harness.trl_boundary import KNOWN_LOSS_TYPES
 
 
 def report_columns(settings: ReportSettings) -> list[str]:
@@ -218,9 +219,9 @@ def _not_a_grid_folder(path: Path) -> str:
 
 
 #: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
-#: plugin's: harness.trl_boundary.KNOWN_LOSS_TYPES (analysis takes only the layout and schema from
-#: harness; tests/test_analysis_report.py checks the two agree).
-TRL_LOSS_TYPES = frozenset({"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"})
+#: plugin's: the record of :data:`harness.trl_boundary.KNOWN_LOSS_TYPES` (plain data; the analysis
+#: never asks TRL).
+TRL_LOSS_TYPES = frozenset(KNOWN_LOSS_TYPES)
 
 
 def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:

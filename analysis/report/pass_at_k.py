@@ -17,7 +17,7 @@ from analysis.report.data import Layout, ReportInputs
 from analysis.report.runs import display_names
 from analysis.tables import Table
 from harness import layout
-from harness.config.schema import HarnessSettings
+from harness.settings.schema import HarnessSettings
 
 #: The run settings the caption states (the harness's sampled eval), read where the runs record them.
 SAMPLED_N, SAMPLED_TEMPERATURE = "harness.sampled_eval_n", "harness.sampled_eval_temperature"

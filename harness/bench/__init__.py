@@ -30,11 +30,8 @@ DEFAULT_OUT = "results/bench"
 
 # Names re-exported lazily from the submodules, so that `from harness import bench` stays light.
 _LAZY = {
-    "LossProbe": "probe",
-    "LossBatch": "probe",
-    "LossVariant": "probe",
-    "LOSS_VARIANTS": "probe",
-    "make_loss_batch": "probe",
+    "LossVariant": "settings",
+    "LOSS_VARIANTS": "settings",
     "make_loss_stand_in": "probe",
     "reference_gamma_weights": "vespo",
     "trl_gamma_weights": "vespo",

@@ -17,14 +17,9 @@ from typing import Any
 import torch
 
 from harness.bench import common
-from harness.bench.probe import (
-    LOSS_VARIANTS,
-    LossBatch,
-    LossProbe,
-    LossVariant,
-    make_loss_batch,
-    make_loss_stand_in,
-)
+from harness.bench.probe import make_loss_stand_in
+from harness.bench.settings import LOSS_VARIANTS, LossVariant
+from harness.losses.stand_in import LossBatch, LossProbe, make_loss_batch
 
 BASELINE = "grpo"
 

@@ -1,14 +1,21 @@
-"""Shapes, timing settings and presets of the micro-benchmarks: the one definition of each.
+"""Shapes, timing settings, presets and loss configurations of the micro-benchmarks: the one
+definition of each.
 
 This module imports neither torch nor TRL, so that the CLI can build its parser (whose help texts quote
-the presets' values) without loading them; :mod:`harness.bench.common` re-exports every name here.
+the presets' values) without loading them; :mod:`harness.bench.common` re-exports the timing names.
+The loss configurations timed (:data:`LOSS_VARIANTS`) are derived from the record of TRL's losses
+(:func:`harness.trl_boundary.loss_names`): a loss TRL adds is timed, at TRL's defaults, without an
+edit here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.trl_boundary import NAMED_LOSS_VARIANTS, loss_names
 
 Shape = tuple[int, int]
 
@@ -125,3 +132,69 @@ def parse_sizes(text: str) -> list[Shape]:
     if not shapes:
         raise ValueError("no sizes given")
     return shapes
+
+
+@dataclass(frozen=True)
+class LossVariant:
+    """A loss configuration of ``GRPOTrainer``.
+
+    Attributes:
+        name: table name (``"gspo"`` is TRL's ``grpo`` loss with sequence-level importance sampling).
+        loss_type: TRL ``GRPOConfig.loss_type``.
+        importance_sampling_level: TRL ``GRPOConfig.importance_sampling_level`` (``"token"`` or ``"sequence"``).
+        config: other ``GRPOConfig`` fields, as recommended by the variant's paper.
+        source: where the variant and its settings come from.
+    """
+
+    name: str
+    loss_type: str
+    importance_sampling_level: str = "token"
+    config: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+#: What the benchmark sets beyond TRL's defaults for a built-in loss, as its paper recommends, and
+#: where that comes from (``importance_sampling_level`` given here or by the named variant). A loss
+#: of :func:`harness.trl_boundary.loss_names` that is not here is timed at TRL's defaults.
+PAPER_SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
+    "grpo": ({}, "DeepSeekMath (arXiv:2402.03300); per-sequence token mean"),
+    "dr_grpo": ({}, "Dr. GRPO (arXiv:2503.20783); token sum / (B * max_completion_length)"),
+    "dapo": (
+        {"epsilon_high": 0.28},
+        "DAPO (arXiv:2503.14476); token sum / tokens in the generation batch; epsilon_high 0.28",
+    ),
+    "bnpo": ({}, "TRL loss_type='bnpo'; token sum / tokens in the local batch"),
+    "cispo": (
+        {"epsilon_high": 5.0},
+        "MiniMax-M1 (arXiv:2506.13585); epsilon_max 5.0 as in ScaleRL (arXiv:2510.13786)",
+    ),
+    "sapo": ({}, "SAPO (arXiv:2511.20347); TRL default temperatures 1.0 / 1.05"),
+    "luspo": (
+        {"importance_sampling_level": "sequence"},
+        "LUSPO (arXiv:2602.05261); sequence-level ratio, loss summed per sequence",
+    ),
+    "vespo": ({}, "VESPO (arXiv:2602.10693); TRL default k and lambda"),
+    "gspo": (
+        {"epsilon": 3e-4, "epsilon_high": 4e-4},
+        "GSPO (arXiv:2507.18071, section 5.1); grpo loss, sequence-level ratio",
+    ),
+}
+
+
+def loss_variants() -> dict[str, LossVariant]:
+    """One :class:`LossVariant` per built-in loss of :func:`harness.trl_boundary.loss_names`, in its
+    order: a named variant's ``loss_type`` and level from
+    :data:`harness.trl_boundary.NAMED_LOSS_VARIANTS`, the paper's settings from
+    :data:`PAPER_SETTINGS` (TRL's defaults for a loss not there)."""
+    out = {}
+    for name in loss_names():
+        named = NAMED_LOSS_VARIANTS.get(name, {})
+        config, source = PAPER_SETTINGS.get(name, ({}, f"TRL loss_type={name!r} at TRL's defaults"))
+        config = dict(config)
+        level = config.pop("importance_sampling_level", named.get("importance_sampling_level", "token"))
+        out[name] = LossVariant(name, named.get("loss_type", name), level, config, source)
+    return out
+
+
+#: The loss configurations ``bench losses`` times, by name (:func:`loss_variants`).
+LOSS_VARIANTS: dict[str, LossVariant] = loss_variants()

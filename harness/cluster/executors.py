@@ -27,9 +27,9 @@ from harness.cluster.status import (
     record_end,
     resume_promise,
 )
-from harness.config.runs import RunSpec
-from harness.config.schema import ExecutorSettings
 from harness.layout import last_step_and_reward
+from harness.settings.runs import RunSpec
+from harness.settings.schema import ExecutorSettings
 
 
 class TrainingJob(submitit.helpers.Checkpointable):

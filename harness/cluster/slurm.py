@@ -28,9 +28,9 @@ from harness.cluster.status import (
     run_status,
     scheduler_command,
 )
-from harness.config.runs import RunSpec
-from harness.config.schema import ExecutorSettings, canonical_json
 from harness.layout import atomic_write_json
+from harness.settings.runs import RunSpec
+from harness.settings.schema import ExecutorSettings, canonical_json
 
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"

@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.settings.findings import FROM_START, arm_runs, finding_selectors, setting_text
 from harness import layout
-from harness.config.findings import FROM_START, arm_runs, finding_selectors, origin_text, setting_text
+from harness.config.findings import origin_text
 from harness.config.rules_base import RunContext
 from harness.config.rules_sampling import records, unrecorded
 from harness.config.rules_trainer import is_on_policy
@@ -143,7 +144,7 @@ def _needs(finding: Mapping[str, Any]) -> list[_Need]:
 
 
 def _arm_names(fid: str, finding: Mapping[str, Any]) -> dict[str, str]:
-    """Each arm of :func:`harness.config.findings.finding_selectors` as a message names it:
+    """Each arm of :func:`analysis.settings.findings.finding_selectors` as a message names it:
     ``findings.F.variant``, a dose-response level ``findings.D.dose.values[1]``."""
     selectors = finding_selectors(finding)
     if "dose" in finding:

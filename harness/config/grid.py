@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.config import task_axis
-from harness.config.runs import Axis, GridSpec, RunSpec, SubGrid
-from harness.config.schema import (
+from harness.settings.runs import Axis, GridSpec, RunSpec, SubGrid
+from harness.settings.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EPOCH,
     TINY,
@@ -34,7 +34,7 @@ from harness.config.schema import (
 
 @dataclass(frozen=True)
 class Rejected:
-    """A cell whose settings break a section's rules (:class:`harness.config.schema.Section`): no run is
+    """A cell whose settings break a section's rules (:class:`harness.settings.schema.Section`): no run is
     made of it, and validation reports ``problems`` under its run id and values."""
 
     run_id: str
@@ -265,9 +265,9 @@ def plan_record(plan: Plan) -> dict[str, Any]:
     """What ``grid.json`` records of a plan (:func:`harness.layout.write_grid`): the grid as last
     specified, so the report covers exactly these runs, its ``report:`` layout (``{}`` when it
     has none), so the report needs no YAML, and its ``findings:`` with each arm's run ids
-    (:func:`harness.config.findings.record`); a progression's rows get their run ids too
+    (:func:`analysis.settings.findings.record`); a progression's rows get their run ids too
     (:func:`harness.config.report_check.report_record`)."""
-    from harness.config.findings import record
+    from analysis.settings.findings import record
     from harness.config.report_check import report_record
 
     return {

@@ -2,7 +2,7 @@
 
 A run setting is a dotted key (``trainer.loss_type``, ``task.kwargs.max_digits``, ``seed``); a bare
 ``GRPOConfig`` field name stands for ``trainer.<field>`` (:func:`normalize_key`). Each section's
-keys are the fields of its dataclass (:func:`section_fields`: :mod:`harness.config.schema`'s
+keys are the fields of its dataclass (:func:`section_fields`: :mod:`harness.settings.schema`'s
 sections, TRL's ``GRPOConfig`` from :mod:`harness.trl_boundary` plus the loaded loss plugins'
 hyperparameters, peft's ``LoraConfig``); :func:`check_key` and :func:`check_setting` say what is wrong
 with a key or a value and how to write it; :func:`coerce_number` turns whole numbers into floats
@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from harness.config import lora
-from harness.config.schema import (
+from harness.config.yaml_files import yaml_floats
+from harness.settings.schema import (
     EPOCH,
     DynamicSamplingSettings,
     ExecutorSettings,
@@ -33,7 +34,6 @@ from harness.config.schema import (
     hint_name,
     type_ok,
 )
-from harness.config.yaml_files import yaml_floats
 from harness.trl_boundary import grpo_config_fields, grpo_config_type
 
 TOP_LEVEL_KEYS = (
@@ -98,7 +98,7 @@ SECTION_CLASS_NAMES = {
 
 
 def section_fields(section: str) -> dict[str, Any]:
-    """``{field name: described type}`` (:func:`harness.config.schema.describe_hint`) of a section's dataclass; the
+    """``{field name: described type}`` (:func:`harness.settings.schema.describe_hint`) of a section's dataclass; the
     trainer's from :func:`harness.trl_boundary.grpo_config_fields`, with the hyperparameters of the
     loss plugins loaded (:func:`harness.losses.hyperparameter_fields`)."""
     fields = _section_fields(section)

@@ -18,7 +18,6 @@ import yaml
 from harness.config import task_axis
 from harness.config.keys import check_key, check_setting, normalize_key
 from harness.config.report_section import REPORT_KEYS
-from harness.config.schema import SpecError, set_dotted
 from harness.config.yaml_files import (
     OWN_KEYS,
     load_yaml_text,
@@ -27,6 +26,7 @@ from harness.config.yaml_files import (
     structure_problem,
     yaml_problem,
 )
+from harness.settings.schema import SpecError, set_dotted
 
 
 def _shown(text: str, width: int = 80) -> str:

@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from analysis.settings.findings import arm_runs, setting_text
 from harness import layout
 from harness.config import report_section
-from harness.config.findings import applied_text, arm_runs, check_selector, no_run_problem, setting_text
+from harness.config.findings import applied_text, check_selector, no_run_problem
 from harness.config.keys import is_number, normalize_key, run_setting_key, suggest
 from harness.config.report_section import REPORT_KEYS, REPORT_LEAD, REPORT_X
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.runs import RunSpec
-from harness.config.schema import (
+from harness.settings.runs import RunSpec
+from harness.settings.schema import (
     ExecutorSettings,
 )
 from harness.trl_boundary import (

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config import lora
 from harness.config.rules_base import Finding, RunContext, err, warn
-from harness.config.schema import (
+from harness.settings.schema import (
     EMBEDDED_MODEL_SECTIONS,
     SFT_SEED_BASE,
     TINY,
@@ -114,7 +114,7 @@ def rule_sampled_eval(ctx: RunContext) -> list[Finding]:
 
 def rule_seed(ctx: RunContext) -> list[Finding]:
     """The seed against the task's split: its training items must not reach the SFT warm start's
-    generator seeds (:data:`harness.config.schema.SFT_SEED_BASE`)."""
+    generator seeds (:data:`harness.settings.schema.SFT_SEED_BASE`)."""
     seed, train_size = ctx.run.seed, ctx.run.task.train_size
     top = SFT_SEED_BASE - train_size
     if not 0 <= seed <= top:
@@ -341,10 +341,10 @@ def embedded_lengths(model: str, spec: Any, task: Any, template: str) -> tuple[i
     """``(longest SFT prompt, longest SFT sequence, longest prompt of a run's splits)`` in tokens of
     embedded ``model`` (tiny, tiny-chat) for ``task`` in ``template``
     (:func:`harness.models.tiny.sft_lengths`, :func:`harness.models.tiny_chat.sft_lengths`). Memoised in memory
-    and on disk (:mod:`harness.config.verdicts`), keyed by what changes them (the build format, the spec's
+    and on disk (:mod:`harness.verdicts`), keyed by what changes them (the build format, the spec's
     data fields, the task's dataset and split sizes, the template, the tokenizer and dataset
     libraries' versions): a second or a few once, nothing after, and nothing imported."""
-    from harness.config import verdicts
+    from harness import verdicts
     from harness.models import tiny as models
     from harness.models import tiny_chat, tiny_steps
 

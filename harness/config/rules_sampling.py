@@ -11,8 +11,8 @@ from typing import Any
 
 from harness import layout, rewards
 from harness.config.rules_base import Finding, RunContext, err, warn
-from harness.config.schema import DYNAMIC_SAMPLING_REWARD, DynamicSamplingSettings
 from harness.models.passk import ks_for
+from harness.settings.schema import DYNAMIC_SAMPLING_REWARD, DynamicSamplingSettings
 
 
 def rule_rewards(ctx: RunContext) -> list[Finding]:
@@ -102,7 +102,7 @@ def rule_dynamic_sampling(ctx: RunContext) -> list[Finding]:
 
 
 def records(run: Any, metric: str) -> bool:
-    """Whether ``run`` (a :class:`harness.config.runs.RunSpec`) records the sampled eval's
+    """Whether ``run`` (a :class:`harness.settings.runs.RunSpec`) records the sampled eval's
     ``metric``: ``eval/sampled_accuracy``, or ``eval/pass@k`` for a k its ``sampled_eval_n``
     reports (:func:`harness.models.passk.ks_for`), at its eval steps."""
     h = run.harness

@@ -16,26 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from harness.config.rules_base import Finding, RunContext, err, warn
-from harness.config.runs import RunSpec
-from harness.config.schema import (
+from harness.settings.runs import RunSpec
+from harness.settings.schema import (
     canonical_json,
 )
 from harness.trl_boundary import (
     IMPORTANCE_SAMPLING_LEVELS,
+    TRL_OFF_POLICY_ONLY_FIELDS,
     loss_types,
 )
 
 CLIP_KEYS = ("trainer.epsilon", "trainer.epsilon_high", "trainer.delta")
-#: Settings that only act on ratios != 1: the clip range; VESPO's (k, lambda), since
-#: phi(1) = e^lambda * 1^k * e^-lambda = 1 for every k and lambda (VESPO's gamma weight); SAPO's
-#: temperatures, since its gate (4 / tau) sigmoid(tau (r - 1)) has slope 1 at r = 1 for every tau
-#: (TRL's sapo branch of ``_compute_loss``), so the gradient at r = 1 is GRPO's.
-OFF_POLICY_KEYS = (
-    *CLIP_KEYS,
-    *(f"trainer.{k}" for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
-    "trainer.sapo_temperature_pos",
-    "trainer.sapo_temperature_neg",
-)
+#: Settings that only act on ratios != 1: the clip range, and the loss-specific fields whose effect
+#: vanishes at r = 1 (:data:`harness.trl_boundary.TRL_OFF_POLICY_ONLY_FIELDS`: VESPO's (k, lambda),
+#: SAPO's temperatures).
+OFF_POLICY_KEYS = (*CLIP_KEYS, *(f"trainer.{k}" for k in TRL_OFF_POLICY_ONLY_FIELDS))
 REF_SYNC_KEYS = ("ref_model_sync_steps", "ref_model_mixup_alpha")
 
 

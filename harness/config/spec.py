@@ -1,11 +1,11 @@
-"""A grid file loaded into a :class:`harness.config.runs.GridSpec`, every problem found in one pass.
+"""A grid file loaded into a :class:`harness.settings.runs.GridSpec`, every problem found in one pass.
 
 :func:`load_grid` reads the file and its includes (:mod:`harness.config.yaml_files`), loads the loss
 plugins it names (:mod:`harness.losses.loading`), applies a profile and ``-o`` overrides
 (:mod:`harness.config.overrides`), checks every key and value (:mod:`harness.config.keys`), the
 ``report:`` section (:mod:`harness.config.report_check`) and the ``findings:`` section
 (:mod:`harness.config.findings`), and builds the axes and sub-grids. On problems, the
-:class:`harness.config.schema.SpecError` lists them all and carries the grid of what passed.
+:class:`harness.settings.schema.SpecError` lists them all and carries the grid of what passed.
 
 A grid file has these top-level keys (all optional but ``name`` defaults to the file's stem)::
 
@@ -14,15 +14,15 @@ A grid file has these top-level keys (all optional but ``name`` defaults to the 
     description: "..."        # one paragraph, shown by `plan`
     notes: "..."              # e.g. the settings to use at paper scale
     seed: 0                   # drives the trainer, the task's data and sampling
-    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.config.schema.TaskSpec
+    task: {name, kwargs, template, train_size, eval_size, rewards}      # harness.settings.schema.TaskSpec
     model: tiny               # "tiny", "tiny-chat", a local path, or a Hugging Face model id
-    tiny: {...}               # harness.config.schema.TinyModelSpec fields (model: tiny)
-    tiny_chat: {...}          # harness.config.schema.TinyChatModelSpec fields (model: tiny-chat)
-    tiny_steps: {...}         # harness.config.schema.TinyStepsModelSpec fields (model: tiny-steps)
+    tiny: {...}               # harness.settings.schema.TinyModelSpec fields (model: tiny)
+    tiny_chat: {...}          # harness.settings.schema.TinyChatModelSpec fields (model: tiny-chat)
+    tiny_steps: {...}         # harness.settings.schema.TinyStepsModelSpec fields (model: tiny-steps)
     trainer: {...}            # any TRL GRPOConfig field
     peft: {...}               # LoRA: any peft LoraConfig field (harness.config.lora); absent = every weight trains
-    harness: {...}            # harness.config.schema.HarnessSettings fields
-    executor: {...}           # harness.config.schema.ExecutorSettings fields
+    harness: {...}            # harness.settings.schema.HarnessSettings fields
+    executor: {...}           # harness.settings.schema.ExecutorSettings fields
     grid: {key: [values]}     # product axes
     zip: [{key: [values], key2: [values]}]         # axes that move together
     subgrids: {name: {set: {...}, grid: {...}, zip: [...]}}   # union of named sub-grids
@@ -67,9 +67,9 @@ from harness.config.keys import (
 from harness.config.overrides import apply_setting, given_settings, inner_keys, some_subgrids
 from harness.config.report_check import check_report
 from harness.config.report_section import REPORT_KEYS
-from harness.config.runs import Axis, GridSpec, SubGrid
-from harness.config.schema import ExecutorSettings, SpecError
 from harness.config.yaml_files import non_string_keys, read_grid_yaml
+from harness.settings.runs import Axis, GridSpec, SubGrid
+from harness.settings.schema import ExecutorSettings, SpecError
 
 
 def load_grid(path: str | Path, overrides: Sequence[str] = (), profile: str | None = None) -> GridSpec:

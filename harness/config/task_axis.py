@@ -10,7 +10,7 @@
         - {name: products, kwargs: {min_terms: 2, max_terms: 2, max_digits: 1}}
         - {name: basic_arithmetic, kwargs: {operators: ["+", "-"]}, eval_size: 100}
 
-An entry is a task section (the fields of :class:`harness.config.schema.TaskSpec`: ``name``,
+An entry is a task section (the fields of :class:`harness.settings.schema.TaskSpec`: ``name``,
 ``kwargs``, ``template``, ``train_size``, ``eval_size``, ``rewards``) or a dataset's name, which
 stands for ``{name: NAME}``. The file's ``task:`` section is the base of every entry: a field the
 entry leaves out takes the file's value, except ``kwargs``, which belong to the dataset the entry
@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.config.keys import check_setting, coerce_number, section_fields, suggest
-from harness.config.schema import canonical_json
+from harness.settings.schema import canonical_json
 
 #: The axis key.
 TASK_AXIS = "task"

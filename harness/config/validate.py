@@ -54,14 +54,14 @@ from harness.config.rules_trainer import (
     rule_trainer_features,
     rule_trl_warnings,
 )
-from harness.config.runs import RunSpec
-from harness.config.schema import (
+from harness.losses import grpo_config_kwargs
+from harness.settings.runs import RunSpec
+from harness.settings.schema import (
     EMBEDDED_MODEL_SECTIONS,
     ExecutorSettings,
     SpecError,
     canonical_json,
 )
-from harness.losses import grpo_config_kwargs
 from harness.trl_boundary import VALIDATION_DIR, checked_grpo_config, grpo_config_defaults, resolve_device
 
 #: Where a grid-file problem comes from, by how its message begins (:func:`problem_origin`).
@@ -79,7 +79,7 @@ ORIGINS = (
 
 
 def problem_origin(problem: str) -> str:
-    """Where a :class:`harness.config.schema.SpecError` problem comes from: ``-o overrides``, ``the
+    """Where a :class:`harness.settings.schema.SpecError` problem comes from: ``-o overrides``, ``the
     profile``, ``the executor section``, ``the report section``, ``the findings section``, ``the
     loss plugins``, or ``the file's keys and values``."""
     return next(
@@ -98,7 +98,7 @@ def format_one_pass(
     the errors of the cells of what passed (settings with problems left out at their defaults, one
     line per distinct message with the runs it covers; a message naming a ``left_out`` key is the
     default's, not the grid's, and is not shown); then the findings' arms. One origin and nothing
-    else keeps the plain listing of :class:`harness.config.schema.SpecError`."""
+    else keeps the plain listing of :class:`harness.settings.schema.SpecError`."""
     import re
 
     names = [re.escape(k) for k in left_out]

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from harness.config.schema import SpecError, deep_merge
+from harness.settings.schema import SpecError, deep_merge
 
 
 def yaml_floats(text: str) -> list[str]:
@@ -316,7 +316,7 @@ def finding_origins(path: Path) -> dict[str, list[Path]]:
 
 
 def _merge_files(base: Mapping, top: Mapping) -> dict:
-    """One grid file's keys over another's: :func:`harness.config.schema.deep_merge`, except that
+    """One grid file's keys over another's: :func:`harness.settings.schema.deep_merge`, except that
     ``report.smoothing`` is one choice (``{window: n}`` or ``{ema: a}``) and replaces the other
     file's whole, and so does each finding."""
     report, under = top.get("report"), base.get("report")

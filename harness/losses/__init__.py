@@ -35,26 +35,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import rewards
-from harness.trl_boundary import KNOWN_LOSS_TYPES, TRL_LOSS_READS, TRL_RATIO_CAPS, loss_types
+from harness.trl_boundary import (
+    KNOWN_LOSS_TYPES,
+    TRL_LOSS_READS,
+    TRL_RATIO_CAPS,
+    loss_fields,
+    loss_types,
+    specific_loss_fields,
+)
 
 #: TRL's reductions a plugin may name (``GRPOTrainer._compute_loss``'s aggregation branches):
 #: grpo (per-sequence token mean, then the mean over sequences), bnpo (token mean over the local
 #: batch), dr_grpo (token sum / (B * max_completion_length)), dapo (token sum / tokens in the
 #: generation batch), luspo (per-sequence token sum, then the mean over sequences).
 REDUCTIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-#: The ``GRPOConfig`` fields that shape TRL's loss formulas and reach a plugin: ``epsilon`` and
+#: The ``GRPOConfig`` fields that shape TRL's loss formulas and reach a plugin, derived from the
+#: fields TRL's losses read (:func:`harness.trl_boundary.loss_fields`): ``epsilon`` and
 #: ``epsilon_high`` (``LossInputs.epsilon_low`` / ``epsilon_high``), ``delta`` (``config.delta``),
 #: ``importance_sampling_level`` (``LossInputs.log_importance_weights``), and SAPO's and VESPO's own
 #: fields (``config.sapo_temperature_pos`` ..., ``config.vespo_k_pos`` ...). A plugin declares
 #: which of them it reads (``register_loss(reads=...)``); the others then cannot change its runs.
-LOSS_FIELDS = (
-    "epsilon", "epsilon_high", "delta", "importance_sampling_level",
-    "sapo_temperature_pos", "sapo_temperature_neg",
-    "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-)  # fmt: skip
-#: The loss fields only some losses read (SAPO's temperatures, VESPO's k and lambda): set for a run
+LOSS_FIELDS = loss_fields()
+#: The loss fields only one TRL loss reads (SAPO's temperatures, VESPO's k and lambda): set for a run
 #: whose loss does not read them, they are refused (:func:`harness.config.rules_trainer.rule_loss_fields`).
-SPECIFIC_LOSS_FIELDS = LOSS_FIELDS[4:]
+SPECIFIC_LOSS_FIELDS = specific_loss_fields()
 ENTRY_POINT_GROUP = "grpo_harness.losses"
 #: The top-level grid key listing plugin modules; copied into each run's settings (not its id).
 PLUGINS_KEY = "plugins"
@@ -107,7 +111,7 @@ class Hyperparameter:
 
     @property
     def desc(self) -> str:
-        """The type in :func:`harness.config.schema.describe_hint`'s grammar (what the grid's checks use)."""
+        """The type in :func:`harness.settings.schema.describe_hint`'s grammar (what the grid's checks use)."""
         return _TYPES[self.type]
 
     def range_text(self) -> str:
@@ -514,7 +518,7 @@ def for_run(settings: Mapping[str, Any]) -> tuple[LossPlugin | None, dict[str, A
 
 
 def grpo_config_kwargs(run: Any, device: str, output_dir: str) -> dict[str, Any]:
-    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` (a :class:`harness.config.runs.RunSpec`)
+    """Keyword arguments for TRL's ``GRPOConfig`` for ``run`` (a :class:`harness.settings.runs.RunSpec`)
     on ``device`` ("cpu" or "cuda").
 
     Harness defaults, each overridable in the grid's ``trainer`` block: ``logging_steps=1`` (one row per

@@ -409,7 +409,7 @@ def plugin_loss(
     """``GRPOTrainer._compute_loss`` for a plugin loss (the module docstring's steps 1-5).
 
     Args:
-        trainer: the ``GRPOTrainer`` (or the bench's stand-in, :class:`harness.bench.probe.LossProbe`).
+        trainer: the ``GRPOTrainer`` (or the stand-in, :class:`harness.losses.stand_in.LossProbe`).
         model: the policy (passed to ``_get_per_token_logps_and_entropies``).
         inputs: the micro-batch TRL's ``_prepare_inputs`` returned.
         plugin: the loss.

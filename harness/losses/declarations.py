@@ -13,7 +13,7 @@ A plugin may declare (:func:`harness.losses.register_loss`):
   varies are compared with each other.
 * ``on_policy_equivalent``: on an on-policy batch, the plugin path
   (:func:`harness.losses.compute.plugin_loss`) and TRL's own ``GRPOTrainer._compute_loss`` for that
-  loss type, both on the bench's stand-in trainer (:class:`harness.bench.probe.LossProbe`), give
+  loss type, both on the stand-in trainer (:class:`harness.losses.stand_in.LossProbe`), give
   the same gradient into ``per_token_logps``. Checked for on-policy runs only (the only ones it is
   said of), at TRL's defaults with the plugin's defaults (a failure there is an error: the
   declaration is false) and at the run's settings (a failure there only withholds validation's
@@ -66,7 +66,7 @@ IRRELEVANT = frozenset((
     "save_steps", "save_total_limit", "logging_steps", "eval_steps", "learning_rate", "warmup_steps",
     "warmup_ratio", "lr_scheduler_type", "weight_decay", "report_to",
 ))  # fmt: skip
-#: Fields the stand-in trainer sets itself (:class:`harness.bench.probe.LossProbe`).
+#: Fields the stand-in trainer sets itself (:class:`harness.losses.stand_in.LossProbe`).
 STAND_IN_SETS = frozenset({"loss_type", "use_vllm", "max_completion_length"})
 
 
@@ -196,8 +196,8 @@ def _equivalent_gap(
     ``plugin.on_policy_equivalent``, on-policy, both on the stand-in trainer with ``settings``."""
     from trl import GRPOTrainer
 
-    from harness.bench.probe import LossProbe, make_loss_batch, trl_config_defaults
     from harness.losses.compute import plugin_loss
+    from harness.losses.stand_in import LossProbe, make_loss_batch, trl_config_defaults
 
     known = trl_config_defaults()
     config = {k: v for k, v in settings.items() if k in known and k not in STAND_IN_SETS}

@@ -11,7 +11,9 @@ import difflib
 import re
 from pathlib import Path
 
-from harness.config.schema import (
+from harness.models.build_progress import BuildWatch
+from harness.models.tiny import tiny_model_path
+from harness.settings.schema import (
     TINY,
     TINY_CHAT,
     TINY_STEPS,
@@ -20,8 +22,6 @@ from harness.config.schema import (
     TinyModelSpec,
     TinyStepsModelSpec,
 )
-from harness.models.build_progress import BuildWatch
-from harness.models.tiny import tiny_model_path
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
+from harness.settings.schema import EVAL_SEED, SFT_SEED_BASE, TEMPLATES, TaskSpec
 
 # System prompt of the chat template; the answer tag is what extract_answer reads back.
 CHAT_SYSTEM_PROMPT = (
@@ -248,12 +248,12 @@ def _dataset_problems(spec: TaskSpec) -> list[str]:
 
 def check_task(spec: TaskSpec) -> list[str]:
     """reasoning-gym's problems with ``spec``'s dataset and kwargs, as messages; empty when usable
-    (the spec's own fields were checked when it was made: :class:`harness.config.schema.TaskSpec`).
+    (the spec's own fields were checked when it was made: :class:`harness.settings.schema.TaskSpec`).
 
     Builds the dataset with ``size=1`` and generates one item, so it is cheap; reasoning-gym generates
     procedurally and nothing here downloads. Memoised on disk per reasoning-gym version.
     """
-    from harness.config import verdicts
+    from harness import verdicts
 
     key = {**verdicts.versions("reasoning-gym"), "name": spec.name, "kwargs": dict(spec.kwargs)}
     return list(

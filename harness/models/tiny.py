@@ -33,13 +33,6 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from harness.config.schema import (
-    EVAL_SEED,
-    SFT_SEED_BASE,
-    TINY,
-    TaskSpec,
-    TinyModelSpec,
-)
 from harness.models import prebuilt
 from harness.models.build_progress import (
     BUILD_LOG_EVERY_S,
@@ -58,6 +51,13 @@ from harness.models.build_progress import (
     say,
 )
 from harness.models.tasks import bare_prompt, check_task, generate_entries
+from harness.settings.schema import (
+    EVAL_SEED,
+    SFT_SEED_BASE,
+    TINY,
+    TaskSpec,
+    TinyModelSpec,
+)
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"

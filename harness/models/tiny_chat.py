@@ -38,7 +38,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import SFT_SEED_BASE, TINY_CHAT, TaskSpec, TinyChatModelSpec
 from harness.models.build_progress import BuildWatch, Report
 from harness.models.tasks import CHAT_SYSTEM_PROMPT, bare_prompt, chat_prompt, check_task, generate_entries
 from harness.models.tiny import (
@@ -53,6 +52,7 @@ from harness.models.tiny import (
     split_entries,
     warm_start_and_save,
 )
+from harness.settings.schema import SFT_SEED_BASE, TINY_CHAT, TaskSpec, TinyChatModelSpec
 
 PAD_TOKEN = "<|pad|>"
 BOS_TOKEN = "<|bos|>"

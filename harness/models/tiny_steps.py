@@ -14,7 +14,7 @@ one-digit terms a chain is 20 to 40 characters (tokens: the tokenizer is :mod:`h
 character-level one).
 
 The warm start is TRL's ``SFTTrainer`` on chains with four kinds of error, each drawn independently
-per chain (fractions in :class:`harness.config.schema.TinyStepsModelSpec`):
+per chain (fractions in :class:`harness.settings.schema.TinyStepsModelSpec`):
 
 * a wrong step (``label_noise``): one partial sum off by ±1 or ±2, and the chain goes on from it;
 * a skipped term (``skip_noise``): one step shorter, wrong;
@@ -37,7 +37,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import SFT_SEED_BASE, TINY_STEPS, TaskSpec, TinyStepsModelSpec
 from harness.models import tiny as models
 from harness.models.build_progress import BuildWatch, Report
 from harness.models.tasks import check_task, generate_entries, steps_prompt
@@ -52,6 +51,7 @@ from harness.models.tiny import (
     split_entries,
     warm_start_and_save,
 )
+from harness.settings.schema import SFT_SEED_BASE, TINY_STEPS, TaskSpec, TinyStepsModelSpec
 
 #: What separates two steps, and what comes before the answer.
 STEP_SEPARATOR = ";"
@@ -133,7 +133,7 @@ def noisy_chain(expression: str, spec: TinyStepsModelSpec, rng: random.Random) -
 
 def steps_sft_pairs(spec: TinyStepsModelSpec, task: TaskSpec) -> list[tuple[str, str]]:
     """The SFT (prompt, chain) pairs: ``spec.sft_examples`` items (generator seeds from
-    :data:`harness.config.schema.SFT_SEED_BASE`, disjoint from every run's splits), noisy chains, no eos.
+    :data:`harness.settings.schema.SFT_SEED_BASE`, disjoint from every run's splits), noisy chains, no eos.
 
     Raises:
         ValueError: the task spec is invalid, or an item has no ``+``/``-`` expression.

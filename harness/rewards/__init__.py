@@ -41,7 +41,7 @@ TRL_ARGUMENTS = (
     "prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra", "environments",
     "entry",
 )  # fmt: skip
-#: What a ``task.rewards`` entry holds beside the reward's settings (``harness.config.schema``'s
+#: What a ``task.rewards`` entry holds beside the reward's settings (``harness.settings.schema``'s
 #: ``REWARD_ENTRY_KEYS``): a setting of that name could never be given.
 ENTRY_KEYS = ("name", "weight")
 #: The built-ins' names (:mod:`harness.rewards.builtin`), which no plugin may take.

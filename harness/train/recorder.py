@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import layout
-from harness.config.schema import HarnessSettings
 from harness.layout import atomic_write_json
+from harness.settings.schema import HarnessSettings
 from harness.train import checkpoints
 from harness.train.metrics import MetricsWriter, StepClock
 

@@ -62,7 +62,7 @@ class TrackerRun:
 
 
 def tracker_run(spec: Any) -> TrackerRun:
-    """:class:`TrackerRun` of a :class:`harness.config.runs.RunSpec`."""
+    """:class:`TrackerRun` of a :class:`harness.settings.runs.RunSpec`."""
     values = [f"{k.split('.')[-1]}={v}" for k, v in spec.varying.items() if k != "seed"]
     label = ", ".join(values)
     if spec.subgrid:

@@ -62,7 +62,7 @@ class HarnessGRPOTrainer(GRPOTrainer):
     #: :func:`harness.train.training.build_trainer` for a plugin run; None runs TRL's own loss.
     loss_plugin = None
     loss_hparams: dict = {}
-    #: :class:`harness.config.schema.DynamicSamplingSettings` of a run that enables it, else None;
+    #: :class:`harness.settings.schema.DynamicSamplingSettings` of a run that enables it, else None;
     #: set by :func:`harness.train.training.build_trainer`.
     dynamic_sampling = None
     #: Where rank 0 writes every group dynamic sampling generated (``dynamic_sampling.jsonl``), or None.

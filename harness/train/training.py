@@ -22,9 +22,9 @@ from typing import Any
 
 from harness import layout, losses, rewards
 from harness.config import lora
-from harness.config.runs import RunSpec
-from harness.config.schema import ExecutorSettings, HarnessSettings
 from harness.layout import atomic_write_json, read_metrics
+from harness.settings.runs import RunSpec
+from harness.settings.schema import ExecutorSettings, HarnessSettings
 from harness.train import checkpoints, trackers
 from harness.train.metrics import MetricsWriter, provenance
 from harness.train.phases import RunPhases, RunStopped

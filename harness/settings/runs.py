@@ -2,7 +2,7 @@
 (:class:`GridSpec`), and one run (:class:`RunSpec`: its settings as the grid states them, sparse
 JSON data whose canonical JSON the run id hashes, and the typed sections built from them).
 
-Imports nothing of the project but :mod:`harness.config.schema` (the sections), and no torch, TRL
+Imports nothing of the project but :mod:`harness.settings.schema` (the sections), and no torch, TRL
 or transformers.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.config.schema import (
+from harness.settings.schema import (
     EMBEDDED_MODEL_SECTIONS,
     EMBEDDED_SPECS,
     TINY,
@@ -92,7 +92,7 @@ class GridSpec:
     report: Mapping[str, Any] = field(default_factory=dict)  # the checked report: section (REPORT_KEYS)
     findings: Mapping[str, Any] = field(
         default_factory=dict
-    )  # the checked findings: (harness.config.findings)
+    )  # the checked findings: (analysis.settings.findings)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@
 
 Each value's runs (a *level*) are those whose settings equal every one of ``arms`` and have
 ``key`` = the value; the verdict rests on the least-squares slope of the runs' window means on
-the value (:mod:`analysis.finding_dose`). Checked when the grid is loaded (:func:`check_dose`) and,
-against the expanded runs, by :func:`harness.config.findings.plan_problems` (each value must
-select runs). ``grid.json`` records ``dose`` as checked, ``arms`` as ``select`` and each level's
-run ids under ``arms``, keyed by :func:`level_label`.
+the value (:mod:`analysis.finding_dose`). Checked when the grid is loaded (:func:`check_dose`, with
+the grid's key language that planning passes in) and, against the expanded runs, by
+:func:`harness.config.findings.plan_problems` (each value must select runs). ``grid.json``
+records ``dose`` as checked, ``arms`` as ``select`` and each level's run ids under ``arms``, keyed
+by :func:`level_label`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.keys import check_setting, coerce_number, normalize_key, run_setting_key, suggest
+from analysis.settings.keys import SettingKeys
 
 #: The keys of a finding's ``dose`` mapping.
 DOSE_KEYS = ("key", "values", "scale")
@@ -55,14 +56,16 @@ def level_selectors(finding: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {level_label(v): {**finding["select"], dose["key"]: v} for v in dose["values"]}
 
 
-def check_dose(finding: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
-    """A finding's ``dose`` and ``arms`` checked and normalised: ``{"dose": {key (dotted), values
-    (coerced to the field's type, as grid values are), scale}, "select": {shared selector}}``, the
-    keys that passed; each problem goes to ``problems`` naming the finding, the key, the value and
-    the fix. ``baseline`` and ``variant``, and a measure other than window, are problems with a dose
-    (the levels are the arms)."""
-    from harness.config.findings import check_selector
-
+def check_dose(
+    finding: Mapping[str, Any], where: str, problems: list[str], keys: SettingKeys
+) -> dict[str, Any]:
+    """A finding's ``dose`` checked and normalised: ``{"dose": {key (dotted), values (coerced to the
+    field's type, as grid values are), scale}}`` when it passed; each problem goes to ``problems``
+    naming the finding, the key, the value and the fix. ``baseline`` and ``variant``, and a measure
+    other than window, are problems with a dose (the levels are the arms; the shared ``arms``
+    selector is checked with the other selectors, :func:`analysis.settings.findings.check_findings`).
+    ``keys``: the grid's key language (:class:`analysis.settings.keys.SettingKeys`), which checks the
+    key and the values."""
     out: dict[str, Any] = {}
     for arm in ("baseline", "variant"):
         if finding.get(arm) is not None:
@@ -77,23 +80,13 @@ def check_dose(finding: Mapping[str, Any], where: str, problems: list[str]) -> d
             f"{where}.measure = {measure!r}: a dose-response finding regresses each run's window mean on the "
             "value; drop measure (or write measure: window)."
         )
-    dose = _dose(finding.get("dose"), f"{where}.dose", problems)
+    dose = _dose(finding.get("dose"), f"{where}.dose", problems, keys)
     if dose is not None:
         out["dose"] = dose
-    arms = finding.get("arms")
-    if arms is not None:
-        selector = check_selector(arms, f"{where}.arms", problems)
-        if selector is not None and dose is not None and dose["key"] in selector:
-            problems.append(
-                f"{where}.arms: {dose['key'].removeprefix('trainer.')} is dose.key, whose values select the levels; "
-                "drop it from arms (arms holds the settings every level shares)."
-            )
-        elif selector is not None:
-            out["select"] = selector
     return out
 
 
-def _dose(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
+def _dose(value: Any, where: str, problems: list[str], keys: SettingKeys) -> dict[str, Any] | None:
     """``dose`` checked: ``{key, values, scale}``, or None with the problems."""
     if value is None:
         return None
@@ -107,11 +100,11 @@ def _dose(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
     for k in value:
         if k not in DOSE_KEYS:
             found.append(
-                f"{where}: unknown key '{k}'.{suggest(str(k), DOSE_KEYS)} dose has key, values and "
+                f"{where}: unknown key '{k}'.{keys.suggest(str(k), DOSE_KEYS)} dose has key, values and "
                 "optionally scale."
             )
-    key = _key(value.get("key"), where, found)
-    values = _values(value.get("values"), key, where, found)
+    key = _key(value.get("key"), where, found, keys)
+    values = _values(value.get("values"), key, where, found, keys)
     scale = value.get("scale", "linear")
     if scale not in SCALES:
         found.append(
@@ -129,7 +122,7 @@ def _dose(value: Any, where: str, problems: list[str]) -> dict[str, Any] | None:
     return {"key": key, "values": values, "scale": scale}
 
 
-def _key(value: Any, where: str, problems: list[str]) -> str | None:
+def _key(value: Any, where: str, problems: list[str], keys: SettingKeys) -> str | None:
     """``dose.key`` as a dotted setting key, or None with the problem."""
     if value is None:
         problems.append(
@@ -142,21 +135,23 @@ def _key(value: Any, where: str, problems: list[str]) -> str | None:
             "epsilon_high or key: task.kwargs.max_terms."
         )
         return None
-    key = normalize_key(value.strip())
+    key = keys.normalize_key(value.strip())
     if key in ("seed", "trainer.seed", "subgrid"):
         problems.append(
             f"{where}.key = {value!r}: the levels are values of a run setting ({'the seeds are pooled within each level' if 'seed' in key else 'a sub-grid name is no number'}); "
             "name a numeric setting, e.g. key: epsilon_high."
         )
         return None
-    problem = run_setting_key(key, f"{where}.key")
+    problem = keys.run_setting_key(key, f"{where}.key")
     if problem:
         problems.append(problem)
         return None
     return key
 
 
-def _values(value: Any, key: str | None, where: str, problems: list[str]) -> list[Any] | None:
+def _values(
+    value: Any, key: str | None, where: str, problems: list[str], keys: SettingKeys
+) -> list[Any] | None:
     """``dose.values``: at least two distinct finite numbers, each a valid value of ``key``
     (coerced to its field's type); None with the problems."""
     if value is None:
@@ -176,12 +171,12 @@ def _values(value: Any, key: str | None, where: str, problems: list[str]) -> lis
         here = f"{where}.values[{i}]"
         problem = _number_problem(v, here)
         if problem is None and key is not None:
-            problem = check_setting(key, v, here)
+            problem = keys.check_setting(key, v, here)
         if problem:
             problems.append(problem)
             ok = False
             continue
-        v = coerce_number(key, v) if key is not None else v
+        v = keys.coerce_number(key, v) if key is not None else v
         if any(float(v) == float(w) for w in out):
             problems.append(f"{here} = {_shown(v)} is given twice; give each value once.")
             ok = False

@@ -15,7 +15,7 @@ semantics stay in :mod:`harness.config.validate`.
 
 Beside the sections: the language of field types (:func:`describe_hint`, :func:`type_ok`), the
 dotted-key helpers, :func:`canonical_json` and :func:`run_id_of`. A grid and its runs, built from
-these sections, are :mod:`harness.config.runs`.
+these sections, are :mod:`harness.settings.runs`.
 """
 
 from __future__ import annotations
