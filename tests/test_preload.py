@@ -18,11 +18,12 @@ from harness.cluster import preload
 MODULE = textwrap.dedent(
     """
     import os, signal, sys, time
-    print("child", os.getpid(), os.getcwd(), os.environ.get("PRELOAD_TEST"), sys.argv[1:], flush=True)
-    print("on stderr", file=sys.stderr, flush=True)
     if sys.argv[1] == "wait":
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
         signal.signal(signal.SIGUSR2, lambda *a: print("USR2", flush=True))
+    print("child", os.getpid(), os.getcwd(), os.environ.get("PRELOAD_TEST"), sys.argv[1:], flush=True)
+    print("on stderr", file=sys.stderr, flush=True)
+    if sys.argv[1] == "wait":
         time.sleep(60)
     if sys.argv[1] == "raise":
         raise ValueError("boom")
