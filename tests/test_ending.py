@@ -141,3 +141,23 @@ def test_an_end_record_never_raises_on_a_folder_it_cannot_write(tmp_path, e):
     missing = tmp_path / "gone"
     assert ending.record_failure(missing, e).outcome in (ending.NO_SPACE, ending.FAILED)
     assert not missing.exists()
+
+
+def test_a_driver_tells_an_ending_its_attempt_could_not_write(tmp_path, monkeypatch):
+    """The debug executor hands the exception itself, a local job submitit's text of it: both are
+    told apart by ``job_error``, and neither is said twice in the attempts log."""
+    from harness.cluster.executors import outcome_of
+
+    monkeypatch.setattr(layout, "disk_full", lambda path: False)
+    (tmp_path / layout.CONFIG_FILE).write_text("{}")
+    ending.record_start(tmp_path, {"started_at": "t0"})
+    full = outcome_of("r", tmp_path, raised=OSError(errno.ENOSPC, "No space left on device"))
+    assert full.state == layout.STOPPED
+    assert full.error.startswith(
+        "no space left on device (OSError: [Errno 28] No space left on device); free"
+    )
+    assert outcome_of("r", tmp_path, raised="Traceback:\nValueError: bad\n").state == layout.FAILED
+    assert outcome_of("r", tmp_path, raised=ValueError("bad")).error == "ValueError: bad"
+    assert not ending.attempt_ended(tmp_path)
+    killed = outcome_of("r", tmp_path, raised="Job 1 (task: 0) has not produced any output")
+    assert killed.state == layout.STOPPED and layout.read_attempts(tmp_path)[-1]["outcome"] == ending.KILLED
