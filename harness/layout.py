@@ -24,6 +24,9 @@ Layout of one grid's results folder::
         report/                    figures and tables written by ``grpo-harness report``
         .cache/                    the report's loaded frames (analysis.load), rebuilt when a run's
                                    files change; safe to delete
+
+How a run ended (its DONE, DIVERGED and FAILED markers, the records of ``attempts.jsonl``) is
+written by ``harness.train.ending`` alone; :func:`files_state` reads a run's state from them.
 """
 
 from __future__ import annotations

@@ -19,17 +19,11 @@ from typing import Any
 import submitit
 
 from harness import layout
-from harness.cluster.status import (
-    NO_SPACE,
-    end_line,
-    last_attempt,
-    last_error_line,
-    record_end,
-    resume_promise,
-)
+from harness.cluster.status import end_line, resume_promise
 from harness.layout import last_step_and_reward
 from harness.settings.runs import RunSpec
 from harness.settings.schema import ExecutorSettings
+from harness.train import ending
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -56,7 +50,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     ``MASTER_ADDR`` is the job's first node's name, which must resolve on every node) and only rank 0
     writes files. Every rank builds or waits for the model first (the model cache's file lock).
 
-    A run that raises leaves a FAILED marker (error line, log path) before re-raising.
+    A run that raises leaves a FAILED marker (error line, log path) before re-raising, unless it
+    diverged or stopped on a full disk (:func:`harness.train.ending.mark_failed`).
     """
 
     def __init__(self, spec: RunSpec, run_dir: str, threads: int = 1, driver_stop=None):
@@ -120,7 +115,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
             return {"run_id": self.spec.run_id, "steps": 0, "preempted": True}
         except Exception as e:
             if job_env is None or job_env.global_rank == 0:
-                _mark_failed(rdir, e, log)
+                ending.mark_failed(rdir, e, log)
             raise
 
 
@@ -169,25 +164,6 @@ def _stop_on_signals(on_slurm: bool, term: bool = True):
     return requested, restore
 
 
-def _mark_failed(run_dir: Path, e: Exception, log: str) -> None:
-    """The FAILED marker of a run that raised (error line, log, traceback tail), except when it
-    diverged (its own marker) or stopped on a full disk (it resumes once space is freed)."""
-    import traceback
-
-    from harness.layout import atomic_write_json
-    from harness.train.training import RunDiverged, no_space
-
-    if isinstance(e, RunDiverged) or no_space(e, run_dir):
-        return
-    marker = {
-        "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
-        "log": log,
-        "traceback": traceback.format_exc()[-4000:],
-    }
-    with contextlib.suppress(OSError):  # a full disk: the error itself must still surface
-        atomic_write_json(run_dir / layout.FAILED_FILE, marker)
-
-
 def _job_environment():
     """submitit's JobEnvironment when running inside a submitit job, else None."""
     try:
@@ -208,26 +184,36 @@ class Outcome:
     error: str = ""
 
 
-def outcome_of(run_id: str, run_dir: Path, result: Any = None, log: str = "", raised: str = "") -> Outcome:
-    """The outcome of a run whose job has ended, read from the run's own files. The job's result
-    says whether another process held the run; ``raised`` (the job's error as the driver got it)
-    names a failure that could not leave a marker (a full disk)."""
+def outcome_of(
+    run_id: str, run_dir: Path, result: Any = None, log: str = "", raised: BaseException | str = ""
+) -> Outcome:
+    """The outcome of a run whose job has ended, read from the run's own files
+    (:func:`harness.layout.files_state`).
+
+    The job's ``result`` says whether another process held the run; ``raised``, the job's error
+    as the driver got it (the exception in the driver's process, submitit's text of it from a
+    local job), names an ending the attempt could not write (an early error, a full disk):
+    :func:`harness.train.ending.job_error` tells which. A stopped run whose attempt wrote no end
+    record and that raised nothing more was killed: its end record is written here
+    (:func:`harness.train.ending.record_missing_end`).
+    """
     if isinstance(result, dict) and result.get("busy"):
         return Outcome(run_id, layout.RUNNING, log, f"{result.get('detail', 'busy')} (skipped)")
     state = layout.files_state(run_dir)
     if state == layout.RUNNING:  # its lock was taken between our check and the job's start
         return Outcome(run_id, state, log, f"{layout.trained_elsewhere(run_dir)} (skipped)")
-    if state == layout.STOPPED and raised and not last_attempt(run_dir).get("outcome"):
-        line = last_error_line(raised)  # the attempt could not say it itself (a full disk, an early error)
-        if any(s in line for s in NO_SPACE) or layout.disk_full(run_dir):
-            then = resume_promise(run_dir, "running the grid again")
-            return Outcome(run_id, state, log, f"no space left on device ({line}); free space, then {then}")
-        if line and "has not produced any output" not in raised:  # submitit's words for a killed task
-            return Outcome(run_id, layout.FAILED, log, line)
+    end = None
+    if state == layout.STOPPED and raised and not ending.attempt_ended(run_dir):
+        end = ending.job_error(raised, run_dir)
+    if end is not None and end.outcome == ending.NO_SPACE:
+        then = resume_promise(run_dir, "running the grid again")
+        return Outcome(run_id, state, log, f"no space left on device ({end.detail}); free space, then {then}")
+    if end is not None:
+        return Outcome(run_id, layout.FAILED, log, end.detail)
     step = last_step_and_reward(run_dir)[0] if state == layout.STOPPED else None
     line = end_line(run_dir, state, step)
     if state == layout.STOPPED:
-        record_end(run_dir, line)  # the attempts log says it too (the attempt could not)
+        ending.record_missing_end(run_dir, line)  # the attempts log says it too (the attempt could not)
     return Outcome(run_id, state, log, line)
 
 
@@ -376,7 +362,7 @@ def _run_in_process(runs: Sequence[RunSpec], grid_dir: Path, threads: int, finis
         try:
             result = TrainingJob(spec, str(rdir), threads, driver_stop=lambda: stop.requested)()
         except Exception as e:  # one failed run must not stop the grid; its files say why
-            raised = f"{type(e).__name__}: {e}"
+            raised = e
         finish(outcome_of(spec.run_id, rdir, result, raised=raised))
 
 
@@ -426,7 +412,7 @@ def _collect(active, grid_dir: Path, finish, killed: set[str], stop) -> list:
     """``finish`` the outcome of each job of ``active`` that has ended; returns those still running.
     A run in ``killed`` (a second signal) gets its end record from here: its process could not
     write one."""
-    from harness.cluster.stopping import FORCED, signal_name
+    from harness.cluster.stopping import signal_name
 
     still = []
     for spec, job in active:
@@ -435,11 +421,11 @@ def _collect(active, grid_dir: Path, finish, killed: set[str], stop) -> list:
             continue
         rdir = layout.run_dir(grid_dir, spec.run_id)
         if spec.run_id in killed:
-            record_end(rdir, f"by a second {signal_name(stop.signum)}", outcome=FORCED)
+            ending.record_missing_end(rdir, f"by a second {signal_name(stop.signum)}", ending.FORCED)
         result, raised = None, ""
         try:
             result = job.results()[0]  # every task's; raises the first task error
-        except Exception as e:  # submitit re-raises the job's error; the run's files say what it was
+        except Exception as e:  # submitit re-raises the job's error as text; the run's files say what it was
             raised = str(e)
         finish(outcome_of(spec.run_id, rdir, result, str(job.paths.stderr), raised))
     return still

@@ -24,13 +24,13 @@ from harness.cluster.status import (
     grid_run_dirs,
     queue_states,
     read_job,
-    record_end,
     run_status,
     scheduler_command,
 )
 from harness.layout import atomic_write_json
 from harness.settings.runs import RunSpec
 from harness.settings.schema import ExecutorSettings, canonical_json
+from harness.train import ending
 
 SUBMIT_LOCK = ".submit.lock"
 SNAPSHOTS_DIR = ".snapshots"
@@ -151,7 +151,7 @@ def pending_runs(
     timed out or on a failed node (they resume from their checkpoint). Failed and diverged runs
     (a marker, or a job that ran out of memory or failed) only with ``retry_failed``; done, queued
     and running runs never. With ``record``, a run whose job the scheduler ended without the
-    attempt saying so gets that ending in its attempts log (:func:`harness.cluster.status.record_end`).
+    attempt saying so gets that ending in its attempts log (:func:`harness.train.ending.record_missing_end`).
     """
     dirs = {r.run_id: layout.run_dir(grid_dir, r.run_id) for r in runs}
     jobs = {rid: (read_job(d) or {}).get("job_id", "") for rid, d in dirs.items()}
@@ -165,7 +165,7 @@ def pending_runs(
         row = run_status(dirs[run.run_id], queue, accounting)
         state = row.state
         if record and row.job_id and state in (layout.STOPPED, layout.FAILED):
-            record_end(dirs[run.run_id], row.error, outcome="ended by the scheduler")
+            ending.record_missing_end(dirs[run.run_id], row.error, ending.BY_SCHEDULER)
         if state == layout.DONE:
             skipped["done"].append(run.run_id)
         elif state in (layout.QUEUED, layout.RUNNING, layout.REQUEUED):
@@ -212,8 +212,7 @@ def submit(
         if dry_run:
             return result
         for rid in (r.run_id for r in todo):
-            for marker in (layout.FAILED_FILE, layout.DIVERGED_FILE):
-                (layout.run_dir(grid_dir, rid) / marker).unlink(missing_ok=True)
+            ending.clear_markers(layout.run_dir(grid_dir, rid))
         with code_snapshot(grid_dir) as (snap, commit):
             result.snapshot = snap
             try:

@@ -23,26 +23,22 @@ pending    never started
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import layout
-from harness.cluster.stopping import FORCED
 from harness.layout import read_json_object
-from harness.train import checkpoints
+from harness.train import checkpoints, ending
 
 __all__ = [
     "RunStatus",
     "accounting_states",
     "grid_run_dirs",
     "grid_status",
-    "last_error_line",
     "queue_states",
     "read_job",
     "run_status",
@@ -116,15 +112,6 @@ def read_job(run_dir: Path) -> dict | None:
     return job
 
 
-def last_error_line(text: str) -> str:
-    """The last line of a log or traceback that names an error (or the last line)."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln and not ln.startswith(("File ", "^", "~")) and ("Error" in ln or "Exception" in ln):
-            return ln
-    return lines[-1] if lines else ""
-
-
 def run_status(
     run_dir: Path,
     queue: dict[str, str],
@@ -183,14 +170,12 @@ def run_status(
     return RunStatus(state=state, **base)
 
 
-NO_SPACE = ("No space left on device", "Errno 28", "Disk quota exceeded", "Errno 122")
-
-
 def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
     """What happened to a run that no process trains now, in one line, from its own files.
 
     done: nothing, or how many steps have no metrics; diverged: the step and metric; failed: the
-    exception's own line (no space left is said first); stopped: how it ended (its last attempt's
+    exception's own line (no space left is said first: the marker keeps only the error's text,
+    read by :func:`harness.train.ending.says_no_space`); stopped: how it ended (its last attempt's
     end record, or none: killed) at which step, and whether and from where it resumes.
     """
     if state == layout.DONE:
@@ -203,7 +188,7 @@ def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
         return f"diverged at step {info.get('step', '?')}: {info.get('metric', 'a metric')} is {info.get('value', 'not finite')}"
     if state == layout.FAILED:
         error = str((read_json_object(run_dir / layout.FAILED_FILE) or {}).get("error", "")) or "failed"
-        if any(s in error for s in NO_SPACE):
+        if ending.says_no_space(error):
             return f"no space left on device ({error}); free space, then run the grid again"
         return error
     where = f" at step {step}" if step is not None else " before its first step"
@@ -212,7 +197,7 @@ def end_line(run_dir: Path, state: str, step: int | None = None) -> str:
         where += f" ({phase['phase']})"
     attempt = last_attempt(run_dir)
     then = resume_promise(run_dir, "running the grid again")
-    if attempt.get("outcome") == "no-space":
+    if attempt.get("outcome") == ending.NO_SPACE:
         then = f"free space, then {then}"
     return f"{_how_it_stopped(attempt)}{where}; {then}"
 
@@ -221,44 +206,30 @@ def _how_it_stopped(attempt: dict[str, Any]) -> str:
     """A stopped run's last attempt in a few words: its end record's outcome, or killed when the
     attempt wrote none (no process can write after a SIGKILL)."""
     outcome = attempt.get("outcome")
-    if outcome == "stopped" and not attempt.get("slurm_job_id"):
+    if outcome == ending.STOPPED and not attempt.get("slurm_job_id"):
         return "stopped on request (Ctrl-C or SIGTERM)"
-    if outcome == "stopped":
+    if outcome == ending.STOPPED:
         return "stopped on request (a preemption or time-limit signal)"
-    if outcome == FORCED:
-        return f"{FORCED} ({attempt.get('detail', 'a second signal')})"
-    if outcome == "interrupted":
+    if outcome == ending.FORCED:
+        return f"{ending.FORCED} ({attempt.get('detail', 'a second signal')})"
+    if outcome == ending.INTERRUPTED:
         return "interrupted (Ctrl-C, or the driver was stopped)"
-    if outcome == "no-space":
+    if outcome == ending.NO_SPACE:
         return f"no space left on device ({attempt.get('detail', '')})"
-    if outcome == KILLED:
+    if outcome == ending.KILLED:
         return KILLED_WORDS
-    if outcome == "ended by the scheduler":
+    if outcome == ending.BY_SCHEDULER:
         return str(attempt.get("detail", outcome)).split(";")[0]
     if outcome:
         return f"ended as {outcome} ({attempt.get('detail', '')}), its marker since removed"
     return KILLED_WORDS
 
 
-#: The end record a driver writes for an attempt that ended without one (a SIGKILL leaves its
-#: process no moment to write): :func:`record_end`.
-KILLED = "killed"
+#: How ``status`` says an attempt that ended without a word (its end record, or none, is
+#: :data:`harness.train.ending.KILLED`: a SIGKILL leaves its process no moment to write).
 KILLED_WORDS = (
     "killed (its process ended without a word: kill -9, the out-of-memory killer or a lost machine)"
 )
-
-
-def record_end(run_dir: Path, detail: str, outcome: str = KILLED) -> None:
-    """Write the end record of the run's last attempt when it has none (a SIGKILL, or the
-    scheduler ending the job, leaves the attempt no moment to write it): ``outcome`` and the one
-    line that says what happened, by the driver or ``submit`` that saw the job end. Nothing when
-    the attempt wrote its own, or there is no attempt."""
-    attempts = layout.read_attempts(run_dir)
-    if not attempts or attempts[-1].get("outcome"):
-        return
-    record = {"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outcome": outcome, "detail": detail}
-    with contextlib.suppress(OSError), open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
 
 
 def _steps(steps: list) -> str:
@@ -306,12 +277,15 @@ def _left_the_queue(run_dir: Path, job_id: str, final: str, log: str, base: dict
     error = ""
     with contextlib.suppress(OSError):
         # a log cut mid-write can end inside a multi-byte character
-        error = last_error_line(Path(log).read_text(errors="replace")) if log else ""
+        error = ending.last_error_line(Path(log).read_text(errors="replace")) if log else ""
     if log and not Path(log).exists():
         log = ""  # the job never started, so SLURM wrote no log
     key = final.split()[0] if final else ""
     attempt = last_attempt(run_dir)
-    if attempt.get("outcome") in ("stopped", "interrupted", "no-space") and key not in SCHEDULER_ENDS:
+    if (
+        attempt.get("outcome") in (ending.STOPPED, ending.INTERRUPTED, ending.NO_SPACE)
+        and key not in SCHEDULER_ENDS
+    ):
         # the run said it stopped (checkpointed on a signal): the scheduler's word for how the job
         # ended (FAILED for an exit code) does not make it a failure
         then = resume_promise(run_dir, "the next submit")

@@ -25,8 +25,6 @@ from typing import Any
 
 #: Seconds between two SIGTERMs the driver sends each run in flight while it waits for it to stop.
 FORWARD_EVERY_S = 2.0
-#: The end record (:func:`harness.cluster.status.record_end`) of a run a second signal killed.
-FORCED = "stopped at once"
 
 
 class GridStopped(Exception):

@@ -8,8 +8,6 @@ in the parquet exactly once.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import random
@@ -25,7 +23,8 @@ from harness.config import lora
 from harness.layout import atomic_write_json, read_metrics
 from harness.settings.runs import RunSpec
 from harness.settings.schema import ExecutorSettings, HarnessSettings
-from harness.train import checkpoints, trackers
+from harness.train import checkpoints, ending, trackers
+from harness.train.ending import RunDiverged
 from harness.train.metrics import MetricsWriter, provenance
 from harness.train.phases import RunPhases, RunStopped
 from harness.train.recorder import make_callback
@@ -35,10 +34,6 @@ MODEL_CACHE_ENV = "GRPO_HARNESS_CACHE"
 
 class RunBusy(RuntimeError):
     """Another process is training this run right now (it holds the run's lock); nothing was changed."""
-
-
-class RunDiverged(RuntimeError):
-    """Loss, reward or grad_norm became NaN or infinite; the run stopped and left a DIVERGED marker."""
 
 
 def model_cache_dir(grid_dir: Path) -> Path:
@@ -191,9 +186,9 @@ def train(
         Anything the trainer raises; the run's files stay readable.
     """
     run_dir = Path(run_dir)
-    done = run_dir / layout.DONE_FILE
-    if done.exists():
-        return json.loads(done.read_text())
+    done = ending.finished(run_dir)
+    if done is not None:
+        return done
     import filelock
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -222,9 +217,9 @@ def train(
 
 def _attempt(spec, run_dir: Path, device, threads, stop_requested, phases: RunPhases, recorded: bool) -> dict:
     """One attempt of the run, and its end record in the attempts log when ``recorded`` (rank 0,
-    which holds the run's lock). A stop asked for before the first step ends it at once
-    (:class:`harness.train.phases.RunStopped`, raised by ``phases``), as stopped at its resume
-    step."""
+    which holds the run's lock; :mod:`harness.train.ending` tells an error's). A stop asked for
+    before the first step ends it at once (:class:`harness.train.phases.RunStopped`, raised by
+    ``phases``), as stopped at its resume step."""
     try:
         summary = _train_unlocked(spec, run_dir, device, threads, phases, stop_requested)
     except RunStopped:  # nothing trained in this attempt, so nothing new to checkpoint
@@ -232,11 +227,11 @@ def _attempt(spec, run_dir: Path, device, threads, stop_requested, phases: RunPh
         summary = {"run_id": spec.run_id, "steps": step, "preempted": True, "phase": phases.text}
     except BaseException as e:
         if recorded:
-            _record_end(run_dir, *_failure(e, run_dir))
+            ending.record_failure(run_dir, e)
         raise
     if recorded:
         detail = f"at step {summary['steps']}" + (f" ({summary['phase']})" if summary.get("phase") else "")
-        _record_end(run_dir, "stopped" if summary.get("preempted") else "done", detail)
+        ending.record_end(run_dir, ending.STOPPED if summary.get("preempted") else ending.DONE, detail)
     return summary
 
 
@@ -250,8 +245,7 @@ def _start(
     is told of the setup."""
     first = int(os.environ.get("RANK", "0")) == 0
     if first:
-        for stale in (layout.DIVERGED_FILE, layout.FAILED_FILE):
-            (run_dir / stale).unlink(missing_ok=True)
+        ending.clear_markers(run_dir)
         layout.remove_temporaries(run_dir)  # what a kill between write and rename left behind
         layout.remove_temporaries(run_dir / layout.METRICS_DIR)
     phases = phases or RunPhases(run_dir, write=first)
@@ -481,58 +475,19 @@ def _record_attempt(
             f"missing from the metrics: {', '.join(map(str, writer.quarantined))}",
             file=sys.stderr,
         )
-    with open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
-        f.write(json.dumps(attempt) + "\n")
-
-
-def no_space(e: BaseException, run_dir: Path) -> bool:
-    """Whether ``e`` ended the attempt because the disk (or quota) is full: an ``OSError`` saying
-    so, or any error while the disk holding ``run_dir`` is full (:func:`harness.layout.disk_full`;
-    torch's checkpoint writer reports a full disk as ``RuntimeError: ... unexpected pos``). A stop,
-    not a failure of the run: it resumes once space is freed."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return layout.disk_full(run_dir)
-
-
-def _failure(e: BaseException, run_dir: Path) -> tuple[str, str]:
-    """``(outcome, detail)`` of an attempt that raised, for its end record."""
-    if isinstance(e, RunDiverged):
-        return "diverged", str(e)
-    if isinstance(e, KeyboardInterrupt):
-        return "interrupted", "KeyboardInterrupt"
-    if no_space(e, run_dir):
-        return "no-space", f"{type(e).__name__}: {e}".splitlines()[0][:500]
-    line = f"{type(e).__name__}: {e}".strip().splitlines()
-    return "failed", (line[0] if line else type(e).__name__)[:500]
-
-
-def _record_end(run_dir: Path, outcome: str, detail: str) -> None:
-    """The end record of an attempt in the attempts log (rank 0): ``outcome`` (done, stopped,
-    diverged, failed, interrupted) and one line of detail. Never raises: a full disk must not hide
-    the error that ended the attempt."""
-    record = {"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "outcome": outcome, "detail": detail}
-    with contextlib.suppress(OSError), open(run_dir / layout.ATTEMPTS_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    ending.record_start(run_dir, attempt)
 
 
 def _outcome(spec: RunSpec, run_dir: Path, writer: MetricsWriter | None, callback, summary: dict) -> dict:
     """How training ended: stopped on request (to be resumed), diverged (DIVERGED marker, then
-    :class:`RunDiverged`), or finished (DONE)."""
+    :class:`harness.train.ending.RunDiverged`), or finished (DONE)."""
     if callback.stopped_step is not None and callback.diverged_step is None:
         return {**summary, "preempted": True}
     if callback.diverged_step is not None:
         if writer is not None:
             writer.compact()
-            atomic_write_json(
-                run_dir / layout.DIVERGED_FILE,
-                {
-                    **summary,
-                    "step": callback.diverged_step,
-                    "metric": callback.diverged_metric,
-                    "value": callback.diverged_value,
-                },
-            )
+            step, metric, value = callback.diverged_step, callback.diverged_metric, callback.diverged_value
+            ending.mark_diverged(run_dir, summary, step, metric, value)
         raise RunDiverged(
             f"run {spec.run_id} diverged at step {callback.diverged_step}: "
             f"{callback.diverged_metric} is {callback.diverged_value}"
@@ -550,5 +505,5 @@ def _finish(writer: MetricsWriter | None, run_dir: Path, summary: dict) -> dict:
         if missing:  # only after a metrics file was damaged (see MetricsWriter.quarantined)
             summary["missing_steps"] = missing
             print(f"warning: run {summary['run_id']}: no metrics for {len(missing)} step(s)", file=sys.stderr)
-        atomic_write_json(run_dir / layout.DONE_FILE, summary)
+        ending.mark_done(run_dir, summary)
     return summary
