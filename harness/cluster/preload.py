@@ -100,6 +100,9 @@ def client(argv: list[str]) -> None:
     sock = _connect(path) if path else None
     if sock is None:
         os.execv(sys.executable, [sys.executable, *argv])
+    # a signal that comes before the child is known waits, then is passed on (not lost, and not the
+    # end of this process, which would end the child unasked)
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     alive_r, alive_w = os.pipe()  # the child reads EOF when this process ends, however it ends
     request = {
         "argv": argv,
@@ -112,10 +115,12 @@ def client(argv: list[str]) -> None:
     os.close(alive_r)
     reply, _ = _recv(sock)
     if reply is None or "pid" not in reply:  # the server could not fork: run it here instead
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         os.execv(sys.executable, [sys.executable, *argv])
     child = reply["pid"]
     for signum in FORWARDED:
         signal.signal(signum, lambda s, _f: _forward(child, s))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     end, _ = _recv(sock)
     _exit_like(end or {"signal": signal.SIGKILL})
 
@@ -211,7 +216,8 @@ class Server:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             self.listener.close()
-            conn.close()
+            for other in (conn, *self.waiting.values()):
+                other.close()
             _become(request, fds)
         for fd in fds:
             os.close(fd)
