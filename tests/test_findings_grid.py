@@ -24,17 +24,22 @@ VERDICTS = ("reproduced", "opposite", "not resolved", "not enough runs")
 def test_every_finding_names_its_claim_paper_metric_window_and_baseline():
     plan = expand(load_grid(GRID))
     ids = set(plan.grid.findings)
-    assert {"F1_clip_higher", "F2_length_bias", "F4_reference_sync", "F5_cannot_learn", "F5_harmed"} <= ids
+    assert {"F0_clip_under_reuse", "F1_clip_higher", "F2_length_bias", "F4_reference_sync"} <= ids
     assert {i for i in ids if i.startswith("F3_")} == {"F3_staleness_vespo", "F3_staleness_gspo"}
+    assert {i for i in ids if i.startswith("F5_")} == {"F5_cannot_learn", "F5_harmed"}
+    assert {i for i in ids if i.startswith("F6_")} == {"F6_soft_sync", "F6_epoch_sync"}
     for fid, f in plan.grid.findings.items():
         assert len(f["claim"]) > 40, fid
         if not fid.startswith("F5"):
             assert re.search(r"arXiv:\d{4}\.\d{5}", f["paper"]) and "§" in f["paper"], fid
             assert f["scaled"], fid  # what was scaled from the paper's setting
         assert f["window"] == [0.5, 1.0] and f["direction"] in ("higher", "lower")
-        assert f["baseline"] and f["variant"]
+        assert (f["baseline"] and f["variant"]) if "dose" not in f else f["select"], fid
     by_metric = {fid: f["metric"] for fid, f in plan.grid.findings.items()}
     assert by_metric["F1_clip_higher"] == "entropy"
+    assert (
+        plan.grid.findings["F1_clip_higher"]["dose"]["key"] == "trainer.epsilon_high"
+    )  # read as a dose-response
     assert by_metric["F2_length_bias"] == LENGTH_INCORRECT
     # the testbed is the grid's default; the completion budget sits well above a chain's length
     run = plan.runs[0]
@@ -56,7 +61,7 @@ def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
     )  # fmt: skip
     grid_dir = results / "findings"
     runs = sorted((grid_dir / layout.RUNS_DIR).iterdir())
-    assert len(runs) == 22 and all((d / layout.DONE_FILE).exists() for d in runs)
+    assert len(runs) == 28 and all((d / layout.DONE_FILE).exists() for d in runs)
     lengths = []
     for d in runs:
         df = pq.read_table(d / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
@@ -70,7 +75,7 @@ def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
     out = cli("findings", str(grid_dir), "--markdown").stdout
     table = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("|")]
     header, rows = [c.strip() for c in table[0]], table[2:]
-    assert len(rows) == 7, out
+    assert len(rows) == 10, out
     for row in rows:
         assert any(v in row[header.index("verdict")] for v in VERDICTS), row
     index = (grid_dir / layout.REPORT_DIR / "index.md").read_text()
