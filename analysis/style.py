@@ -59,13 +59,32 @@ PALETTE: tuple[str, ...] = (
 _NONE_SLOT = 7
 
 
+#: The slots chosen for contrast where the names are known: GRPO (the usual baseline) and VESPO at
+#: the two most distinct hues. A choice of style, not a fact of TRL's: a loss it does not name
+#: (one TRL adds) takes the next free slot.
+_CHOSEN: dict[str, int] = {
+    "grpo": 0,
+    "dr_grpo": 1,
+    "dapo": 2,
+    "vespo": 3,
+    "gspo": 4,
+    "cispo": 5,
+    "bnpo": 6,
+    "sapo": 9,
+    "luspo": 10,
+}
+
+
 def _fixed_slots() -> dict[str, int]:
-    """The palette slot of each built-in loss, the same whatever else a figure shows: the names of
+    """The palette slot of each built-in loss, the same whatever else a figure shows: every name of
     :func:`harness.trl_boundary.loss_names` (TRL's loss types, then the named variants such as
-    gspo) take the slots in order, the grey of a missing value left out, so a loss type TRL adds
-    gets its own colour from the boundary's record alone."""
-    slots = [i for i in range(len(PALETTE)) if i != _NONE_SLOT]
-    return dict(zip(loss_names(), slots, strict=False))
+    gspo), at its slot in :data:`_CHOSEN` or else at the next slot no other name holds (the grey of
+    a missing value left out), so a loss type TRL adds gets its own colour from the boundary's
+    record alone."""
+    names = loss_names()
+    taken = {_CHOSEN[n] for n in names if n in _CHOSEN} | {_NONE_SLOT}
+    free = (i for i in range(len(PALETTE)) if i not in taken)
+    return {n: _CHOSEN[n] if n in _CHOSEN else next(free, len(PALETTE)) for n in names}
 
 
 RC: dict[str, Any] = {

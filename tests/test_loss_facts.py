@@ -89,3 +89,13 @@ def test_a_loss_added_to_the_record_reaches_every_list():
     assert found["fixed"] == ["foo", "foo_seq"]
     assert found["named"][-1] == "foo_seq"
     assert found["bench"] == {"foo": ["foo", "token"], "foo_seq": ["foo", "sequence"]}
+
+
+def test_the_built_in_losses_keep_their_colours_and_no_two_share_one():
+    """The figures' colours do not move when the record's order does: GRPO and VESPO at the two most
+    distinct hues, every built-in at a slot of its own, none at the grey of a missing value."""
+    from analysis import style
+
+    slots = style._fixed_slots()
+    assert slots["grpo"] == 0 and slots["vespo"] == 3 and slots["dr_grpo"] == 1 and slots["gspo"] == 4
+    assert len(set(slots.values())) == len(slots) and style._NONE_SLOT not in slots.values()
