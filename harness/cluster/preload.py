@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -55,6 +56,10 @@ PRELOAD = (
     "harness.train.trainer",
     "harness.train.recorder",
     "harness.cluster.executors",
+    "analysis.settings",
+    # imported by transformers and accelerate when installed (the trainer's start asks for them)
+    "deepspeed",
+    "peft",
 )
 #: Signals the client passes on to the child (SIGKILL cannot be caught: the child notices the
 #: client's end instead).
@@ -184,11 +189,15 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
     def preload(self) -> None:
-        """Import its modules (clients that connect meanwhile wait in the socket's backlog)."""
+        """Import its modules (clients that connect meanwhile wait in the socket's backlog); one that
+        is not installed, or fails to import, is left to the runs that need it."""
         import importlib
 
         for name in self.modules:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # an optional package, or one the runs will report themselves
+                print(f"preload: {name} not imported ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
 
     def serve(self) -> None:
         """Fork a child per request until the driver's pipe closes; tell each client how its child
@@ -338,12 +347,14 @@ def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str
     folder = tempfile.mkdtemp(prefix="grpo-harness-preload-")
     path = str(Path(folder) / "socket")
     parent_r, parent_w = os.pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "harness.cluster.preload", "serve", path, str(parent_r), *modules],
-        pass_fds=(parent_r,),
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,  # no terminal's signals: the driver stops the runs (stopping.py)
-    )
+    with open(Path(folder) / "server.log", "w") as log:  # what libraries say while they import
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "harness.cluster.preload", "serve", path, str(parent_r), *modules],
+            pass_fds=(parent_r,),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # no terminal's signals: the driver stops the runs (stopping.py)
+        )
     os.close(parent_r)
     before = os.environ.get(SOCKET_ENV)
     os.environ[SOCKET_ENV] = path
@@ -359,9 +370,7 @@ def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
