@@ -33,7 +33,7 @@ from analysis.panels import (
     note_coinciding,
     wrap_title,
 )
-from harness.config.report_section import DYNAMICS_METRICS
+from analysis.report_settings import DYNAMICS_METRICS
 
 __all__ = ["plot_panels"]
 

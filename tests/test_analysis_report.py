@@ -162,7 +162,7 @@ def test_report_refuses_a_nan_target_and_names_a_missing_baseline_label(grid, ca
     parser = argparse.ArgumentParser()
     report.add_arguments(parser)
     assert report.main(parser.parse_args([str(grid), "--target", "nan"])) == 2
-    assert "--target nan" in capsys.readouterr().err
+    assert "--target = nan: the target is a finite number" in capsys.readouterr().err
     with pytest.raises(report.ReportError, match="--baseline 'bogus' names no variant; give one of"):
         report.make_report(grid, baseline="bogus")
     # the same baseline from the grid file's report: section is a note, and the report is written

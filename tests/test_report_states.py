@@ -352,7 +352,7 @@ def test_a_bad_report_section_in_grid_json_is_named(broken, capsys):
     assert (
         "report.hue = 5" in err
         and "report.smoothing = 'bogus'" in err
-        and "report.colour: unknown key" in err
+        and "report.colour: unknown report key" in err
     )
 
 

@@ -11,8 +11,8 @@ from analysis_helpers import synthetic_grid
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from analysis import dynamics, report, style
+from analysis.report_settings import DYNAMICS_METRICS, RECENT_DYNAMICS
 from harness import layout
-from harness.config.report_section import DYNAMICS_METRICS, RECENT_DYNAMICS
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The files the report of :func:`_old_grid` wrote before the new columns were read.

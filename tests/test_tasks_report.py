@@ -11,7 +11,7 @@ import pytest
 from analysis_helpers import config_for, md_rows, write_grid, write_run
 
 from analysis.report import compute_report, load_report_inputs, make_report, render_tasks
-from analysis.report.settings import ReportSettings
+from analysis.report_settings import ReportSettings
 from harness import layout
 
 TASKS = ("chain_sum", "products")

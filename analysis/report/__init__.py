@@ -20,12 +20,13 @@ against k (:mod:`analysis.pass_at_k`); every report states, under the final perf
 smallest difference of final score its seeds can resolve.
 
 Layout comes, in order of precedence, from the command line, the grid file's ``report:``
-section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
+section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`
+(:mod:`analysis.report_settings`, outside this package so that a grid's planning reads it without
+pandas or matplotlib).
 
 The modules, in the order a report is made:
 
 ==================  ==============================================================================
-``settings``        :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
 ``inputs``          reading a results folder: metrics, states, ``grid.json``, findings
 ``across``          several results folders as one: runs matched by settings, what differs named
 ``confirm``         ``findings A --confirm B``: B checked to be A's grid on other seeds, both verdicts
@@ -52,14 +53,14 @@ from analysis.report.inputs import TRL_LOSS_TYPES, findings_results, load_report
 from analysis.report.render import render_report
 from analysis.report.render_tables import _load_caption, power_lines
 from analysis.report.runs import findings_runs, finished_run_ids
-from analysis.report.settings import (
-    ReportError,
+from analysis.report_settings import (
     ReportSettings,
-    check_section,
     parse_baseline,
     parse_smoothing,
     parse_smoothing_text,
+    recorded_problems,
 )
+from analysis.report_values import ReportError
 
 __all__ = [
     "AT_ONCE",
@@ -74,7 +75,6 @@ __all__ = [
     "ReportSettings",
     "_load_caption",
     "add_arguments",
-    "check_section",
     "compute_report",
     "findings_results",
     "findings_runs",
@@ -88,6 +88,7 @@ __all__ = [
     "parse_smoothing_text",
     "plugin_metrics",
     "power_lines",
+    "recorded_problems",
     "render_report",
     "report_columns",
     "runs_at_once",

@@ -35,7 +35,8 @@ from analysis.report.inputs import (
     read_run_set,
 )
 from analysis.report.runs import _norm
-from analysis.report.settings import ReportError, ReportSettings
+from analysis.report_settings import ReportSettings
+from analysis.report_values import ReportError
 from harness import layout
 
 #: The column naming each run's results folder (its label), and the ``--across`` name of the folders.

@@ -15,9 +15,9 @@ import pandas as pd
 from analysis.load import LoadInfo, _Configs, _join_config
 from analysis.report.across import FOLDER, Comparison, Grid
 from analysis.report.data import ReportInputs
-from analysis.report.inputs import _grid_section, grid_findings, load_report_inputs, report_columns
+from analysis.report.inputs import grid_findings, grid_section, load_report_inputs, report_columns
 from analysis.report.runs import _norm
-from analysis.report.settings import ReportSettings
+from analysis.report_settings import ReportSettings
 from harness import layout
 
 
@@ -26,9 +26,9 @@ def report_section(comparison: Comparison) -> tuple[Mapping[str, Any] | None, li
     others: a section that differs, findings that are judged within each grid only.
 
     Raises:
-        ReportError: a folder's damaged section (:func:`analysis.report.inputs._grid_section`).
+        ReportError: a folder's damaged section (:func:`analysis.report.inputs.grid_section`).
     """
-    sections = [_grid_section(g.path) for g in comparison.grids]
+    sections = [grid_section(g.path) for g in comparison.grids]
     notes = []
     with_progression = [
         g for g, s in zip(comparison.grids, sections, strict=True) if s and s.get("progression")

@@ -11,7 +11,7 @@ from typing import Any
 
 from analysis.report.across import FOLDER, SOURCES_FILE, Comparison
 from analysis.report.runs import _norm
-from analysis.report.settings import ReportError
+from analysis.report_values import ReportError
 from harness import layout
 
 

@@ -14,7 +14,8 @@ from analysis import labels, states
 from analysis.load import LoadInfo
 from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Layout
 from analysis.report.runs import _dotted, _resolve_column
-from analysis.report.settings import ReportError, _baseline_pairs
+from analysis.report_settings import baseline_pairs
+from analysis.report_values import ReportError
 
 
 def _baseline_label(
@@ -46,7 +47,7 @@ def _baseline_label(
     if hue is None or inc.empty:
         return None, []
     every = inc if runs is None else runs
-    pairs = _baseline_pairs(text)
+    pairs = baseline_pairs(text)
     if pairs is None:
         return _baseline_by_name(text, inc, every, strict=strict)
     matched, notes = _match_baseline(

@@ -38,10 +38,10 @@ from analysis.report.runs import (
     _say,
     findings_runs,
 )
-from analysis.report.settings import ReportError, ReportSettings
 from analysis.report.tasks import task_layout, task_section
+from analysis.report_settings import DYNAMICS_METRICS, RECENT_DYNAMICS, ReportSettings
+from analysis.report_values import REPORT_X, ReportError
 from harness import layout
-from harness.config.report_section import DYNAMICS_METRICS, RECENT_DYNAMICS, REPORT_X
 
 
 def compute_report(

@@ -16,7 +16,7 @@ from analysis.grouping import joined_keys
 from analysis.load import LoadInfo
 from analysis.report.data import AT_ONCE, Layout, _Keys
 from analysis.report.runs import display_names
-from analysis.report.settings import ReportSettings
+from analysis.report_settings import ReportSettings
 from analysis.tables import Table
 from harness import layout
 

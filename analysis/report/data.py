@@ -18,7 +18,7 @@ from analysis.finding_figures import FindingFigure
 from analysis.load import LoadInfo
 from analysis.pass_at_k import PassAtK
 from analysis.progression import ProgressionTable
-from analysis.report.settings import ReportSettings
+from analysis.report_settings import ReportSettings
 from analysis.scores import FinalTable, Resolvable
 from analysis.tables import Table
 from analysis.timing import TimingTable

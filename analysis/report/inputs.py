@@ -19,7 +19,8 @@ from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
 from analysis.report.data import ReportInputs
 from analysis.report.pass_at_k import SAMPLED_N, SAMPLED_TEMPERATURE
 from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
-from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
+from analysis.report_settings import ReportSettings, baseline_pairs, recorded_problems
+from analysis.report_values import ReportError
 from analysis.tables import Table
 from harness import layout
 
@@ -58,7 +59,7 @@ def report_columns(settings: ReportSettings) -> list[str]:
         layout.DS_PREFIX,
     ]
     keys = [*(settings.hue or ()), *settings.col, *settings.row]
-    keys += [k for k, _ in (_baseline_pairs(settings.baseline or "") or [])]
+    keys += [k for k, _ in (baseline_pairs(settings.baseline or "") or [])]
     config = [
         "trainer.max_steps",
         "trainer.loss_type",
@@ -223,19 +224,19 @@ def _not_a_grid_folder(path: Path) -> str:
 TRL_LOSS_TYPES = frozenset({"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"})
 
 
-def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
+def grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
     """The ``report:`` section of the grid's ``grid.json`` (None without one, or when the file
     cannot be read: :func:`load_report_inputs` names it then).
 
     Raises:
-        ReportError: listing every problem of the section (:func:`check_section`).
+        ReportError: listing every problem of the section (:func:`analysis.report_settings.recorded_problems`).
     """
     try:
         grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
     except ValueError:
         grid_info = None  # load_report_inputs names the damaged file
     section = grid_info.get("report") if isinstance(grid_info, dict) else None
-    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
+    problems = recorded_problems(section, str(grid_dir / layout.GRID_FILE))
     if problems:
         raise ReportError(
             "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
@@ -302,10 +303,10 @@ def findings_results(grid_dir: str | Path) -> Table:
             "README, Findings) and record it with `grpo-harness run GRID.yaml` (done runs are skipped), or "
             "`grpo-harness submit`"
         )
-    settings = ReportSettings.merged(_grid_section(grid_dir))
+    settings = ReportSettings.merged(grid_section(grid_dir))
     inputs = load_report_inputs(grid_dir, settings=settings, extra_columns=[f.metric for f in findings])
     run_states = inputs.states
-    logged = _logged_for(grid_dir, inputs.frame, findings)
+    logged = logged_names(grid_dir, inputs.frame, findings)
     df, _, without = _runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
     finished: list[str] = []
     if not df.empty:
@@ -317,7 +318,7 @@ def findings_results(grid_dir: str | Path) -> Table:
     )
 
 
-def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
+def logged_names(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
     """The metric names a few runs' files hold, read only when no run of ``df`` has a value of a
     finding's metric (to suggest the name meant); [] otherwise."""
     if all(f.metric in df.columns and df[f.metric].notna().any() for f in findings):

@@ -12,9 +12,9 @@ import pandas as pd
 
 from analysis import progression as progression_mod
 from analysis.report.runs import findings_runs
+from analysis.report_values import Progression
 from analysis.scores import final_scores
 from harness import layout
-from harness.config.report_section import Progression
 
 
 def progression_numbers(

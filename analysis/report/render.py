@@ -25,7 +25,7 @@ from analysis.report.render_tables import (
 )
 from analysis.report.render_tasks import task_sections
 from analysis.report.runs import _count_range
-from analysis.report.settings import ReportError
+from analysis.report_values import ReportError
 
 
 def render_report(data: ReportData, out: Path) -> list[str]:
@@ -383,7 +383,7 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
-def _write_report(data: ReportData, skipped: Sequence[tuple[str, str]], out: Path) -> None:
+def write_report(data: ReportData, skipped: Sequence[tuple[str, str]], out: Path) -> None:
     """Write the report's figures, tables and ``index.md`` (listing the ``skipped`` files,
     ``(path, reason)``) into ``out``, replacing a previous report's.
 

@@ -14,7 +14,8 @@ from analysis import labels, states, style
 from analysis.aggregate import x_values
 from analysis.load import NONE_LABEL, LoadInfo, seed_column
 from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Labelled, Layout, ReportInputs, _Keys
-from analysis.report.settings import ReportError, ReportSettings
+from analysis.report_settings import ReportSettings
+from analysis.report_values import ReportError
 from harness import layout
 
 

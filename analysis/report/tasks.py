@@ -23,7 +23,7 @@ from analysis import labels, states
 from analysis import tasks as tasks_mod
 from analysis.load import flatten_config
 from analysis.report.data import PANEL, PANEL_ROW, ReportInputs, TaskGroup, TaskSection
-from analysis.report.settings import ReportSettings
+from analysis.report_settings import ReportSettings
 from harness import layout
 
 #: The config column that names a run's task.
@@ -106,7 +106,7 @@ def task_section(
         hue_order: the variants in display order.
         baseline: the baseline's variant label (None: no P(>) column).
         normalise: the layout's ``normalise`` setting, the stated ends of the range (``low`` and
-            ``high``, each one number or ``{task: number}``; :func:`harness.config.report_section.parse_normalise`).
+            ``high``, each one number or ``{task: number}``; :func:`analysis.report_values.parse_normalise`).
         final_scores: :func:`analysis.scores.final_scores` (a run's score from its metric rows).
         reps_of: :func:`analysis.scores.bootstrap_reps` (resamples for a number of runs).
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from analysis.report_settings import REPORT_KEYS
 from harness.config import task_axis
 from harness.config.keys import check_key, check_setting, normalize_key
-from harness.config.report_section import REPORT_KEYS
 from harness.config.schema import SpecError, set_dotted
 from harness.config.yaml_files import (
     OWN_KEYS,
