@@ -146,10 +146,10 @@ def _opening(
     if inputs.load.missing_runs:
         head.append(f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
     if comparison is None:
-        return replace(data, lines=[*head, *data.lines])
+        return replace(data, lines=(*head, *data.lines))
     head += [*across_output.report_lines(comparison), *(f"Note: {n}." for n in notes), ""]
     return replace(
-        data, lines=[*head, *data.lines], left_out=[*data.left_out, *across_output.left_out_lines(comparison)]
+        data, lines=(*head, *data.lines), left_out=(*data.left_out, *across_output.left_out_lines(comparison))
     )
 
 

@@ -14,11 +14,10 @@ from typing import Any
 import pandas as pd
 
 from analysis import findings as findings_mod
-from analysis import states, wseq
+from analysis import states
 from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
 from analysis.report.data import ReportInputs
-from analysis.report.pass_at_k import SAMPLED_N, SAMPLED_TEMPERATURE
-from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
+from analysis.report.runs import findings_runs, run_table, runs_without_metrics
 from analysis.report_settings import ReportSettings, baseline_pairs, recorded_problems
 from analysis.report_values import ReportError
 from analysis.tables import Table
@@ -27,11 +26,14 @@ from harness import layout
 
 def report_columns(settings: ReportSettings) -> list[str]:
     """The metric and config columns a report with ``settings`` reads (a projection: real runs log
-    many more, and reading only these is most of what makes a 1,000-run report quick)."""
+    many more, and reading only these is most of what makes a 1,000-run report quick): what every
+    report counts and lays its runs out by (the score, the states, the off-policy steps, the x
+    axes, the layout's keys), then each section's own
+    (:attr:`analysis.report.page.Section.columns`)."""
+    from analysis.report.sections import SECTIONS
+
     metrics = [
         settings.metric,
-        *settings.curves,
-        *settings.metrics,
         *states.DIVERGENCE_METRICS,
         states.ZERO_STD,
         states.GRAD_NORM,
@@ -39,38 +41,18 @@ def report_columns(settings: ReportSettings) -> list[str]:
         layout.REUSE_INDEX,
         layout.CONCURRENT_RUNS,
         layout.STEP_WALL_S,
-        layout.STEP_CPU_S,
-        layout.STEP_GPU_S,
-        layout.OTHER_CPUS,
-        layout.CPUS,
-        layout.RUN_THREADS,
-        "step_time",
         layout.TOKENS_GENERATED,
-        layout.TOKENS_TRAINED,
         layout.TOKENS_GENERATED_TOTAL,
-        layout.PEAK_MEMORY_MB,
         layout.ELAPSED_S,
-        *wseq.WSEQ_Q,
         "w_seq/min",
         "w_seq/max",
-        *([settings.wseq_split] if settings.wseq_split else []),
-        *([settings.progression.metric] if settings.progression else []),
-        layout.PASS_AT_PREFIX,
-        layout.DS_PREFIX,
     ]
     keys = [*(settings.hue or ()), *settings.col, *settings.row]
     keys += [k for k, _ in (baseline_pairs(settings.baseline or "") or [])]
-    config = [
-        "trainer.max_steps",
-        "trainer.loss_type",
-        "trainer.sync_ref_model",
-        "trainer.ref_model_sync_steps",
-        "trainer.importance_sampling_level",
-        SAMPLED_N,
-        SAMPLED_TEMPERATURE,
-    ]
+    config = ["trainer.max_steps", "trainer.loss_type", "trainer.importance_sampling_level"]
     config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
-    return list(dict.fromkeys([*metrics, *config]))
+    sections = [c for section in SECTIONS for c in section.columns(settings)]
+    return list(dict.fromkeys([*metrics, *sections, *config]))
 
 
 def load_report_inputs(
@@ -186,8 +168,11 @@ def _run_set(
 
 def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
     """``"<name>/"`` for each loss plugin a run's ``config.json`` names as its ``loss_type`` (the
-    columns of its metrics, read beside the report's own: :func:`plugin_metrics`)."""
+    columns of its metrics, read beside the report's own:
+    :func:`analysis.report.sections.dynamics.plugin_metrics`)."""
     import json
+
+    from analysis.report.sections.dynamics import TRL_LOSS_TYPES
 
     names: set[str] = set()
     for rid in ids:
@@ -216,12 +201,6 @@ def _not_a_grid_folder(path: Path) -> str:
         else "; give results/<grid>, the folder `grpo-harness run` wrote"
     )
     return f"{path} {what}{hint}"
-
-
-#: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
-#: plugin's: harness.trl_boundary.KNOWN_LOSS_TYPES (analysis takes only the layout and schema from
-#: harness; tests/test_analysis_report.py checks the two agree).
-TRL_LOSS_TYPES = frozenset({"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"})
 
 
 def grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
@@ -307,11 +286,11 @@ def findings_results(grid_dir: str | Path) -> Table:
     inputs = load_report_inputs(grid_dir, settings=settings, extra_columns=[f.metric for f in findings])
     run_states = inputs.states
     logged = logged_names(grid_dir, inputs.frame, findings)
-    df, _, without = _runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
+    df, _, without = runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
     finished: list[str] = []
     if not df.empty:
         # the report's score metric plays no part: a finding reads its own (the step is always there)
-        runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
+        runs, _, _ = run_table(df, run_states, replace(settings, metric=layout.STEP))
         finished, without = findings_runs(runs, without, df)
     return findings_mod.findings_table(
         df, findings, finished, unfinished=without, logged=logged, starts=inputs.start_metrics
