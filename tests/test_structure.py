@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,47 @@ def test_analysis_takes_only_the_layout_and_the_schema_from_harness():
             )
     bad = {k: v for k, v in bad.items() if v and v != ["harness"]}
     assert not bad, f"analysis imports more of harness than {ANALYSIS_MAY_TAKE}: {bad}"
+
+
+def _private_names_taken(path: Path, modules: Collection[str]) -> list[str]:
+    """The private names (``_name``, not dunder) a file takes from another module of the project:
+    ``from m import _name``, and ``m._name`` through a module it imported (``from a import m``,
+    ``import a.m as m``)."""
+    tree = ast.parse(path.read_text())
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"from {node.module} import {a.name}")
+                if f"{node.module}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_of_analysis_takes_a_private_name_of_another_module():
+    """The report's parts (and every module of analysis) talk through public names: what one
+    module needs of another is named without a leading underscore, with its docstring."""
+    mods = _modules()
+    taken = {
+        name: found
+        for name, path in mods.items()
+        if name.startswith("analysis") and (found := _private_names_taken(path, set(mods)))
+    }
+    assert not taken, f"private names taken across modules: {taken}"
 
 
 #: The schema: the settings sections, and the grid and run types built from them only.
