@@ -10,11 +10,11 @@ from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import analysis.report.sections as sections_mod
 from analysis import findings as findings_mod
 from analysis.report.counting import count_runs
 from analysis.report.data import Counted, ReportData, ReportInputs
 from analysis.report.page import Section
-from analysis.report.sections import SECTIONS
 from analysis.report_settings import ReportSettings
 
 
@@ -56,7 +56,7 @@ def compute_report(
     counted = count_runs(
         inputs, settings, strict_keys=strict_keys, given=given, findings=findings, logged=logged_metrics
     )
-    shown = [s for s in SECTIONS if s.without_runs or not counted.empty]
+    shown = [s for s in sections_mod.SECTIONS if s.without_runs or not counted.empty]
     numbers = compute_sections(counted, shown)
     notes = [line for s in shown if numbers[s.name] is not None for line in s.notes(numbers[s.name])]
     return ReportData(
@@ -72,9 +72,9 @@ def compute_report(
     )
 
 
-def compute_sections(counted: Counted, sections: Sequence[Section] = SECTIONS) -> dict[str, Any]:
+def compute_sections(counted: Counted, sections: Sequence[Section] | None = None) -> dict[str, Any]:
     """Each section's numbers (:attr:`analysis.report.page.Section.compute`), ``{name: numbers}`` in
-    ``sections``' order, computed on a thread pool: they are independent of each other (what they
+    ``sections``' order (default :data:`analysis.report.sections.SECTIONS`), computed on a thread pool: they are independent of each other (what they
     share is made once, :meth:`analysis.report.data.Counted.shared`), and numpy and pandas release
     the GIL in their loops.
 
@@ -88,5 +88,5 @@ def compute_sections(counted: Counted, sections: Sequence[Section] = SECTIONS) -
         threadpool_limits(limits=1, user_api="blas"),
         ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool,
     ):
-        jobs = {s.name: pool.submit(s.compute, counted) for s in sections}
+        jobs = {s.name: pool.submit(s.compute, counted) for s in sections or sections_mod.SECTIONS}
         return {name: job.result() for name, job in jobs.items()}

@@ -30,7 +30,7 @@ def report_columns(settings: ReportSettings) -> list[str]:
     report counts and lays its runs out by (the score, the states, the off-policy steps, the x
     axes, the layout's keys), then each section's own
     (:attr:`analysis.report.page.Section.columns`)."""
-    from analysis.report.sections import SECTIONS
+    import analysis.report.sections as sections_mod
 
     metrics = [
         settings.metric,
@@ -51,7 +51,7 @@ def report_columns(settings: ReportSettings) -> list[str]:
     keys += [k for k, _ in (baseline_pairs(settings.baseline or "") or [])]
     config = ["trainer.max_steps", "trainer.loss_type", "trainer.importance_sampling_level"]
     config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
-    sections = [c for section in SECTIONS for c in section.columns(settings)]
+    sections = [c for section in sections_mod.SECTIONS for c in section.columns(settings)]
     return list(dict.fromkeys([*metrics, *sections, *config]))
 
 

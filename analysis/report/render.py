@@ -8,9 +8,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
+import analysis.report.sections as sections_mod
 from analysis.report.data import REPORT_SUFFIXES, ReportData
 from analysis.report.page import Page, Section
-from analysis.report.sections import SECTIONS
 from analysis.report_values import REPORT_LEAD, ReportError
 
 
@@ -41,7 +41,7 @@ def render_report(data: ReportData, out: Path) -> list[str]:
         )
         lines.append("")
     page = Page(data, out)
-    for section in in_order(SECTIONS, s.lead):
+    for section in in_order(sections_mod.SECTIONS, s.lead):
         numbers = data.sections.get(section.name)
         if numbers is not None and (section.without_runs or not data.empty):
             lines.extend(section.render(numbers, page))
