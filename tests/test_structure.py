@@ -1,7 +1,7 @@
 """The import rules of the code, read from its source (no module is imported):
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``) and the schema
-  (``harness.config.schema``);
+  (``harness.config.schema``), and no module of it takes a private name of another;
 - the schema (``schema`` and ``runs``) imports nothing else of the project, so every module can take it;
 - the schema, planning (``spec`` and the modules it reads a grid with, ``grid``, ``validate`` and its
   rules) and the TRL boundary import no torch, transformers or trl at module level, so planning a

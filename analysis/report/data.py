@@ -191,8 +191,8 @@ class Counted:
     lines: tuple[str, ...] = ()
     left_out: tuple[str, ...] = ()
     variants: pd.DataFrame | None = None
-    _shared: dict[Any, Future] = field(default_factory=dict, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _shared: dict[Any, Future] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @property
     def empty(self) -> bool:
