@@ -18,6 +18,7 @@ from analysis.offpolicy import is_ratio_metric
 from analysis.panels import Facets
 from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Counted
 from analysis.report.page import Page, Section, safe_name
+from analysis.report_settings import ReportSettings
 from harness import layout
 
 
@@ -194,7 +195,7 @@ def render(numbers: CurveNumbers, page: Page) -> list[str]:
     return lines
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """The curve metrics, and the reference-sync settings (the syncs marked)."""
     return [*settings.curves, "trainer.sync_ref_model", "trainer.ref_model_sync_steps"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from analysis.offpolicy import is_ratio_metric
 from analysis.report.data import VARIANT, Counted
 from analysis.report.page import Page, Section
 from analysis.report.sections.wseq import off_policy_text
-from analysis.report_settings import DYNAMICS_METRICS, RECENT_DYNAMICS
+from analysis.report_settings import DYNAMICS_METRICS, RECENT_DYNAMICS, ReportSettings
 
 #: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
 #: plugin's: harness.trl_boundary.KNOWN_LOSS_TYPES (analysis takes only the layout and schema from
@@ -150,7 +149,7 @@ def render(numbers: DynamicsNumbers, page: Page) -> list[str]:
     )
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """The dynamics panels' metrics."""
     return list(settings.metrics)
 

@@ -17,6 +17,7 @@ from analysis import states
 from analysis.load import LoadInfo
 from analysis.report.data import Counted
 from analysis.report.page import Page, Section
+from analysis.report_settings import ReportSettings
 from analysis.tables import Table
 from harness import layout
 from harness.config.schema import HarnessSettings
@@ -87,7 +88,7 @@ def render(numbers: PassAtKNumbers, page: Page) -> list[str]:
     return [*lines, markdown, "Files: pass_at_k.png/.pdf, pass_at_k_table.md/.csv/.tex", ""]
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """Every pass@k column, and the sampled eval's n and temperature."""
     return [layout.PASS_AT_PREFIX, SAMPLED_N, SAMPLED_TEMPERATURE]
 

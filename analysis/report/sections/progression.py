@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -16,6 +15,7 @@ from analysis import progression as progression_mod
 from analysis.report.data import Counted
 from analysis.report.page import Page, Section, heading
 from analysis.report.runs import findings_runs
+from analysis.report_settings import ReportSettings
 from analysis.scores import final_scores
 from harness import layout
 
@@ -82,7 +82,7 @@ def render(numbers: ProgressionNumbers, page: Page) -> list[str]:
     ]
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """The progression's metric, and what dynamic sampling recorded."""
     return [settings.progression.metric, layout.DS_PREFIX] if settings.progression else [layout.DS_PREFIX]
 

@@ -17,6 +17,7 @@ from analysis.power import min_detectable_effect, pooled_sd
 from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, Counted
 from analysis.report.page import Page, Section, heading
 from analysis.report.sections.final import FinalNumbers, mark_unfinished
+from analysis.report_settings import ReportSettings
 from analysis.scores import Resolvable
 from analysis.tables import Table, fmt
 from harness import layout
@@ -276,7 +277,7 @@ def load_caption(timing_table: timing.TimingTable) -> str:
     return text
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """The timing table's columns beside wall time: CPU and GPU time, the machine's load, TRL's
     step time, trained tokens and peak memory."""
     return [

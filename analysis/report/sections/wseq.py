@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,6 +13,7 @@ import pandas as pd
 from analysis import wseq
 from analysis.report.data import Counted
 from analysis.report.page import Page, Section
+from analysis.report_settings import ReportSettings
 from analysis.report_values import ReportError
 from harness import layout
 
@@ -109,7 +109,7 @@ def render(numbers: WseqNumbers, page: Page) -> list[str]:
     )
 
 
-def columns(settings: Any) -> Sequence[str]:
+def columns(settings: ReportSettings) -> Sequence[str]:
     """The w_seq quantiles and the split's column."""
     return [*wseq.WSEQ_Q, *([settings.wseq_split] if settings.wseq_split else [])]
 
