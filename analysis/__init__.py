@@ -6,8 +6,9 @@ configs joined; the curves (:mod:`analysis.aggregate`, :mod:`analysis.curves`), 
 :mod:`analysis.time_to_target`, rendered by :mod:`analysis.tables`) and :mod:`analysis.report`
 build on it.
 
-Importing the package loads nothing heavy: ``analysis.load`` (pandas, pyarrow) is imported at its
-first use, so that planning a grid can take the light :mod:`analysis.settings` alone.
+Importing the package loads nothing: ``analysis.load`` is :func:`analysis.load.load`, imported on
+first use, so the light modules of the package that a grid's planning reads
+(:mod:`analysis.settings`, :mod:`analysis.settings.report`) are imported without pandas or pyarrow.
 """
 
 from __future__ import annotations
@@ -20,22 +21,19 @@ __all__ = ["load"]
 
 
 class _Package(types.ModuleType):
-    """The package's module type: ``analysis.load`` stays the loading function, as it was when the
-    package imported it eagerly, even once the submodule of that name is imported (which binds the
-    submodule to the package's attribute)."""
+    """The ``analysis`` package, whose attribute ``load`` is the function :func:`analysis.load.load`
+    (imported on first use), never the submodule of that name."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "load" and isinstance(value, types.ModuleType):
-            value = value.load
-        super().__setattr__(name, value)
+    @property
+    def load(self) -> Any:
+        from analysis.load import load
 
+        return load
 
-def __getattr__(name: str) -> Any:
-    if name == "load":
-        import analysis.load  # noqa: F401  (binds the function, through _Package.__setattr__)
-
-        return globals()["load"]
-    raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    @load.setter
+    def load(self, module: Any) -> None:
+        """The import system records the submodule ``analysis.load`` under its name here; the name
+        stays the function (``sys.modules["analysis.load"]`` is the module)."""
 
 
 sys.modules[__name__].__class__ = _Package

@@ -24,6 +24,7 @@ from scipy import stats as _st
 
 from analysis import stats
 from analysis.labels import NONE_LABEL, format_value, sort_key
+from analysis.settings.report_values import AUTO
 from analysis.smoothing import (
     resolve_smoothing,
     smooth,
@@ -34,7 +35,6 @@ from analysis.smoothing import (
     windowed_mean,
 )
 from harness import layout
-from harness.config.report_section import AUTO
 
 __all__ = [
     "Curves",

@@ -1,8 +1,10 @@
 """Learning-curve figures: a metric against steps, generated tokens or seconds, over seeds.
 
 The numbers come from :mod:`analysis.aggregate` (mean over runs, band, smoothing); this module only
-draws them. Plots return ``(fig, axes)`` and never save; see :func:`analysis.style.save`. The
-training-dynamics panels are :mod:`analysis.dynamics`', the w_seq figure :mod:`analysis.wseq`'s.
+draws them. :func:`plot_curves` draws one panel on a given ``ax``, :func:`curve_figure` lays the
+panels of a :class:`~analysis.panels.Facets` out as a figure (``(fig, axes)``, never saved; see
+:func:`analysis.style.save`). The training-dynamics panels are :mod:`analysis.dynamics`', the w_seq
+figure :mod:`analysis.wseq`'s.
 
 What every figure here does for its reader:
 
@@ -13,31 +15,33 @@ What every figure here does for its reader:
   step whose old log-probs are the current ones they are exactly 1 or 0 and carry no information,
   and drawing them makes a panel alternate between the two every step;
 * facets that are on-policy throughout say so in their title;
-* more than :data:`MAX_LINES` variants in one panel become small multiples (:func:`plot_highlight`).
+* more than :data:`MAX_LINES` variants in one panel become small multiples (:func:`highlight_figure`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analysis import style
-from analysis.aggregate import X_LABELS, Curves, XKind, curves
+from analysis.aggregate import X_LABELS, Curves, curves
 from analysis.labels import metric_label
 from analysis.limits import metric_limits
 from analysis.offpolicy import is_ratio_metric, off_policy_rows
 from analysis.panels import (
     ON_POLICY_NOTE,
+    Drawn,
+    Facets,
     draw_mean_band,
     draw_panel_lines,
-    facet_values,
     finish_grid,
     fit_legend,
     hue_labels_of,
@@ -51,7 +55,16 @@ from analysis.panels import (
 )
 from harness import layout
 
-__all__ = ["MAX_LINES", "Mark", "plot_curve_set", "plot_curves", "plot_highlight"]
+__all__ = [
+    "MAX_LINES",
+    "Mark",
+    "Marks",
+    "curve_figure",
+    "frame_curve_figure",
+    "highlight_figure",
+    "plot_curves",
+    "plot_highlight",
+]
 
 
 @dataclass(frozen=True)
@@ -73,71 +86,101 @@ class Mark:
     label: str = "diverged"
 
 
-def plot_curve_set(
+@dataclass(frozen=True)
+class Marks:
+    """What a curve figure marks beside the curves.
+
+    Attributes:
+        diverged: a :class:`Mark` per diverged run, drawn as × in its variant's colour.
+        runs: the marked runs' own curves (:attr:`analysis.aggregate.Curves.runs` layout), drawn
+            faint and dashed; None: none.
+        syncs: ``{(col label, row label): [x, ...]}``: the reference model's syncs per panel, thin
+            dotted verticals (``x="step"`` figures).
+    """
+
+    diverged: Sequence[Mark] = ()
+    runs: pd.DataFrame | None = None
+    syncs: Mapping[tuple[Any, Any], Sequence[float]] = field(default_factory=dict)
+
+
+def plot_curves(
+    ax: Axes,
     c: Curves,
+    facets: Facets,
     *,
-    hue: str | None,
-    col: str | None = None,
-    row: str | None = None,
-    colors: Mapping[str, str] | None = None,
-    hue_order: Sequence[str] | None = None,
-    col_values: Sequence[Any] | None = None,
-    row_values: Sequence[Any] | None = None,
-    on_policy: Sequence[tuple[Any, Any]] = (),
-    marks: Sequence[Mark] = (),
-    mark_runs: pd.DataFrame | None = None,
-    syncs: Mapping[tuple[Any, Any], Sequence[float]] | None = None,
+    panel: tuple[Any, Any] = (None, None),
+    marks: Marks = Marks(),
     seeds: bool = False,
-    legend_title: str | None = None,
+) -> Drawn:
+    """One panel of a :class:`~analysis.aggregate.Curves` on ``ax``: the rows of ``c.mean`` in
+    ``panel`` (its column and row labels), one line with its band per variant (``facets.hue``),
+    the panel's marks and syncs, and its title. An empty panel says "no data" (or that its runs
+    are on-policy, for an importance-ratio metric).
+
+    Args:
+        ax: where to draw.
+        c: the curves (``c.runs`` too with ``seeds``).
+        facets: the label columns, their order and colours.
+        panel: ``(col label, row label)`` of the panel (None: not faceted).
+        marks: diverged runs and reference syncs (those in this panel are drawn).
+        seeds: also draw each run's (smoothed) curve faintly; needs ``c.runs``.
+
+    Returns:
+        What was drawn (:class:`~analysis.panels.Drawn`: variant labels, line and band values).
+    """
+    cv, rv = panel
+    hue_labels = hue_labels_of(c.mean, facets.hue, facets.hue_order)
+    colors = facets.palette(hue_labels or ["all"])
+    part = facets.panel(c.mean, cv, rv)
+    facet_on_policy = (cv, rv) in {tuple(f) for f in facets.on_policy}
+    drawn = Drawn()
+    if part.empty or part["mean"].isna().all():
+        no_data(ax, ON_POLICY_NOTE if is_ratio_metric(c.metric) and facet_on_policy else "no data")
+    else:
+        runs = facets.panel(c.runs, cv, rv) if seeds and c.runs is not None else None
+        drawn = draw_panel_lines(ax, part, runs, facets.hue, hue_labels, colors, c.metric)
+    note_coinciding(ax, part, facets.hue)
+    _draw_marks(ax, marks.diverged, marks.runs, facets, cv, rv, colors)
+    for xs in marks.syncs.get((cv, rv), ()):
+        ax.axvline(xs, color="0.55", linewidth=0.5, linestyle=":", zorder=0)
+    ax.set_title(wrap_title(panel_title([_str(rv), _str(cv)], facet_on_policy)))
+    return drawn
+
+
+def curve_figure(
+    c: Curves,
+    facets: Facets,
+    *,
+    marks: Marks = Marks(),
+    seeds: bool = False,
     ylabel: str | None = None,
     sharey: bool = True,
-    baseline: str | None = None,
 ) -> tuple[Figure, np.ndarray]:
-    """Draw a :class:`~analysis.aggregate.Curves`: one line per hue label, faceted by col/row.
+    """A :class:`~analysis.aggregate.Curves` as a figure: one line per variant, a panel per
+    ``facets`` column and row label (:func:`plot_curves` on each).
 
     More than :data:`MAX_LINES` variants in a single panel are drawn as small multiples instead
-    (:func:`plot_highlight`), since that many crossing lines cannot be told apart.
+    (:func:`highlight_figure`), since that many crossing lines cannot be told apart.
 
     Args:
         c: the curves (``c.mean``; ``c.runs`` too with ``seeds``).
-        hue, col, row: columns of ``c.mean`` (labels), or None.
-        colors: ``{hue label: colour}``; default :func:`analysis.style.variant_colors`.
-        hue_order, col_values, row_values: the labels in display order (default: those present).
-        on_policy: ``(col value, row value)`` facets whose runs are on-policy throughout (titled so).
-        marks: points to mark (diverged runs), drawn as ``x`` in the hue's colour.
-        mark_runs: the marked runs' own curves (``Curves.runs`` layout), drawn faint and dashed.
-        syncs: ``{(col value, row value): [x, ...]}`` reference-model syncs to mark with thin
-            vertical lines (``x="step"`` figures).
+        facets: label columns of ``c.mean``, their display order (default: those present),
+            colours (default :func:`analysis.style.variant_colors`), the legend's title, the
+            baseline (drawn in every panel of the small multiples) and the on-policy panels.
+        marks: diverged runs and reference syncs to mark.
         seeds: also draw each run's (smoothed) curve faintly; needs ``c.runs``.
-        legend_title: title of the legend (e.g. the hue's keys).
         ylabel: y-axis label; default the metric's label.
         sharey: share y limits across facets (limits from robust quantiles of all drawn values).
-        baseline: the baseline's hue label, drawn in every panel of the small multiples.
 
     Returns:
-        ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. Facets without data say "no data"
-        (or that they are on-policy, for an importance-ratio metric).
+        ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``.
     """
     agg = c.mean
-    hue_labels = hue_labels_of(agg, hue, hue_order)
-    if hue is not None and col is None and row is None and len(hue_labels) > MAX_LINES:
-        return plot_highlight(
-            c,
-            hue=hue,
-            hue_order=hue_labels,
-            colors=colors,
-            baseline=baseline,
-            marks=marks,
-            ylabel=ylabel,
-            legend_title=legend_title,
-        )
-    colors = dict(colors) if colors is not None else {}
-    for lab, col_ in style.variant_colors(hue_labels or ["all"]).items():
-        colors.setdefault(lab, col_)
-    cols = facet_values(agg, col, col_values)
-    rows = facet_values(agg, row, row_values)
-    on_policy = {tuple(f) for f in on_policy}
-    ratio = is_ratio_metric(c.metric)
+    hue_labels = hue_labels_of(agg, facets.hue, facets.hue_order)
+    if facets.hue is not None and facets.col is None and facets.row is None and len(hue_labels) > MAX_LINES:
+        return highlight_figure(c, replace(facets, hue_order=hue_labels), marks=marks.diverged, ylabel=ylabel)
+    colors = facets.palette(hue_labels or ["all"])
+    cols, rows = facets.columns(agg), facets.rows(agg)
     with style.context():
         fig = style.figure(len(cols), len(rows))
         axes = fig.subplots(len(rows), len(cols), squeeze=False, sharex=True, sharey=sharey)
@@ -147,21 +190,10 @@ def plot_curve_set(
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
-                part = panel_rows(agg, col, cv, row, rv)
-                facet_on_policy = (cv, rv) in on_policy
-                if part.empty or part["mean"].isna().all():
-                    no_data(ax, ON_POLICY_NOTE if ratio and facet_on_policy else "no data")
-                else:
-                    runs = panel_rows(c.runs, col, cv, row, rv) if seeds and c.runs is not None else None
-                    labs, ms, bs = draw_panel_lines(ax, part, runs, hue, hue_labels, colors, c.metric)
-                    drawn.extend(lab for lab in labs if lab not in drawn)
-                    means.extend(ms)
-                    bands.extend(bs)
-                note_coinciding(ax, part, hue)
-                _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors)
-                for xs in (syncs or {}).get((cv, rv), ()):
-                    ax.axvline(xs, color="0.55", linewidth=0.5, linestyle=":", zorder=0)
-                ax.set_title(wrap_title(panel_title([_str(rv), _str(cv)], facet_on_policy)))
+                got = plot_curves(ax, c, facets, panel=(cv, rv), marks=marks, seeds=seeds)
+                drawn.extend(lab for lab in got.labels if lab not in drawn)
+                means.extend(got.lines)
+                bands.extend(got.bands)
                 if i == len(rows) - 1:
                     ax.set_xlabel(X_LABELS.get(c.x, c.x))
                 if j == 0:
@@ -171,11 +203,10 @@ def plot_curve_set(
             axes[0, 0].set_ylim(*lim)
         _curve_legend(
             fig,
-            [h for h in hue_labels if h in drawn] if hue is not None else None,
+            [h for h in hue_labels if h in drawn] if facets.hue is not None else None,
             colors,
             marks,
-            syncs,
-            legend_title,
+            facets.legend_title,
         )
     return fig, axes
 
@@ -184,74 +215,107 @@ def _curve_legend(
     fig: Figure,
     labels: Sequence[str] | None,
     colors: Mapping[str, str],
-    marks: Sequence[Mark],
-    syncs: Mapping[Any, Sequence[float]] | None,
+    marks: Marks,
     legend_title: str | None,
 ) -> None:
     """The legend of a curve figure: a line per drawn hue label (``labels``; None without a hue),
     then the diverged-run and reference-sync markers when drawn; none when there is nothing."""
     extra = []
-    if marks:
+    if marks.diverged:
         extra.append(
             Line2D([], [], color="0.3", marker="x", linestyle="--", linewidth=0.6, label="diverged run")
         )
-    if syncs:
+    if marks.syncs:
         extra.append(Line2D([], [], color="0.55", linestyle=":", linewidth=0.8, label="reference synced"))
     if labels is not None or extra:
         fit_legend(fig, [*line_handles(labels or [], colors), *extra], legend_title)
 
 
-#: Most variants drawn as lines in one panel; more become small multiples (:func:`plot_highlight`).
+#: Most variants drawn as lines in one panel; more become small multiples (:func:`highlight_figure`).
 MAX_LINES = 6
 
 
+def _highlight_parts(
+    c: Curves, facets: Facets
+) -> tuple[dict[str, pd.DataFrame], dict[str, list[np.ndarray]]]:
+    """Each variant's rows of ``c.mean``, and its thinned line cut at missing values (the grey
+    lines behind the other panels of the small multiples)."""
+    agg = c.mean
+    parts = {lab: agg[(agg[facets.hue] == lab).to_numpy()] for lab in facets.hue_order or ()}
+    thinned = {lab: _pieces(thin(p)[["x", "mean"]].to_numpy()) for lab, p in parts.items() if len(p)}
+    return parts, thinned
+
+
 def plot_highlight(
+    ax: Axes,
     c: Curves,
+    facets: Facets,
+    label: str,
     *,
-    hue: str,
-    hue_order: Sequence[str],
-    colors: Mapping[str, str] | None = None,
-    baseline: str | None = None,
+    marks: Sequence[Mark] = (),
+    lines: tuple[dict[str, pd.DataFrame], dict[str, list[np.ndarray]]] | None = None,
+) -> Drawn:
+    """One panel of the small multiples on ``ax``: variant ``label`` in its colour with its band,
+    the baseline (``facets.baseline``) in black, dashed, and every other variant of
+    ``facets.hue_order`` in light grey behind; the variant's diverged runs marked.
+
+    Args:
+        lines: each variant's rows and thinned line (computed from ``c`` when None; a figure
+            computes them once for all its panels).
+
+    Returns:
+        What was drawn (the variant, when it has data).
+    """
+    parts, thinned = lines if lines is not None else _highlight_parts(c, facets)
+    colors = facets.palette(list(facets.hue_order or ()))
+    baseline = facets.baseline
+    others = [xy for other, ps in thinned.items() if other not in (label, baseline) for xy in ps]
+    if others:  # one artist for all of them: drawn at once
+        ax.add_collection(LineCollection(others, colors="0.82", linewidths=0.7, zorder=1))
+    if baseline is not None and baseline != label and len(parts.get(baseline, ())):
+        b = thin(parts[baseline])
+        ax.plot(b["x"], b["mean"], color="0.15", linewidth=0.9, linestyle="--", zorder=2)
+    p = parts[label]
+    drawn = Drawn()
+    if len(p) and p["mean"].notna().any():
+        draw_mean_band(ax, p, colors[label], label)
+        drawn = Drawn(labels=[label])
+    else:
+        no_data(ax)
+    hue_only = Facets(hue=facets.hue)
+    _draw_marks(ax, [m for m in marks if m.hue == label], None, hue_only, None, None, colors)
+    ax.set_title(wrap_title(label))
+    return drawn
+
+
+def highlight_figure(
+    c: Curves,
+    facets: Facets,
+    *,
     marks: Sequence[Mark] = (),
     ylabel: str | None = None,
-    legend_title: str | None = None,
     ncols: int = 3,
 ) -> tuple[Figure, np.ndarray]:
-    """Many variants as small multiples: one panel per variant, in its colour with its band, the
-    baseline in black (dashed) and every other variant in light grey behind, on shared axes.
+    """Many variants as small multiples: one panel per variant of ``facets.hue_order``
+    (:func:`plot_highlight`), on shared axes.
 
     Returns:
         ``(fig, axes)``; ``axes`` has shape ``(rows, ncols)``, unused panels hidden.
     """
     agg = c.mean
-    colors = dict(colors or {})
-    for lab, col_ in style.variant_colors(hue_order).items():
-        colors.setdefault(lab, col_)
+    hue_order = list(facets.hue_order or ())
     n = len(hue_order)
     nr = -(-n // ncols)
     with style.context():
         fig = style.figure(ncols, nr, panel_height=1.45)
         axes = fig.subplots(nr, ncols, squeeze=False, sharex=True, sharey=True)
-        parts = {lab: agg[(agg[hue] == lab).to_numpy()] for lab in hue_order}
+        lines = _highlight_parts(c, facets)
+        parts = lines[0]
         line_values = [p["mean"].to_numpy() for p in parts.values() if len(p)]
         band_values = [p[["lo", "hi"]].to_numpy() for p in parts.values() if len(p)]
-        thinned = {lab: _pieces(thin(p)[["x", "mean"]].to_numpy()) for lab, p in parts.items() if len(p)}
         for k, lab in enumerate(hue_order):
             ax = axes[k // ncols, k % ncols]
-            others = [xy for other, ps in thinned.items() if other not in (lab, baseline) for xy in ps]
-            if others:  # one artist for all of them: drawn at once
-                ax.add_collection(LineCollection(others, colors="0.82", linewidths=0.7, zorder=1))
-            if baseline is not None and baseline != lab and len(parts.get(baseline, ())):
-                b = parts[baseline]
-                b = thin(b)
-                ax.plot(b["x"], b["mean"], color="0.15", linewidth=0.9, linestyle="--", zorder=2)
-            p = parts[lab]
-            if len(p) and p["mean"].notna().any():
-                draw_mean_band(ax, p, colors[lab], lab)
-            else:
-                no_data(ax)
-            _draw_marks(ax, [m for m in marks if m.hue == lab], None, hue, None, None, None, None, colors)
-            ax.set_title(wrap_title(lab))
+            plot_highlight(ax, c, facets, lab, marks=marks, lines=lines)
             if k % ncols == 0:
                 ax.set_ylabel(ylabel or metric_label(c.metric))
         finish_grid(axes, {(k // ncols, k % ncols) for k in range(n)}, c.x)
@@ -259,11 +323,14 @@ def plot_highlight(
         if lim is not None:
             axes[0, 0].set_ylim(*lim)
         handles = [Line2D([], [], color="0.82", linewidth=0.7, label="the other variants")]
-        if baseline is not None:
+        if facets.baseline is not None:
             handles.insert(
-                0, Line2D([], [], color="0.15", linestyle="--", linewidth=0.9, label=f"baseline: {baseline}")
+                0,
+                Line2D(
+                    [], [], color="0.15", linestyle="--", linewidth=0.9, label=f"baseline: {facets.baseline}"
+                ),
             )
-        fit_legend(fig, handles, legend_title)
+        fit_legend(fig, handles, facets.legend_title)
     return fig, axes
 
 
@@ -282,7 +349,18 @@ def _str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
-def _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors) -> None:
+def _draw_marks(
+    ax: Axes,
+    marks: Sequence[Mark],
+    mark_runs: pd.DataFrame | None,
+    facets: Facets,
+    cv: Any,
+    rv: Any,
+    colors: Mapping[str, str],
+) -> None:
+    """The marks of panel ``(cv, rv)``: each diverged run's × in its variant's colour (at the
+    panel's top when its value is not finite), and its own curve, faint and dashed."""
+    col, row, hue = facets.col, facets.row, facets.hue
     for m in marks:
         if (col is not None and m.col != _str(cv)) or (row is not None and m.row != _str(rv)):
             continue
@@ -311,29 +389,21 @@ def _draw_marks(ax, marks, mark_runs, hue, col, cv, row, rv, colors) -> None:
             )
 
 
-def plot_curves(
-    df: pd.DataFrame,
-    metric: str = "reward",
-    *,
-    x: XKind = "step",
-    hue: str | None = "loss_type",
-    col: str | None = None,
-    row: str | None = None,
-    ci: Literal["t", "bootstrap"] = "t",
-    confidence: float = 0.95,
-    smoothing: Any = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-    colors: Mapping[str, str] | None = None,
-    agg: Curves | pd.DataFrame | None = None,
-    sharey: bool = True,
+def frame_curve_figure(
+    df: pd.DataFrame, metric: str, facets: Facets, **numbers: Any
 ) -> tuple[Figure, np.ndarray]:
-    """Mean ``metric`` over runs with its band, one line per ``hue`` value, faceted by ``col``/``row``.
+    """Mean ``metric`` over runs with its band, one line per ``facets.hue`` value, a panel per
+    ``facets.col``/``facets.row`` value: :func:`analysis.aggregate.curves` of a frame from
+    :func:`analysis.load.load`, then :func:`curve_figure`. An importance-ratio metric is drawn
+    over off-policy steps only.
 
-    A convenience over :func:`analysis.aggregate.curves` and :func:`plot_curve_set` for a frame
-    from :func:`analysis.load.load`. An importance-ratio metric is drawn over off-policy steps
-    only. ``agg``: a precomputed :func:`analysis.aggregate.curves` record to draw instead (or
-    its mean frame, :func:`analysis.aggregate.aggregate`, drawn without a caption).
+    Args:
+        df: the metrics frame.
+        metric: its column drawn.
+        facets: label columns of ``df`` (labels in the frame's order unless given; the legend
+            titled by the hue's column unless given).
+        numbers: keywords of :func:`analysis.aggregate.curves` (``x``, ``ci``, ``confidence``,
+            ``smoothing``, ``n_boot``, ``seed``).
 
     Returns:
         ``(fig, axes)``; ``axes`` has shape ``(n_rows, n_cols)``. The figure legend lists every
@@ -342,35 +412,12 @@ def plot_curves(
     Raises:
         KeyError, ValueError: as :func:`analysis.aggregate.curves`.
     """
-    by = [b for b in (hue, col, row) if b is not None]
-    if agg is None:
-        rows = off_policy_rows(df)[0] if is_ratio_metric(metric) else None
-        c = curves(
-            df,
-            metric,
-            x=x,
-            by=by,
-            ci=ci,
-            confidence=confidence,
-            smoothing=smoothing,
-            n_boot=n_boot,
-            seed=seed,
-            rows=rows,
-        )
-    elif isinstance(agg, Curves):
-        c = agg
-    else:
-        c = Curves(agg, None, "", metric, x, {}, 0)
-    cols = facet_values(df, col, None)
-    rws = facet_values(df, row, None)
-    return plot_curve_set(
-        c,
-        hue=hue,
-        col=col,
-        row=row,
-        colors=colors,
-        col_values=cols,
-        row_values=rws,
-        legend_title=hue,
-        sharey=sharey,
+    rows = off_policy_rows(df)[0] if is_ratio_metric(metric) else None
+    c = curves(df, metric, by=facets.by, rows=rows, **numbers)
+    facets = replace(
+        facets,
+        col_values=facets.columns(df),
+        row_values=facets.rows(df),
+        legend_title=facets.legend_title or facets.hue,
     )
+    return curve_figure(c, facets)

@@ -1,20 +1,22 @@
 """Figures of final scores, in the style of rliable (Agarwal et al. 2021).
 
-* :func:`plot_final`: each variant's final score per facet: one dot per run and the mean with its
+* :func:`final_figure`: each variant's final score per facet: one dot per run and the mean with its
   stratified-bootstrap interval, small multiples over the facets (e.g. VESPO's (k, λ) settings
-  per staleness level).
-* :func:`plot_aggregate`: interval estimates of the mean and the IQM per variant, and the
-  probability of improvement over the baseline with its interval.
-* :func:`plot_profile`: performance profiles, the fraction of runs whose final score exceeds each
-  threshold, each with its stratified-bootstrap 95% band (as rliable's ``create_performance_profile``).
+  per staleness level), each panel :func:`plot_final`.
+* :func:`aggregate_figure`: interval estimates of the mean and the IQM per variant, and the
+  probability of improvement over the baseline with its interval, each panel :func:`plot_estimates`.
+* :func:`profile_figure`: performance profiles, the fraction of runs whose final score exceeds each
+  threshold, each with its stratified-bootstrap 95% band (as rliable's ``create_performance_profile``),
+  each panel :func:`plot_profile`.
 
 The numbers come from :func:`analysis.scores.final_performance_table` and
-:func:`analysis.stats.performance_profile`; plots return ``(fig, axes)`` and never save.
+:func:`analysis.stats.performance_profile`. A ``plot_*`` function draws one panel on a given
+``ax``; a ``*_figure`` function returns ``(fig, axes)`` and never saves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,56 +30,93 @@ from matplotlib.ticker import MaxNLocator
 from analysis import stats, style
 from analysis.labels import metric_label
 from analysis.limits import robust_limits
-from analysis.panels import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
+from analysis.panels import Drawn, Facets, fit_legend, line_handles, no_data, panel_rows, wrap_title
 from analysis.scores import bootstrap_reps
 
-__all__ = ["Profile", "draw_estimates", "plot_aggregate", "plot_final", "plot_profile", "profile_frame"]
+__all__ = [
+    "Profile",
+    "aggregate_figure",
+    "final_figure",
+    "plot_estimates",
+    "plot_final",
+    "plot_profile",
+    "profile_figure",
+    "profile_frame",
+]
+
+
+def _final_labels(scores: pd.DataFrame, facets: Facets) -> list[str]:
+    """The variants of the final-score figure, top to bottom: ``facets.hue_order``, else as the
+    scores hold them (``["all"]`` without a hue)."""
+    if facets.hue_order is not None:
+        return list(facets.hue_order)
+    return [str(v) for v in scores[facets.hue].drop_duplicates()] if facets.hue else ["all"]
 
 
 def plot_final(
+    ax: Axes,
     scores: pd.DataFrame,
     table: pd.DataFrame,
+    facets: Facets,
     *,
-    metric: str,
-    hue: str | None,
-    col: str | None = None,
-    row: str | None = None,
-    colors: Mapping[str, str] | None = None,
-    hue_order: Sequence[str] | None = None,
-    col_values: Sequence[Any] | None = None,
-    row_values: Sequence[Any] | None = None,
-    on_policy: Sequence[tuple[Any, Any]] = (),
-) -> tuple[Figure, np.ndarray]:
-    """Final score per variant, small multiples over the facets.
+    panel: tuple[Any, Any] = (None, None),
+) -> Drawn:
+    """One panel of the final-score figure on ``ax``: the runs in ``panel`` (its column and row
+    labels), one row per variant (:func:`_final_labels`' order, top to bottom): a dot per run and
+    the mean with its interval (a bar; a hollow marker when the variant has a single run), the
+    panel's title (with "(on-policy)" for a panel of ``facets.on_policy``).
 
     Args:
-        scores: one row per run: ``score`` and the ``hue``/``col``/``row`` label columns; an
-            optional ``state`` column (:data:`analysis.states.STATES`) draws a diverged run as ×
-            and any other run that did not finish (stopped, running, failed) as a hollow triangle.
+        scores: one row per run: ``score`` and the label columns; an optional ``state`` column
+            (:data:`analysis.states.STATES`) draws a diverged run as × and any other run that did
+            not finish (stopped, running, failed) as a hollow triangle.
         table: :func:`analysis.scores.final_performance_table` over the same labels (``mean``,
             ``mean_lo``, ``mean_hi``).
-        metric: the score's metric (axis label).
-        hue, col, row: label columns (None when not used).
-        colors: ``{hue label: colour}``.
-        hue_order, col_values, row_values: display order.
-        on_policy: ``(col, row)`` facets whose runs were on-policy throughout (titled so).
 
     Returns:
-        ``(fig, axes)`` of shape ``(rows, cols)``: in each panel one row per variant, a dot per run
-        and the mean with its interval (a bar; a hollow marker when the interval is undefined
-        because the variant has a single run).
+        What was drawn: ``kinds`` holds the state groups of the runs drawn (``done``,
+        ``diverged``, ``other``).
     """
-    labels = (
-        list(hue_order)
-        if hue_order is not None
-        else ([str(v) for v in scores[hue].drop_duplicates()] if hue else ["all"])
-    )
-    colors = dict(colors or {})
-    for lab, c in style.variant_colors(labels).items():
-        colors.setdefault(lab, c)
-    cols = facet_values(scores, col, col_values)
-    rows = facet_values(scores, row, row_values)
-    on_policy = {tuple(f) for f in on_policy}
+    cv, rv = panel
+    labels = _final_labels(scores, facets)
+    colors = facets.palette(labels)
+    hue = facets.hue
+    s = facets.panel(scores, cv, rv)
+    t = facets.panel(table, cv, rv)
+    if s.empty:
+        no_data(ax)
+    shown: set[str] = set()
+    for k, lab in enumerate(labels):
+        sv = s if hue is None else s[(s[hue].astype(str) == lab).to_numpy()]
+        tv = t if hue is None else t[(t[hue].astype(str) == lab).to_numpy()]
+        y, color = len(labels) - 1 - k, colors.get(lab, "0.3")
+        shown |= _draw_runs(ax, sv, y, color)
+        _draw_interval(ax, tv, y, color)
+    ax.set_yticks(range(len(labels)), [wrap_title(lab, 34) for lab in labels[::-1]])
+    ax.set_ylim(-0.6, len(labels) - 0.4)
+    title = ", ".join(str(p) for p in (rv, cv) if p is not None)
+    on_policy = (cv, rv) in {tuple(f) for f in facets.on_policy}
+    ax.set_title(wrap_title(title + (" (on-policy)" if on_policy else "")))
+    ax.grid(axis="y", visible=False)
+    return Drawn(kinds=frozenset(shown))
+
+
+def final_figure(
+    scores: pd.DataFrame, table: pd.DataFrame, facets: Facets, *, metric: str
+) -> tuple[Figure, np.ndarray]:
+    """Final score per variant, small multiples over the facets (:func:`plot_final` per panel).
+
+    Args:
+        scores: one row per run: ``score``, the label columns and optionally ``state``.
+        table: :func:`analysis.scores.final_performance_table` over the same labels.
+        facets: the label columns, their order and colours, the on-policy panels.
+        metric: the score's metric (axis label).
+
+    Returns:
+        ``(fig, axes)`` of shape ``(rows, cols)``: in each panel one row per variant.
+    """
+    labels = _final_labels(scores, facets)
+    cols, rows = facets.columns(scores), facets.rows(scores)
     lim = robust_limits(
         np.r_[
             scores["score"].to_numpy(dtype=float), table[["mean_lo", "mean_hi"]].to_numpy(dtype=float).ravel()
@@ -98,21 +137,7 @@ def plot_final(
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
-                s = panel_rows(scores, col, cv, row, rv)
-                t = panel_rows(table, col, cv, row, rv)
-                if s.empty:
-                    no_data(ax)
-                for k, lab in enumerate(labels):
-                    sv = s if hue is None else s[(s[hue].astype(str) == lab).to_numpy()]
-                    tv = t if hue is None else t[(t[hue].astype(str) == lab).to_numpy()]
-                    y, color = len(labels) - 1 - k, colors.get(lab, "0.3")
-                    shown |= _draw_runs(ax, sv, y, color)
-                    _draw_interval(ax, tv, y, color)
-                ax.set_yticks(range(len(labels)), ticks)
-                ax.set_ylim(-0.6, len(labels) - 0.4)
-                title = ", ".join(str(p) for p in (rv, cv) if p is not None)
-                ax.set_title(wrap_title(title + (" (on-policy)" if (cv, rv) in on_policy else "")))
-                ax.grid(axis="y", visible=False)
+                shown |= plot_final(ax, scores, table, facets, panel=(cv, rv)).kinds
                 if i == len(rows) - 1:
                     ax.set_xlabel(f"final {metric_label(metric)}")
         if lim is not None:
@@ -160,7 +185,7 @@ def _draw_interval(ax: Any, row: pd.DataFrame, y: float, color: str) -> None:
 
 
 def _final_handles(shown: set[str]) -> list[Line2D]:
-    """Legend entries of :func:`plot_final`: a run, the mean with its interval, and each state
+    """Legend entries of :func:`final_figure`: a run, the mean with its interval, and each state
     group of runs that did not finish when drawn."""
     handles = [
         Line2D([], [], color="0.35", marker="o", linestyle="none", markersize=3, alpha=0.6, label="a run"),
@@ -193,7 +218,7 @@ _STATE_MARKERS: dict[str, tuple[str, float, bool]] = {
 }
 
 
-def plot_aggregate(
+def aggregate_figure(
     table: pd.DataFrame,
     *,
     metric: str,
@@ -202,7 +227,8 @@ def plot_aggregate(
     baseline: str | None,
     panels: Sequence[tuple[str, str]] = (("mean", "Mean"), ("iqm", "IQM")),
 ) -> tuple[Figure, np.ndarray]:
-    """Interval estimates per variant: mean, IQM and P(variant > baseline), each with its interval.
+    """Interval estimates per variant: mean, IQM and P(variant > baseline), each with its interval
+    (:func:`plot_estimates` per panel).
 
     Args:
         table: :func:`analysis.scores.final_performance_table` rows, in display order (or any
@@ -230,7 +256,7 @@ def plot_aggregate(
         axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
         for j, (column, title) in enumerate(panels):
             ax = axes[0, j]
-            draw_estimates(ax, table, column, colors)
+            plot_estimates(ax, table, column, colors)
             if column == "p_improve":
                 ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.7)
                 ax.set_xlim(-0.02, 1.02)
@@ -244,8 +270,9 @@ def plot_aggregate(
     return fig, axes
 
 
-def draw_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence[str]) -> None:
-    """One panel of :func:`plot_aggregate` (and of the report's aggregate over tasks): per row of ``table`` (top to bottom, in ``colors[k]``)
+def plot_estimates(ax: Axes, table: pd.DataFrame, column: str, colors: Sequence[str]) -> None:
+    """One panel of :func:`aggregate_figure` (and of the report's aggregate over tasks) on ``ax``:
+    per row of ``table`` (top to bottom, in ``colors[k]``)
     a bar over ``[column_lo, column_hi]`` with a tick at ``column``, or a hollow circle at
     ``column`` when there is no interval."""
     n = len(table)
@@ -333,62 +360,67 @@ def _task_matrix(runs: pd.DataFrame, task: str | None) -> np.ndarray:
     return mat
 
 
-def plot_profile(
-    profile: pd.DataFrame,
-    *,
-    metric: str,
-    hue: str | None,
-    col: str | None = None,
-    colors: Mapping[str, str] | None = None,
-    hue_order: Sequence[str] | None = None,
-    col_values: Sequence[Any] | None = None,
-    legend_title: str | None = None,
-) -> tuple[Figure, np.ndarray]:
-    """Performance profiles (:func:`profile_frame`), one line per variant, faceted by ``col``; where
-    the frame has ``lo``/``hi``, each line's bootstrap band is shaded in its colour.
+def _profile_labels(profile: pd.DataFrame, facets: Facets) -> list[str]:
+    """The variants of the profile figure: ``facets.hue_order``, else as the profiles hold them."""
+    if facets.hue_order is not None:
+        return list(facets.hue_order)
+    hue = facets.hue
+    return [str(v) for v in profile[hue].drop_duplicates()] if hue and len(profile) else ["all"]
+
+
+def plot_profile(ax: Axes, profile: pd.DataFrame, facets: Facets, *, panel: Any = None) -> Drawn:
+    """One panel of the profile figure on ``ax``: the profiles (:func:`profile_frame`) in panel
+    column ``panel`` (``facets.col``'s label), one step line per variant with its bootstrap band
+    shaded in its colour where the frame has ``lo``/``hi``; a note when every variant coincides.
+
+    Returns:
+        What was drawn (the fraction of each variant's profile, as ``lines``).
+    """
+    labels = _profile_labels(profile, facets)
+    colors = facets.palette(labels)
+    part = panel_rows(profile, facets.col, panel, None, None)
+    if part.empty:
+        no_data(ax)
+    drawn = []
+    for lab in labels:
+        p = part if facets.hue is None else part[(part[facets.hue].astype(str) == lab).to_numpy()]
+        if len(p):
+            _draw_profile(ax, p, colors.get(lab, "0.3"))
+            drawn.append(p["fraction"].to_numpy())
+    if len(drawn) > 1 and all(np.array_equal(d, drawn[0], equal_nan=True) for d in drawn):
+        ax.text(
+            0.02,
+            0.03,
+            f"all {len(drawn)} variants coincide",
+            transform=ax.transAxes,
+            fontsize=6.5,
+            color="0.35",
+        )
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("" if panel is None else str(panel))
+    return Drawn(lines=drawn)
+
+
+def profile_figure(profile: pd.DataFrame, facets: Facets, *, metric: str) -> tuple[Figure, np.ndarray]:
+    """Performance profiles (:func:`profile_frame`), one line per variant, a panel per
+    ``facets.col`` label (:func:`plot_profile` each).
 
     Returns:
         ``(fig, axes)`` with one row of panels.
     """
-    labels = (
-        list(hue_order)
-        if hue_order is not None
-        else ([str(v) for v in profile[hue].drop_duplicates()] if hue and len(profile) else ["all"])
-    )
-    colors = dict(colors or {})
-    for lab, c in style.variant_colors(labels).items():
-        colors.setdefault(lab, c)
-    cols = facet_values(profile, col, col_values)
+    labels = _profile_labels(profile, facets)
+    cols = facets.columns(profile)
     with style.context():
         fig = style.figure(len(cols), 1)
         axes = fig.subplots(1, len(cols), squeeze=False, sharey=True, sharex=True)
         for j, cv in enumerate(cols):
             ax = axes[0, j]
-            part = panel_rows(profile, col, cv, None, None)
-            if part.empty:
-                no_data(ax)
-            drawn = []
-            for lab in labels:
-                p = part if hue is None else part[(part[hue].astype(str) == lab).to_numpy()]
-                if len(p):
-                    _draw_profile(ax, p, colors.get(lab, "0.3"))
-                    drawn.append(p["fraction"].to_numpy())
-            if len(drawn) > 1 and all(np.array_equal(d, drawn[0], equal_nan=True) for d in drawn):
-                ax.text(
-                    0.02,
-                    0.03,
-                    f"all {len(drawn)} variants coincide",
-                    transform=ax.transAxes,
-                    fontsize=6.5,
-                    color="0.35",
-                )
-            ax.set_ylim(-0.03, 1.03)
-            ax.set_title("" if cv is None else str(cv))
+            plot_profile(ax, profile, facets, panel=cv)
             ax.set_xlabel(f"final {metric_label(metric)} threshold τ")
             if j == 0:
                 ax.set_ylabel("fraction of runs > τ")
-        if hue is not None:
-            fit_legend(fig, line_handles(labels, colors), legend_title)
+        if facets.hue is not None:
+            fit_legend(fig, line_handles(labels, facets.palette(labels)), facets.legend_title)
     return fig, axes
 
 

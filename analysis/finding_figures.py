@@ -1,13 +1,14 @@
 """One figure per finding: its arms (or its dose levels) alone, on its metric, its window shaded,
 its verdict in the title.
 
-:func:`finding_figure` gathers the numbers (pure: frames in, a frozen :class:`FindingFigure` out):
+:func:`finding_numbers` gathers the numbers (pure: frames in, a frozen :class:`FindingFigure` out):
 each arm's finished runs' curves of the finding's metric, the mean over runs with its 95%
 Student-t band as the report's curves have them (:func:`analysis.aggregate.curves`, the report's
 smoothing), an eval metric's start (each run's ``eval_start.json``) as its curve's first point at
 step 0, the steps the window spans, a to-target finding's level, and a dose-response finding's
-runs (value, window mean) with the fitted line. :func:`plot_finding` draws it and returns
-``(fig, axes)``; it never saves (:func:`analysis.style.save`).
+runs (value, window mean) with the fitted line. :func:`finding_figure` draws it and returns
+``(fig, axes)``; it never saves (:func:`analysis.style.save`). Its panels are
+:func:`plot_finding_curves` and :func:`plot_dose_fit`, each on a given ``ax``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ from analysis.power import slope_fit
 from analysis.tables import fmt
 from harness import layout
 
-__all__ = ["ARM", "FindingFigure", "draw_dose_fit", "draw_finding_curves", "finding_figure", "plot_finding"]
+__all__ = [
+    "ARM",
+    "FindingFigure",
+    "finding_figure",
+    "finding_numbers",
+    "plot_dose_fit",
+    "plot_finding_curves",
+]
 
 #: The label column of a finding figure's curves: each arm's (level's) name.
 ARM = "arm"
@@ -48,7 +56,7 @@ _WINDOW = "#FBEBCB"
 
 @dataclass(frozen=True)
 class FindingFigure:
-    """What one finding's figure draws (:func:`finding_figure`).
+    """What one finding's figure draws (:func:`finding_numbers` gathers it, :func:`finding_figure` draws it).
 
     Attributes:
         id, claim, metric: the finding's.
@@ -88,7 +96,7 @@ class FindingFigure:
     dose_key: str = ""
 
 
-def finding_figure(
+def finding_numbers(
     df: pd.DataFrame,
     f: Finding,
     row: Mapping[str, Any],
@@ -271,10 +279,10 @@ def _effect_text(row: Mapping[str, Any]) -> str:
 # --- drawing ---------------------------------------------------------------------------------------
 
 
-def plot_finding(ff: FindingFigure) -> tuple[Figure, np.ndarray]:
-    """One finding's figure: its arms' curves (:func:`draw_finding_curves`) and, for a dose-response
+def finding_figure(ff: FindingFigure) -> tuple[Figure, np.ndarray]:
+    """One finding's figure: its arms' curves (:func:`plot_finding_curves`) and, for a dose-response
     finding, a second panel of its runs' window means against the value with the fitted line
-    (:func:`draw_dose_fit`). The title says the finding, its verdict and its effect, then the claim,
+    (:func:`plot_dose_fit`). The title says the finding, its verdict and its effect, then the claim,
     broken to the figure's width; the legend sits below the panels.
 
     Returns:
@@ -284,9 +292,9 @@ def plot_finding(ff: FindingFigure) -> tuple[Figure, np.ndarray]:
     with style.context():
         fig = style.figure(panels, 1, width=style.FULL_WIDTH_IN if panels == 2 else 4.6, panel_height=2.4)
         axes = fig.subplots(1, panels, squeeze=False)
-        handles = draw_finding_curves(axes[0, 0], ff)
+        handles = plot_finding_curves(axes[0, 0], ff)
         if panels == 2:
-            draw_dose_fit(axes[0, 1], ff)
+            plot_dose_fit(axes[0, 1], ff)
         effect = f"; effect {ff.effect}" if ff.effect else ""
         if ff.effect and ff.dose is not None:
             effect = f"; slope\u00a0{ff.effect} per unit of {'ln ' if ff.scale == 'log' else ''}{ff.dose_key}"
@@ -299,7 +307,7 @@ def plot_finding(ff: FindingFigure) -> tuple[Figure, np.ndarray]:
     return fig, axes
 
 
-def draw_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
+def plot_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
     """The finding's metric on ``ax``: the window shaded, each arm's mean over its runs with its
     band, its first point (the runs' start at step 0) marked, a to-target finding's level dashed.
 
@@ -352,7 +360,7 @@ def draw_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
     return handles
 
 
-def draw_dose_fit(ax: Axes, ff: FindingFigure) -> None:
+def plot_dose_fit(ax: Axes, ff: FindingFigure) -> None:
     """A dose-response finding's runs on ``ax``: each run's window mean against the setting's
     value (a log axis for ``scale: log``), in its level's colour, and the least-squares line."""
     pts = ff.dose

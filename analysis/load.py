@@ -434,12 +434,12 @@ def load_results(
 
     skipped: list[tuple[str, str]] = []
     damaged: dict[str, str] = {}
-    cfg = _collect_config(grid_dir, ids, skipped, damaged) if config else None
+    cfg = collect_config(grid_dir, ids, skipped, damaged) if config else None
     if damaged:
         # Metrics of a run whose settings cannot be read cannot be attributed to a variant.
         keep = [i for i, rid in enumerate(ids) if rid not in damaged]
         ids = [ids[i] for i in keep]
-        cfg = _Configs([cfg.rows[i] for i in keep], cfg.keys, cfg.varying)
+        cfg = RunConfigs([cfg.rows[i] for i in keep], cfg.keys, cfg.varying)
     requested_cols = (
         None
         if columns is None
@@ -462,7 +462,7 @@ def load_results(
     aliases: dict[str, str] = {}
     constant: dict[str, Any] = {}
     if cfg is not None:
-        config_cols, aliases, constant = _join_config(cfg, data[layout.RUN_ID].codes, data, requested_cols)
+        config_cols, aliases, constant = join_config(cfg, data[layout.RUN_ID].codes, data, requested_cols)
 
     for path, reason in skipped:
         warnings.warn(f"skipped {path}: {reason}", SkippedFileWarning, stacklevel=2)
@@ -636,18 +636,28 @@ def _write_cached(folder: Path, key: str, loaded: Loaded) -> None:
         return
 
 
-class _Configs:
-    """Per-run flattened configs: ``rows[i]`` for run i, the union of ``keys``, the ``varying`` keys."""
+@dataclass(frozen=True)
+class RunConfigs:
+    """Per-run flattened configs (:func:`collect_config`).
 
-    def __init__(self, rows: list[dict[str, Any]], keys: list[str], varying: list[str]):
-        self.rows = rows
-        self.keys = keys
-        self.varying = varying
+    Attributes:
+        rows: ``rows[i]``: run i's ``{dotted key: value}`` (empty for a damaged config).
+        keys: the union of the rows' keys, in first-seen order.
+        varying: the keys the grid varies (``grid.json``'s and each run's own).
+    """
+
+    rows: list[dict[str, Any]]
+    keys: list[str]
+    varying: list[str]
 
 
-def _collect_config(
+def collect_config(
     grid_dir: Path, ids: list[str], skipped: list[tuple[str, str]], damaged: dict[str, str]
-) -> _Configs:
+) -> RunConfigs:
+    """Each run's ``config.json`` flattened (:func:`flatten_config`), its varying values added,
+    in the order of ``ids``. A file that cannot be read is appended to ``skipped`` as ``(path,
+    reason)`` and to ``damaged`` as ``{run_id: reason}``, and gives an empty row; a damaged
+    ``grid.json`` is appended to ``skipped`` too."""
     rows: list[dict[str, Any]] = []
     varying: dict[str, None] = {}
     try:
@@ -679,7 +689,7 @@ def _collect_config(
     keys: dict[str, None] = {}
     for row in rows:
         keys.update(dict.fromkeys(row))
-    return _Configs(rows, list(keys), list(varying))
+    return RunConfigs(rows, list(keys), list(varying))
 
 
 def _alias_candidates(varying: Sequence[str], keys: Sequence[str]) -> dict[str, str]:
@@ -689,12 +699,21 @@ def _alias_candidates(varying: Sequence[str], keys: Sequence[str]) -> dict[str, 
     return {short: key for key, short in zip(dotted, last, strict=True) if last.count(short) == 1}
 
 
-def _join_config(
-    cfg: _Configs,
+def join_config(
+    cfg: RunConfigs,
     codes: np.ndarray,
     data: dict[str, Any],
     requested: Sequence[str] | None,
 ) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """The configs joined onto a frame's columns: each key a column of ``data`` (in place), its
+    value per row from the row's run (``codes``: run position per row, shape ``(rows,)``), named
+    ``config.<key>`` when a metric has the name; with ``requested`` (the columns asked for), a key
+    that no one asked for and that is the same in every run is kept aside as constant. A varying
+    key's last component becomes an alias column when it names one key only.
+
+    Returns:
+        ``(config column names, {alias: dotted key}, {constant key: value})``.
+    """
     candidates = _alias_candidates(cfg.varying, cfg.keys)
     named = set() if requested is None else {candidates.get(c, c) for c in requested}
     taken = set(data)

@@ -1,16 +1,22 @@
-"""What every faceted figure of a report shares: the legend that fits the figure's width, panel
-selection and facet order, titles that wrap, "no data" notes, thinning of long lines and the
-mean-with-band line of one variant.
+"""What every faceted figure of a report shares: :class:`Facets`, the record of how a figure lays
+its rows out (label columns, their order, colours, the baseline, on-policy panels), :class:`Drawn`,
+what a plot function drew on its ``ax``; the legend that fits the figure's width, panel selection
+and facet order, titles that wrap, "no data" notes, thinning of long lines and the mean-with-band
+line of one variant.
 
-Used by the curve figures (:mod:`analysis.curves`), the dynamics panels (:mod:`analysis.dynamics`),
-the w_seq figure (:mod:`analysis.wseq`) and the final-score figures (:mod:`analysis.finals`).
-Nothing here computes a number of the data; it only lays out and draws.
+Every figure module has plot functions that draw one panel on a given ``ax`` (``plot_*(ax, numbers,
+facets, ...)``, as rliable's and openrlbenchmark's do) and a function that lays the panels out as a
+figure (``*_figure(numbers, facets, ...)``, returning ``(fig, axes)``, never saving). Used by the
+curve figures (:mod:`analysis.curves`), the dynamics panels (:mod:`analysis.dynamics`), the w_seq
+figure (:mod:`analysis.wseq`), the final-score figures (:mod:`analysis.finals`) and pass@k
+(:mod:`analysis.pass_at_k`). Nothing here computes a number of the data; it only lays out and draws.
 """
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,12 +26,15 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
+from analysis import style
 from analysis.aggregate import X_LABELS, variant_labels
 from harness import layout
 
 __all__ = [
     "MAX_POINTS",
     "ON_POLICY_NOTE",
+    "Drawn",
+    "Facets",
     "draw_mean_band",
     "draw_panel_lines",
     "facet_values",
@@ -44,6 +53,85 @@ __all__ = [
 
 #: What the panel of an importance-ratio metric says when its runs are on-policy throughout.
 ON_POLICY_NOTE = "on-policy throughout:\nratio ≡ 1, not drawn"
+
+
+@dataclass(frozen=True)
+class Facets:
+    """How a figure lays its rows out: which label column is the variant (a colour per label),
+    which are the panel columns and rows, their labels in display order, the colours, the legend's
+    title, the baseline and the panels whose runs are on-policy throughout. Every figure takes
+    one instead of a list of keywords; the report builds one per report.
+
+    Attributes:
+        hue: the variants' label column of the frames drawn (None: one group).
+        col, row: the panel columns' and rows' label columns (None: not faceted).
+        hue_order, col_values, row_values: the labels in display order; None: those in the frame
+            drawn, in :func:`analysis.aggregate.variant_labels`' order (or as each figure says).
+        colors: ``{variant label: colour}``; a label without one gets
+            :func:`analysis.style.variant_colors`' (:meth:`palette`).
+        legend_title: the variants' legend title (None: none).
+        baseline: the baseline's variant label (None: none).
+        on_policy: ``(col label, row label)`` of each panel whose runs are on-policy throughout
+            (``(None, None)``: the only panel).
+    """
+
+    hue: str | None = None
+    col: str | None = None
+    row: str | None = None
+    hue_order: Sequence[str] | None = None
+    col_values: Sequence[Any] | None = None
+    row_values: Sequence[Any] | None = None
+    colors: Mapping[str, str] = field(default_factory=dict)
+    legend_title: str | None = None
+    baseline: str | None = None
+    on_policy: Sequence[tuple[Any, Any]] = ()
+
+    @property
+    def by(self) -> list[str]:
+        """The label columns in use: hue, col, row (None left out)."""
+        return [b for b in (self.hue, self.col, self.row) if b]
+
+    def columns(self, frame: pd.DataFrame | None) -> list[Any]:
+        """The panel columns' labels in display order (:func:`facet_values`; ``[None]`` without)."""
+        return facet_values(frame, self.col, self.col_values)
+
+    def rows(self, frame: pd.DataFrame | None) -> list[Any]:
+        """The panel rows' labels in display order (:func:`facet_values`; ``[None]`` without)."""
+        return facet_values(frame, self.row, self.row_values)
+
+    def panel(self, frame: pd.DataFrame, cv: Any = None, rv: Any = None) -> pd.DataFrame:
+        """The rows of ``frame`` in the panel at column label ``cv`` and row label ``rv``
+        (:func:`panel_rows`)."""
+        return panel_rows(frame, self.col, cv, self.row, rv)
+
+    def palette(self, labels: Sequence[str]) -> dict[str, str]:
+        """:attr:`colors`, with :func:`analysis.style.variant_colors`' colour for each of
+        ``labels`` that has none."""
+        out = dict(self.colors)
+        for lab, c in style.variant_colors(labels).items():
+            out.setdefault(lab, c)
+        return out
+
+    def on_policy_columns(self) -> set[Any]:
+        """The panel columns' labels of :attr:`on_policy` (figures faceted by ``col`` alone)."""
+        return {cv for cv, _ in self.on_policy}
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What a plot function drew on its ``ax``, for the figure around it.
+
+    Attributes:
+        labels: the variant labels drawn (the legend lists these).
+        lines: the values of each line drawn (1-D arrays), for a y range the panels share.
+        bands: the values of each band or faint line drawn (arrays), for the same.
+        kinds: marker kinds drawn (a figure's legend explains those it holds).
+    """
+
+    labels: list[str] = field(default_factory=list)
+    lines: list[np.ndarray] = field(default_factory=list)
+    bands: list[np.ndarray] = field(default_factory=list)
+    kinds: frozenset[str] = frozenset()
 
 
 def fit_legend(
@@ -200,7 +288,7 @@ def draw_panel_lines(
     hue_labels: Sequence[str],
     colors: Mapping[str, str],
     metric: str,
-) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
+) -> Drawn:
     """Draw one panel's curves: each run of ``runs`` (``Curves.runs`` rows) faintly, then each
     hue label's mean line and band from ``part`` (``Curves.mean`` rows).
 
@@ -208,21 +296,21 @@ def draw_panel_lines(
         The hue labels drawn, the mean lines' values and the values drawn as bands or faint runs
         (for the y range), in drawing order.
     """
-    drawn, means, bands = [], [], []
+    drawn = Drawn()
     for _, p in runs.groupby(layout.RUN_ID, sort=False) if runs is not None else ():
         lab = str(p[hue].iloc[0]) if hue else "all"
         p = thin(p)
         ax.plot(p["x"], p["y"], color=colors.get(lab, "0.5"), alpha=0.35, linewidth=0.6)
-        bands.append(p["y"].to_numpy())
+        drawn.bands.append(p["y"].to_numpy())
     for lab in hue_labels or [None]:
         p = part if lab is None else part[(part[hue] == lab).to_numpy()]
         if len(p) and p["mean"].notna().any():
             draw_mean_band(ax, p, colors[lab] if lab is not None else colors["all"], lab or metric)
-            means.append(p["mean"].to_numpy())
-            bands.append(p[["lo", "hi"]].to_numpy())
+            drawn.lines.append(p["mean"].to_numpy())
+            drawn.bands.append(p[["lo", "hi"]].to_numpy())
             if lab is not None:
-                drawn.append(lab)
-    return drawn, means, bands
+                drawn.labels.append(lab)
+    return drawn
 
 
 def fit_text(fig: Figure, text: str, width_pt: float, font: Any) -> str:

@@ -8,8 +8,8 @@ policy's values (before step 1) are in the run's ``eval_start.json``.
 
 Pure: :func:`pass_at_k_points` takes the metrics frame and the start values and returns a frozen
 :class:`PassAtK` (the mean over runs per variant, k and point with its Student-t interval);
-:func:`pass_at_k_table` and :func:`pass_at_k_caption` describe it; :func:`plot_pass_at_k` draws it
-(``(fig, axes)``, never saved) through :func:`draw_pass_at_k`, which draws one panel on an ``ax``.
+:func:`pass_at_k_table` and :func:`pass_at_k_caption` describe it; :func:`pass_at_k_figure` draws it
+(``(fig, axes)``, never saved) through :func:`plot_pass_at_k`, which draws one panel on an ``ax``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from analysis import stats, style
 from analysis.aggregate import band_caption, factorize_runs
 from analysis.grouping import by_run_and_step
 from analysis.limits import clamp_limits, curve_limits
-from analysis.panels import facet_values, fit_legend, line_handles, no_data, panel_rows, wrap_title
+from analysis.panels import Drawn, Facets, fit_legend, line_handles, no_data, wrap_title
 from analysis.tables import Table
 from harness import layout
 
@@ -38,9 +38,9 @@ __all__ = [
     "ESTIMATOR",
     "START",
     "PassAtK",
-    "draw_pass_at_k",
     "pass_at_k_caption",
     "pass_at_k_columns",
+    "pass_at_k_figure",
     "pass_at_k_points",
     "pass_at_k_table",
     "plot_pass_at_k",
@@ -270,41 +270,29 @@ def pass_at_k_caption(points: PassAtK, *, n: Sequence[int] = (), temperature: Se
     )
 
 
-def plot_pass_at_k(
-    points: PassAtK,
-    *,
-    hue: str | None,
-    col: str | None = None,
-    row: str | None = None,
-    colors: Mapping[str, str] | None = None,
-    hue_order: Sequence[str] | None = None,
-    col_values: Sequence[Any] | None = None,
-    row_values: Sequence[Any] | None = None,
-    legend_title: str | None = None,
-) -> tuple[Figure, np.ndarray]:
-    """pass@k against k, small multiples over the facets (:func:`draw_pass_at_k` per panel).
+def _labels(points: PassAtK, facets: Facets) -> list[str]:
+    """The variants of the pass@k figure: ``facets.hue_order``, else as the points hold them."""
+    f = points.frame
+    if facets.hue_order is not None:
+        return list(facets.hue_order)
+    return [str(v) for v in f[facets.hue].drop_duplicates()] if facets.hue else []
+
+
+def pass_at_k_figure(points: PassAtK, facets: Facets) -> tuple[Figure, np.ndarray]:
+    """pass@k against k, small multiples over the facets (:func:`plot_pass_at_k` per panel).
 
     Args:
-        points: :func:`pass_at_k_points` over the ``hue``/``col``/``row`` label columns.
-        hue, col, row: label columns (None when not used).
-        colors: ``{hue label: colour}``.
-        hue_order, col_values, row_values: display order.
-        legend_title: the variants' legend title.
+        points: :func:`pass_at_k_points` over the ``facets``' label columns.
+        facets: the label columns, their display order, colours and the variants' legend title.
 
     Returns:
         ``(fig, axes)`` of shape ``(rows, cols)``, y shared; the legend (variants, then the line
         styles of the start and the end) below the panels.
     """
     f = points.frame
-    labels = (
-        list(hue_order)
-        if hue_order is not None
-        else ([str(v) for v in f[hue].drop_duplicates()] if hue else [])
-    )
-    colors = dict(colors or {})
-    for lab, c in style.variant_colors(labels or ["all"]).items():
-        colors.setdefault(lab, c)
-    cols, rows = facet_values(f, col, col_values), facet_values(f, row, row_values)
+    labels = _labels(points, facets)
+    colors = facets.palette(labels or ["all"])
+    cols, rows = facets.columns(f), facets.rows(f)
     with style.context():
         width = style.COLUMN_WIDTH_IN if len(cols) == 1 else min(style.FULL_WIDTH_IN, 0.6 + 2.2 * len(cols))
         fig = style.figure(len(cols), len(rows), width=width, panel_height=2.0)
@@ -314,11 +302,9 @@ def plot_pass_at_k(
         for i, rv in enumerate(rows):
             for j, cv in enumerate(cols):
                 ax = axes[i, j]
-                part = panel_rows(f, col, cv, row, rv)
-                got = draw_pass_at_k(ax, part, hue=hue, labels=labels, colors=colors, ks=points.ks)
-                drawn += [lab for lab in got if lab not in drawn]
-                values += [part[c].to_numpy(dtype=np.float64) for c in ("mean", "lo", "hi")]
-                ax.set_title(wrap_title(", ".join(str(p) for p in (rv, cv) if p is not None)))
+                got = plot_pass_at_k(ax, points, facets, panel=(cv, rv))
+                drawn += [lab for lab in got.labels if lab not in drawn]
+                values += got.bands
                 if i == len(rows) - 1:
                     ax.set_xlabel("k (log2 scale)")
                 if j == 0:
@@ -329,41 +315,35 @@ def plot_pass_at_k(
             axes[0, 0].set_ylim(*lim)
         ends = points.runs.loc[points.runs["when"] == END, "step"].astype(int)
         end = f"end (step {ends.iloc[0]})" if ends.nunique() == 1 else "end (last eval)"
-        handles = line_handles([lab for lab in labels if lab in drawn], colors) if hue else []
+        handles = line_handles([lab for lab in labels if lab in drawn], colors) if facets.hue else []
         handles += [
             Line2D(
                 [], [], color="0.3", linestyle="--", marker="o", markersize=3, label="start (before step 1)"
             ),
             Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=3, label=end),
         ]
-        fit_legend(fig, handles, legend_title)
+        fit_legend(fig, handles, facets.legend_title)
     return fig, axes
 
 
-def draw_pass_at_k(
-    ax: Axes,
-    part: pd.DataFrame,
-    *,
-    hue: str | None,
-    labels: Sequence[str],
-    colors: Mapping[str, str],
-    ks: Sequence[int],
-) -> list[str]:
-    """One panel of :func:`plot_pass_at_k` on ``ax``: per variant the start (dashed) and the end
-    (solid), each its mean over runs with its interval shaded where it has one; when every
-    variant's start is the same (one starting policy, the same seeds), it is drawn once, in grey.
-    x is k on a log2 axis with a tick at each k of ``ks``.
-
-    Args:
-        part: the panel's rows of :attr:`PassAtK.frame`.
-        hue: the variant column (None: one group).
-        labels: the variants in display order.
-        colors: ``{label: colour}`` (``"all"`` without ``hue``).
-        ks: the ticks.
+def plot_pass_at_k(
+    ax: Axes, points: PassAtK, facets: Facets, *, panel: tuple[Any, Any] = (None, None)
+) -> Drawn:
+    """One panel of :func:`pass_at_k_figure` on ``ax``: the points in ``panel`` (its column and
+    row labels), per variant the start (dashed) and the end (solid), each its mean over runs with
+    its interval shaded where it has one; when every variant's start is the same (one starting
+    policy, the same seeds), it is drawn once, in grey. x is k on a log2 axis with a tick at each
+    k of ``points.ks``; the panel's title names its labels.
 
     Returns:
-        The variant labels drawn.
+        What was drawn: the variant labels, and the panel's means and interval ends as ``bands``
+        (for a y range the panels share).
     """
+    cv, rv = panel
+    hue = facets.hue
+    labels = _labels(points, facets)
+    colors = facets.palette(labels or ["all"])
+    part = facets.panel(points.frame, cv, rv)
     if part.empty:
         no_data(ax)
     groups = (
@@ -384,11 +364,16 @@ def draw_pass_at_k(
         ax.text(0.02, 0.97, f"start: all {len(groups)} variants coincide (grey)", transform=ax.transAxes,
                 ha="left", va="top", fontsize=6.5, color="0.35")  # fmt: skip
     ax.set_xscale("log", base=2)
+    ks = points.ks
     if ks:
         ax.set_xticks(list(ks), [str(k) for k in ks])
         ax.set_xlim(min(ks) / 1.3, max(ks) * 1.3)
     ax.xaxis.set_minor_locator(NullLocator())
-    return [lab for lab in groups if hue]
+    ax.set_title(wrap_title(", ".join(str(p) for p in (rv, cv) if p is not None)))
+    return Drawn(
+        labels=[lab for lab in groups if hue],
+        bands=[part[c].to_numpy(dtype=np.float64) for c in ("mean", "lo", "hi")],
+    )
 
 
 def _draw_point_line(ax: Axes, group: pd.DataFrame, when: str, color: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy.signal import lfilter
 
-from harness.config.report_section import AUTO, parse_smoothing
+from analysis.settings.report_values import AUTO, parse_smoothing
 
 __all__ = [
     "auto_window",
@@ -180,8 +180,8 @@ def resolve_smoothing(smoothing: Any, n_points: int) -> dict[str, Any]:
         ``{}``, ``{"window": n}`` or ``{"ema": a}``.
 
     Raises:
-        ValueError: (:class:`harness.config.report_section.SmoothingError`) for anything
-            :func:`harness.config.report_section.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
+        ValueError: (:class:`analysis.settings.report_values.SmoothingError`) for anything
+            :func:`analysis.settings.report_values.parse_smoothing` refuses, e.g. ``{"window": 2.5}``.
     """
     if smoothing is None or (isinstance(smoothing, Mapping) and not smoothing):
         return {}

@@ -1,14 +1,15 @@
 """The sequence importance ratio ``w_seq`` over training: its per-step quantiles as numbers
 (:func:`wseq_bands`, the median over runs of each run's p05, p50 and p95) and its figure
-(:func:`plot_wseq`, one log-scale panel per variant and facet).
+(:func:`wseq_figure`, one log-scale panel per variant and facet, each :func:`plot_wseq` on its ``ax``).
 
 Over off-policy steps only (:func:`analysis.offpolicy.off_policy_rows`): on an on-policy step
-``w_seq`` is exactly 1. Plots return ``(fig, axes)`` and never save.
+``w_seq`` is exactly 1. Figures return ``(fig, axes)`` and never save.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,9 @@ from analysis.aggregate import XKind, curves, frame_index
 from analysis.labels import format_value
 from analysis.limits import robust_limits
 from analysis.offpolicy import off_policy_rows
-from analysis.panels import facet_values, finish_grid, fit_legend, hue_labels_of, no_data, wrap_title
+from analysis.panels import Drawn, Facets, finish_grid, fit_legend, hue_labels_of, no_data, wrap_title
 
-__all__ = ["WSEQ_Q", "plot_wseq", "wseq_bands"]
+__all__ = ["WSEQ_Q", "frame_wseq_figure", "plot_wseq", "wseq_bands", "wseq_figure", "wseq_limits"]
 
 #: The per-step quantiles of w_seq over a step's completions that a run logs.
 WSEQ_Q = ("w_seq/p05", "w_seq/p50", "w_seq/p95")
@@ -130,22 +131,58 @@ def wseq_bands(
 
 
 def plot_wseq(
-    df: pd.DataFrame | None = None,
+    ax: Axes,
+    bands: pd.DataFrame,
+    facets: Facets,
+    label: str,
     *,
-    hue: str | None = "loss_type",
-    x: XKind = "step",
-    colors: Mapping[str, str] | None = None,
-    ncols: int = 4,
-    col: str | None = None,
-    bands: pd.DataFrame | None = None,
+    panel: Any = None,
     split: str | None = None,
-    hue_order: Sequence[str] | None = None,
-    col_values: Sequence[Any] | None = None,
-    on_policy: Sequence[Any] = (),
-    smoothing: Mapping[str, Any] | None = None,
-    empty_text: str | None = None,
+    empty_text: str = "no off-policy steps",
+    ylim: tuple[float, float] | None = None,
+) -> Drawn:
+    """One panel of the w_seq figure on ``ax``: the bands of variant ``label`` (all rows without
+    ``facets.hue``) in panel column ``panel`` (``facets.col``'s label), a p05-p95 band and the p50
+    line per value of ``split`` (darker for later ones), on a log axis with a dashed reference at
+    ``w_seq = 1`` and readable ratio ticks. A panel without data says ``empty_text``.
+
+    Args:
+        bands: :func:`wseq_bands` over the hue and col label columns.
+        ylim: the y range (default :func:`wseq_limits` of ``bands``; a figure shares one).
+
+    Returns:
+        What was drawn (the variant, when the panel has data).
+    """
+    part = bands
+    if facets.hue is not None:
+        part = part[(part[facets.hue].astype(str) == label).to_numpy()]
+    if facets.col is not None:
+        part = part[(part[facets.col].astype(str) == str(panel)).to_numpy()]
+    lo_lim, hi_lim = ylim if ylim is not None else wseq_limits(bands)
+    split_values = sorted(bands[split].dropna().unique()) if split and len(bands) else [None]
+    color = facets.palette([label])[label]
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8)
+    if part.empty:
+        no_data(ax, empty_text)
+    else:
+        _draw_wseq_series(ax, part, split, split_values, color, (lo_lim, hi_lim))
+    ax.set_ylim(lo_lim, hi_lim)
+    _ratio_ticks(ax, lo_lim, hi_lim)
+    return Drawn() if part.empty else Drawn(labels=[label])
+
+
+def wseq_figure(
+    bands: pd.DataFrame,
+    facets: Facets,
+    *,
+    x: XKind = "step",
+    split: str | None = None,
+    ncols: int = 4,
+    empty_text: str = "no off-policy steps",
 ) -> tuple[Figure, np.ndarray]:
-    """The sequence importance ratio ``w_seq`` over training, one panel per variant (and facet).
+    """The sequence importance ratio ``w_seq`` over training, one panel per variant (and facet),
+    each :func:`plot_wseq`.
 
     Per (variant, step): the median over runs of each run's per-step p05, p50 and p95 of
     ``w_seq`` over its completions (:func:`wseq_bands`), over off-policy steps only. The band
@@ -154,49 +191,32 @@ def plot_wseq(
     (e.g. ``reuse_index``) each value gets its own line and band, darker for later passes.
 
     Args:
-        df: frame from :func:`analysis.load.load`; not needed when ``bands`` is given.
-        hue: variant column; one panel per value (None pools all runs into one panel).
+        bands: :func:`wseq_bands` (``by`` = the hue and col label columns present).
+        facets: the variants' column (one panel per label; None pools all runs into one panel),
+            their order (default as ``bands`` has them), colours, and the panel column: panels are
+            then laid out ``col`` labels (rows) × variants (columns); a ``col`` label whose runs
+            are on-policy throughout (``facets.on_policy``) is left out.
         x: ``"step"``, ``"tokens"`` or ``"time"``.
-        colors: ``{label: colour}``.
-        ncols: panels per row without ``col``.
-        col: facet column: panels are then laid out ``col`` values (rows) × variants (columns).
-        bands: precomputed :func:`wseq_bands` (``by`` = [hue, col] present ones).
         split: column of ``bands`` splitting each panel's series.
-        hue_order, col_values: display order of variants and facets.
-        on_policy: ``col`` values whose runs are on-policy throughout (their row is left out and
-            named in a note).
-        smoothing: smoothing keywords when ``bands`` is computed here.
-        empty_text: what a panel without data says (default: "no data" when ``df`` lacks the w_seq
-            quantiles, else "no off-policy steps").
+        ncols: panels per row without ``col``.
+        empty_text: what a panel without data says.
 
     Returns:
         ``(fig, axes)``, ``axes`` 2-D; a panel without off-policy w_seq data says so.
     """
-    by = [b for b in (hue, col) if b is not None]
-    if empty_text is None:
-        have = df is None or all(q in df.columns and df[q].notna().any() for q in WSEQ_Q)
-        empty_text = "no off-policy steps" if have else "no data"
-    if bands is None:
-        if df is None:
-            raise ValueError("give df or bands")
-        rows = off_policy_rows(df)[0]
-        bands = wseq_bands(df, by=by, x=x, rows=rows, smoothing=smoothing, split=split)
-    if hue_order is not None:
-        labels = list(hue_order)
-    elif df is not None and hue is not None:
-        labels = hue_labels_of(df, hue, None)
+    hue, col = facets.hue, facets.col
+    if facets.hue_order is not None:
+        labels = list(facets.hue_order)
     else:
         labels = [str(v) for v in bands[hue].drop_duplicates()] if hue is not None and len(bands) else ["all"]
     labels = labels or ["all"]
-    colors = dict(colors) if colors is not None else {}
-    for lab, c in style.variant_colors(labels).items():
-        colors.setdefault(lab, c)
-    facets = facet_values(df if df is not None else bands, col, col_values)
-    skipped = [f for f in facets if f in set(on_policy)] if col is not None else []
-    facets = [f for f in facets if f not in skipped] or ([None] if col is None else facets)
-    nc, nr, cells = _wseq_cells(labels, facets, col, ncols)
+    facets = replace(facets, colors=facets.palette(labels))
+    values = facets.columns(bands)
+    skipped = [f for f in values if f in facets.on_policy_columns()] if col is not None else []
+    values = [f for f in values if f not in skipped] or ([None] if col is None else values)
+    nc, nr, cells = _wseq_cells(labels, values, col, ncols)
     wrapped = col is not None and len(labels) > ncols
-    lo_lim, hi_lim = _wseq_limits(bands)
+    ylim = wseq_limits(bands)
     split_values = sorted(bands[split].dropna().unique()) if split and len(bands) else [None]
 
     with style.context():
@@ -204,19 +224,7 @@ def plot_wseq(
         axes = fig.subplots(nr, nc, squeeze=False, sharex=True, sharey=True)
         for i, j, lab, fv in cells:
             ax = axes[i, j]
-            part = bands
-            if hue is not None:
-                part = part[(part[hue].astype(str) == lab).to_numpy()]
-            if col is not None:
-                part = part[(part[col].astype(str) == str(fv)).to_numpy()]
-            ax.set_yscale("log")
-            ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8)
-            if part.empty:
-                no_data(ax, empty_text)
-            else:
-                _draw_wseq_series(ax, part, split, split_values, colors[lab], (lo_lim, hi_lim))
-            ax.set_ylim(lo_lim, hi_lim)
-            _ratio_ticks(ax, lo_lim, hi_lim)
+            plot_wseq(ax, bands, facets, lab, panel=fv, split=split, empty_text=empty_text, ylim=ylim)
             _title_wseq_panel(ax, lab if hue is not None else "all runs", fv, wrapped, i, j)
         finish_grid(axes, {(i, j) for i, j, _, _ in cells}, x)
         extra: list[Any] = [
@@ -235,10 +243,37 @@ def plot_wseq(
     return fig, axes
 
 
+def frame_wseq_figure(
+    df: pd.DataFrame,
+    facets: Facets | None = None,
+    *,
+    x: XKind = "step",
+    smoothing: Mapping[str, Any] | None = None,
+    split: str | None = None,
+    ncols: int = 4,
+) -> tuple[Figure, np.ndarray]:
+    """The w_seq figure of a frame from :func:`analysis.load.load`: :func:`wseq_bands` over its
+    off-policy steps, then :func:`wseq_figure` (variants and panel columns in the frame's order
+    unless given; default the variants by ``loss_type``). A panel says "no data" when ``df``
+    lacks the w_seq quantiles, else "no off-policy steps".
+    """
+    facets = facets or Facets(hue="loss_type")
+    by = [b for b in (facets.hue, facets.col) if b is not None]
+    have = all(q in df.columns and df[q].notna().any() for q in WSEQ_Q)
+    bands = wseq_bands(df, by=by, x=x, rows=off_policy_rows(df)[0], smoothing=smoothing, split=split)
+    order = facets.hue_order if facets.hue_order is not None else hue_labels_of(df, facets.hue, None)
+    facets = replace(
+        facets, hue_order=order if facets.hue is not None else None, col_values=facets.columns(df)
+    )
+    return wseq_figure(
+        bands, facets, x=x, split=split, ncols=ncols, empty_text="no off-policy steps" if have else "no data"
+    )
+
+
 def _wseq_cells(
     labels: Sequence[str], facets: Sequence[Any], col: str | None, ncols: int
 ) -> tuple[int, int, list[tuple[int, int, str, Any]]]:
-    """The layout of :func:`plot_wseq`: ``(columns, rows, cells)``, each cell ``(row, column,
+    """The layout of :func:`wseq_figure`: ``(columns, rows, cells)``, each cell ``(row, column,
     variant, facet)``: variants wrapped ``ncols`` to a row without ``col``; with it a row per
     facet and a column per variant, or (more than ``ncols`` variants) (facet, variant) pairs
     wrapped."""
@@ -257,7 +292,7 @@ def _wseq_cells(
     )
 
 
-def _wseq_limits(bands: pd.DataFrame) -> tuple[float, float]:
+def wseq_limits(bands: pd.DataFrame) -> tuple[float, float]:
     """The y range of the w_seq figure: the robust 1%-99% range of the plotted quantiles on the
     log scale, padded, at least ±0.01 around its middle and always around ``w_seq = 1``."""
     vals = bands[["p05", "p50", "p95"]].to_numpy(dtype=np.float64).ravel() if len(bands) else np.zeros(0)

@@ -43,8 +43,9 @@ if str(ROOT) not in sys.path:
 
 from analysis import load  # noqa: E402
 from analysis.aggregate import aggregate  # noqa: E402
-from analysis.curves import plot_curves  # noqa: E402
+from analysis.curves import frame_curve_figure  # noqa: E402
 from analysis.load import flatten_config  # noqa: E402
+from analysis.panels import Facets  # noqa: E402
 from analysis.stats import t_interval_from_moments  # noqa: E402
 from harness import layout  # noqa: E402
 from harness.layout import WSEQ_COLUMNS, atomic_write_json  # noqa: E402
@@ -225,7 +226,7 @@ def _render_png(fig) -> int:
 
 
 def our_curve(df: pd.DataFrame) -> None:
-    fig, _ = plot_curves(df, "reward", hue="loss_type")
+    fig, _ = frame_curve_figure(df, "reward", Facets(hue="loss_type"))
     _render_png(fig)
 
 
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n[2] reward-curve figure, 8 variants x 5 seeds x 2000 steps ({len(df)} rows), rendered to PNG")
     our_curve(df)
     ours = _timed(our_curve, df, repeat=args.repeat)
-    print(f"  analysis.curves.plot_curves (t band): {_fmt(ours)}   (target <= 1 s)")
+    print(f"  analysis.curves.frame_curve_figure (t band): {_fmt(ours)}   (target <= 1 s)")
     if args.skip_seaborn:
         print("  seaborn: skipped (--skip-seaborn)")
         return 0

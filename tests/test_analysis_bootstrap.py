@@ -15,6 +15,7 @@ from scipy import stats as st
 
 from analysis import finals, report, scores, stats, tables
 from analysis.load import load
+from analysis.panels import Facets
 from analysis.power import min_detectable_effect, pooled_sd
 from harness import layout
 
@@ -128,7 +129,7 @@ def test_profile_figure_draws_each_variant_s_band(tmp_path):
     profile = result.frame
     assert {"lo", "hi"} <= set(profile.columns) and result.reps == 500
     assert profile.loc[profile["v"] == "c", ["lo", "hi"]].isna().all(axis=None)  # one run: no band
-    fig, axes = finals.plot_profile(profile, metric="reward", hue="v")
+    fig, axes = finals.profile_figure(profile, Facets(hue="v"), metric="reward")
     bands = [c for c in axes[0, 0].collections if isinstance(c, PolyCollection)]
     assert len(bands) == 2  # a and b; c has one run
     colors = {line.get_color() for line in axes[0, 0].get_lines()}
@@ -192,26 +193,18 @@ def test_power_line_per_panel_and_for_single_seeds():
             {"panel": "μ=4", "variants": 2, "n_min": 2, "n_max": 2, "pooled_sd": 0.0, "resolvable": 0.0},
         ]
     )
-    data = report.ReportData(
-        title="t",
-        settings=report.ReportSettings(),
-        lines=[],
-        left_out=[],
-        runs=pd.DataFrame(),
-        col="panel",
-        resolvable=scores.Resolvable(frame, power=0.9, alpha=0.01),
-    )
+    facets = Facets(col="panel")
+    resolvable = scores.Resolvable(frame, power=0.9, alpha=0.01)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        data.col = "other"  # built once by compute_report, read by the drawing
-    assert report.power_lines(data)[0].endswith(
-        "(90% power, two-sided 1% t test, pooled SD 1 over the variants' final scores)."
-    )
-    assert report.power_lines(data)[2] == (
+        facets.col = "other"  # built once by compute_report, read by the drawing
+    lines = report.power_lines(resolvable, None, facets, "reward")
+    assert lines[0].endswith("(90% power, two-sided 1% t test, pooled SD 1 over the variants' final scores).")
+    assert lines[2] == (
         "Panel μ=4: with 2 seeds per variant, final reward does not vary within any variant (pooled SD 0), so a "
         "t test gives no resolution limit."
     )
-    data = dataclasses.replace(data, resolvable=scores.Resolvable(frame))  # 80% power, 5% level
-    assert report.power_lines(data)[:2] == [
+    resolvable = scores.Resolvable(frame)  # 80% power, 5% level
+    assert report.power_lines(resolvable, None, facets, "reward")[:2] == [
         "Panel μ=1: with 3 seeds per variant, differences in final reward smaller than 3.07 cannot be resolved "
         "(80% power, two-sided 5% t test, pooled SD 1 over the variants' final scores).",
         "Panel μ=2: with 1-2 seeds per variant, no difference in final reward can be resolved: a variant with "

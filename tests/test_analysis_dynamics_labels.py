@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis import dynamics, style
+from analysis.panels import Facets
 from harness import layout
 
 METRICS = ["vespo/phi_seq_mean", "entropy", layout.EVAL_ACCURACY, "completions/mean_length"]
@@ -47,7 +48,9 @@ def vespo_like_frame(steps: int = 12) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_dynamics_y_labels_of_neighbouring_rows_do_not_overlap(tmp_path):
-    fig, axes = dynamics.plot_panels(vespo_like_frame(), METRICS, hue="variant", col="panel")
+    fig, axes = dynamics.frame_dynamics_figure(
+        vespo_like_frame(), METRICS, Facets(hue="variant", col="panel")
+    )
     assert axes.shape == (4, 3)
     seen = []  # the first column's y labels as the saved PNG draws them (style.save: 200 dpi)
 

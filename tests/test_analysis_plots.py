@@ -11,12 +11,14 @@ import pytest
 from analysis_helpers import synthetic_grid
 
 from analysis import load, style
-from analysis.curves import plot_curves
-from analysis.dynamics import plot_panels
-from analysis.wseq import plot_wseq
+from analysis.curves import frame_curve_figure
+from analysis.dynamics import frame_dynamics_figure
+from analysis.panels import Facets
+from analysis.wseq import frame_wseq_figure
 
 VARIANTS = ("grpo", "dapo", None)
 LABELS = {"grpo", "dapo", "(none)"}
+BY_LOSS = Facets(hue="loss_type")
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +49,14 @@ def _pdf_bytes_expanded(path) -> bytes:
 @pytest.mark.parametrize(
     "draw",
     [
-        lambda df: plot_curves(df, "reward"),
-        lambda df: plot_curves(df, "reward", x="tokens", ci="bootstrap", n_boot=100),
-        lambda df: plot_curves(df, "reward", x="time", smoothing={"ema": 0.3}, col="loss_type"),
-        lambda df: plot_panels(df),
-        lambda df: plot_panels(df, x="tokens", smoothing={"window": 3}),
-        lambda df: plot_wseq(df),
+        lambda df: frame_curve_figure(df, "reward", BY_LOSS),
+        lambda df: frame_curve_figure(df, "reward", BY_LOSS, x="tokens", ci="bootstrap", n_boot=100),
+        lambda df: frame_curve_figure(
+            df, "reward", Facets(hue="loss_type", col="loss_type"), x="time", smoothing={"ema": 0.3}
+        ),
+        lambda df: frame_dynamics_figure(df),
+        lambda df: frame_dynamics_figure(df, x="tokens", smoothing={"window": 3}),
+        lambda df: frame_wseq_figure(df),
     ],
     ids=["curve", "curve-tokens-bootstrap", "curve-time-faceted", "panels", "panels-tokens-smoothed", "wseq"],
 )
@@ -64,7 +68,7 @@ def test_every_variant_in_legend(frame, draw):
 
 
 def test_saved_pdf_has_no_type3_fonts(frame, tmp_path):
-    fig, _ = plot_curves(frame, "reward")
+    fig, _ = frame_curve_figure(frame, "reward", BY_LOSS)
     fig.suptitle("w_seq $\\log$ ratio")  # mathtext too
     paths = style.save(fig, tmp_path / "curve")
     assert [p.suffix for p in paths] == [".png", ".pdf"]
@@ -76,30 +80,30 @@ def test_saved_pdf_has_no_type3_fonts(frame, tmp_path):
 
 def test_plots_do_not_save(frame, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    plot_curves(frame, "reward")
-    plot_wseq(frame)
+    frame_curve_figure(frame, "reward", BY_LOSS)
+    frame_wseq_figure(frame)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_all_missing_metric_in_a_facet(frame):
     # kl is logged by dapo only: the grpo and (none) facets have nothing to draw.
-    fig, axes = plot_panels(frame, ["kl", "entropy"], col="loss_type")
+    fig, axes = frame_dynamics_figure(frame, ["kl", "entropy"], Facets(hue="loss_type", col="loss_type"))
     assert axes.shape == (2, 3)
     assert _texts(fig).count("no data") == 2
-    fig, axes = plot_curves(frame, "kl", col="loss_type")
+    fig, axes = frame_curve_figure(frame, "kl", Facets(hue="loss_type", col="loss_type"))
     assert _texts(fig).count("no data") == 2
 
 
 def test_metric_missing_everywhere(frame):
-    fig, axes = plot_panels(frame, ["vespo/phi_seq_mean", "entropy"])
+    fig, axes = frame_dynamics_figure(frame, ["vespo/phi_seq_mean", "entropy"])
     assert axes.size == 1  # skipped
-    fig, axes = plot_panels(frame, ["vespo/phi_seq_mean"], skip_missing=False)
+    fig, axes = frame_dynamics_figure(frame, ["vespo/phi_seq_mean"], skip_missing=False)
     assert "no data" in _texts(fig)
-    fig, axes = plot_panels(frame, ["vespo/phi_seq_mean"])
+    fig, axes = frame_dynamics_figure(frame, ["vespo/phi_seq_mean"])
     assert "no data" in _texts(fig)
     df = frame.copy()
     df["reward"] = np.nan
-    fig, _ = plot_curves(df, "reward")
+    fig, _ = frame_curve_figure(df, "reward", BY_LOSS)
     assert "no data" in _texts(fig)
 
 
@@ -107,15 +111,15 @@ def test_wseq_exactly_one_and_extremes(frame):
     df = frame.copy()
     for c in ("w_seq/p05", "w_seq/p50", "w_seq/p95"):
         df[c] = 1.0
-    fig, axes = plot_wseq(df)
+    fig, axes = frame_wseq_figure(df)
     lo, hi = axes[0, 0].get_ylim()
     assert 0 < lo < 1 < hi and np.isfinite(hi)
     df["w_seq/p05"] = 0.0
     df["w_seq/p95"] = np.inf
-    fig, axes = plot_wseq(df)
+    fig, axes = frame_wseq_figure(df)
     lo, hi = axes[0, 0].get_ylim()
     assert 0 < lo < 1 < hi and np.isfinite(hi)
-    fig, axes = plot_wseq(df.drop(columns=["w_seq/p05", "w_seq/p50", "w_seq/p95"]))
+    fig, axes = frame_wseq_figure(df.drop(columns=["w_seq/p05", "w_seq/p50", "w_seq/p95"]))
     assert "no data" in _texts(fig)
 
 
@@ -124,7 +128,7 @@ def test_colours_are_consistent(frame):
     assert colors == style.variant_colors(["my_variant", "(none)", "grpo", "dapo"])
     assert colors["grpo"] == style.variant_colors(["grpo"])["grpo"]
     assert len(set(colors.values())) == 4
-    fig, axes = plot_curves(frame, "reward", colors=colors)
+    fig, axes = frame_curve_figure(frame, "reward", Facets(hue="loss_type", colors=colors))
     by_label = {line.get_label(): line.get_color() for line in axes[0, 0].get_lines()}
     for lab in LABELS:
         assert by_label[lab] == colors[lab]
@@ -135,7 +139,7 @@ def test_aggregate_ticks_stay_apart_for_close_scores(tmp_path):
     four ticks, whose labels do not overlap once drawn."""
     import pandas as pd
 
-    from analysis.finals import plot_aggregate
+    from analysis.finals import aggregate_figure
 
     values = [0.3593, 0.3490, 0.3541]
     table = pd.DataFrame({c: values for c in ("mean", "iqm")})
@@ -143,7 +147,7 @@ def test_aggregate_ticks_stay_apart_for_close_scores(tmp_path):
     for c in ("mean", "iqm", "p_improve"):
         table[f"{c}_lo"] = table[f"{c}_hi"] = float("nan")
     names = ["grpo", "my_reinforce, my_reinforce_scale=0.5", "my_reinforce, my_reinforce_scale=1"]
-    fig, axes = plot_aggregate(
+    fig, axes = aggregate_figure(
         table, metric="reward", names=names, colors=["C0", "C1", "C2"], baseline="grpo"
     )
     assert len(axes[0]) == 3
@@ -162,3 +166,32 @@ def test_aggregate_ticks_stay_apart_for_close_scores(tmp_path):
         assert 2 <= len(labels) <= (4 if k < 2 else 5)
         boxes = sorted((box for _, box in labels), key=lambda b: b.x0)
         assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False)), [text for text, _ in labels]
+
+
+def test_each_plot_function_draws_one_panel_on_the_ax_it_is_given(frame):
+    """As rliable's and openrlbenchmark's: the caller lays the axes out, a ``plot_*`` function draws
+    one panel on the ``ax`` it is given (a :class:`Facets` saying which rows are the variants) and
+    makes no figure of its own."""
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from analysis import aggregate, curves, dynamics, finals, scores, wseq
+
+    two = frame[frame["loss_type"].isin(["grpo", "dapo"]).to_numpy()]
+    facets = Facets(hue="loss_type")
+    fig = Figure()
+    axes = fig.subplots(1, 5)
+    drawn = curves.plot_curves(axes[0], aggregate.curves(two, "reward", by=["loss_type"]), facets)
+    assert sorted(drawn.labels) == ["dapo", "grpo"] and len(drawn.lines) == 2
+    entropy = aggregate.curves(two, "entropy", by=["loss_type"])
+    assert sorted(dynamics.plot_dynamics(axes[1], "entropy", entropy, facets).labels) == ["dapo", "grpo"]
+    bands = wseq.wseq_bands(two, by=["loss_type"])
+    assert wseq.plot_wseq(axes[2], bands, facets, "grpo").labels == ["grpo"]
+    per_run = scores.final_scores(two, "reward")
+    runs = two.drop_duplicates("run_id").set_index("run_id")
+    sc = pd.DataFrame({"loss_type": runs["loss_type"].astype(str), "score": per_run.reindex(runs.index)})
+    table = scores.final_performance_table(two, "reward", by=["loss_type"]).frame
+    assert finals.plot_final(axes[3], sc, table, facets).kinds == {"done"}
+    profile = finals.profile_frame(sc, ["loss_type"]).frame
+    assert len(finals.plot_profile(axes[4], profile, facets).lines) == 2
+    assert fig.axes == list(axes) and all(ax.lines or ax.collections for ax in axes)

@@ -162,13 +162,15 @@ def test_report_refuses_a_nan_target_and_names_a_missing_baseline_label(grid, ca
     parser = argparse.ArgumentParser()
     report.add_arguments(parser)
     assert report.main(parser.parse_args([str(grid), "--target", "nan"])) == 2
-    assert "--target nan" in capsys.readouterr().err
+    assert "--target = nan: the target is a finite number" in capsys.readouterr().err
     with pytest.raises(report.ReportError, match="--baseline 'bogus' names no variant; give one of"):
         report.make_report(grid, baseline="bogus")
     # the same baseline from the grid file's report: section is a note, and the report is written
     df, st, info, _ = inputs = report.load_report_inputs(grid)
     data = report.compute_report(inputs, report.ReportSettings.merged({"baseline": "bogus"}))
-    assert data.baseline is None and any("no finished variant is labelled 'bogus'" in x for x in data.lines)
+    assert data.facets.baseline is None and any(
+        "no finished variant is labelled 'bogus'" in x for x in data.lines
+    )
 
 
 def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path):
@@ -196,12 +198,13 @@ def test_plugin_metrics_join_the_dynamics_figure_ratio_ones_off_policy(tmp_path)
     df, st, _, _ = inputs = report.load_report_inputs(g, settings=settings)
     assert {"my_pg/ratio_mean", "my_pg/logp"} <= set(df.columns)
     data = report.compute_report(inputs, settings)
-    assert list(data.dynamics) == ["entropy", "my_pg/logp", "my_pg/ratio_mean"]
+    curves = data.numbers("dynamics").curves
+    assert list(curves) == ["entropy", "my_pg/logp", "my_pg/ratio_mean"]
     assert offpolicy.is_ratio_metric("my_pg/ratio_mean") and offpolicy.is_ratio_metric("gmpo/clip_ratio/high")
     assert not offpolicy.is_ratio_metric("my_pg/logp") and not offpolicy.is_ratio_metric(
         "completions/clipped_ratio"
     )
-    ratio = data.dynamics["my_pg/ratio_mean"]
+    ratio = curves["my_pg/ratio_mean"]
     drawn = ratio.mean.dropna(subset=["mean"])
     assert drawn["x"].tolist() == [2.0, 4.0, 6.0, 8.0]  # the on-policy steps' exact 1s are not drawn
     assert drawn["mean"].eq(3.0).all()
@@ -235,7 +238,10 @@ def test_compute_report_changes_none_of_its_inputs_and_builds_a_frozen_record(gr
     data = report.compute_report(inputs, settings)
     pd.testing.assert_frame_equal(inputs.frame, frame)
     pd.testing.assert_frame_equal(inputs.states, states)
-    assert data.col == report.PANEL and data.col_values == ["(none)"]  # every run has it missing
-    assert "not_finished" in data.final.frame.columns and data.final.display["not_finished"]
+    assert data.facets.col == report.PANEL and data.facets.col_values == (
+        "(none)",
+    )  # every run has it missing
+    final = data.numbers("final").table
+    assert "not_finished" in final.frame.columns and final.display["not_finished"]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        data.baseline = "dapo"
+        data.title = "other"

@@ -25,7 +25,7 @@ def figure_of(grid_dir, fid):
     f = next(f for f in findings if f.id == fid)
     row = table.frame.set_index("finding").loc[fid].to_dict()
     runs = [r for ids in f.arms.values() for r in ids]
-    return ffm.finding_figure(df, f, row, runs, start_metrics(grid_dir, runs), smoothing=None), row
+    return ffm.finding_numbers(df, f, row, runs, start_metrics(grid_dir, runs), smoothing=None), row
 
 
 def test_an_eval_metric_s_curves_start_at_step_0_with_the_runs_start(tmp_path):
@@ -53,7 +53,7 @@ def test_a_dose_finding_s_figure_has_its_levels_and_its_runs_against_the_value(t
     assert slope == pytest.approx(row["effect"])
     colors = list(ff.colors.values())
     assert len(set(colors)) == 4  # a sequential map, low to high
-    fig, axes = ffm.plot_finding(ff)
+    fig, axes = ffm.finding_figure(ff)
     title = fig._suptitle.get_text().replace("\u00a0", " ")  # the interval is held on one line
     assert axes.shape == (1, 2) and title.startswith(
         f"D: reproduced; slope {ff.effect} per unit of epsilon_high"
@@ -67,7 +67,7 @@ def test_a_long_claim_is_broken_to_the_figure_s_width(tmp_path):
     write_measures_grid(g)
     ff, _ = figure_of(g, "S")
     long = ffm.FindingFigure(**{**ff.__dict__, "claim": "word " * 60})
-    fig, axes = ffm.plot_finding(long)
+    fig, axes = ffm.finding_figure(long)
     renderer = fig.canvas.get_renderer()
     fig.canvas.draw()
     title = fig._suptitle

@@ -188,7 +188,7 @@ def test_runs_without_a_counterpart_are_left_out_and_listed(tmp_path):
     lines = "\n".join(report_lines(c))
     assert "Matched on the values the folders share" in lines
     assert "Seeds differ between the folders: trainer.seed = 0, 1, 2 in a; 0, 1 in b." in lines
-    final = data.final.frame
+    final = data.numbers("final").table.frame
     assert set(final["variant"]) == {"grpo", "dapo"}
     assert dict(zip(final["panel"] + "/" + final["variant"], final["runs"], strict=True)) == {
         "tiny/grpo": 3,
@@ -216,9 +216,11 @@ def test_folders_with_the_same_settings_are_pooled_or_compared_as_folders(tmp_pa
     fake_grid(b, "tiny", seeds=(3, 4))
     c, data = computed([a, b])
     assert c.title == "a + b (pooled)" and "their runs are pooled" in "\n".join(report_lines(c))
-    assert list(data.final.frame["runs"]) == [5, 5] and data.col is None
+    final = data.numbers("final").table.frame
+    assert list(final["runs"]) == [5, 5] and data.facets.col is None
     c, data = computed([a, b], across=[FOLDER])
-    assert sorted(zip(data.final.frame["panel"], data.final.frame["runs"], strict=True)) == [
+    final = data.numbers("final").table.frame
+    assert sorted(zip(final["panel"], final["runs"], strict=True)) == [
         ("folder=a", 3),
         ("folder=a", 3),
         ("folder=b", 2),

@@ -313,8 +313,8 @@ def test_a_progression_without_recorded_runs_says_how_to_record_them(grid):
     (grid / layout.GRID_FILE).write_text(json.dumps(info))
     settings = report.ReportSettings.merged(info["report"])
     data = report.compute_report(report.load_report_inputs(grid, settings=settings), settings)
-    assert data.progression is None
-    assert data.progression_lines == (
+    assert data.numbers("progression").table is None
+    assert data.numbers("progression").lines == (
         "Note: grid.json does not record which runs each row of the report's progression selects, so its table "
         "is not made; record it with `grpo-harness run GRID.yaml` (done runs are skipped) or `grpo-harness submit`.",
     )

@@ -75,8 +75,9 @@ def test_pass_at_k_points_are_the_mean_over_seeds_with_a_student_t_interval(samp
     settings = report.ReportSettings(hue=("trainer.loss_type",))
     inputs = report.load_report_inputs(sampled, settings=settings)
     data = report.compute_report(inputs, settings)
-    f = data.pass_at_k.frame
-    assert data.pass_at_k.ks == KS
+    numbers = data.numbers("pass_at_k")
+    f = numbers.points.frame
+    assert numbers.points.ks == KS
     grpo_end = f[(f["variant"] == "grpo") & (f["when"] == "end")].set_index("k")
     half = T2 * 0.1 / math.sqrt(3)  # pass@1 at the end: 0.2, 0.3, 0.4 (sd 0.1), the step-10 eval not used
     assert grpo_end.loc[1, "mean"] == pytest.approx(0.3)
@@ -89,7 +90,7 @@ def test_pass_at_k_points_are_the_mean_over_seeds_with_a_student_t_interval(samp
     assert one["runs"].eq(1).all() and one["lo"].isna().all() and one["hi"].isna().all()
     assert one.loc[one["when"] == "end", "mean"].tolist() == pytest.approx([0.5, 0.6, 0.7])
     assert "gspo" not in set(f["variant"])  # diverged: left out, as everywhere in the report
-    caption = data.pass_at_k_table.caption
+    caption = numbers.table.caption
     for text in (
         "arXiv:2107.03374, Eq. 1",
         "n = 4 sampled",
@@ -100,7 +101,7 @@ def test_pass_at_k_points_are_the_mean_over_seeds_with_a_student_t_interval(samp
         "t = 4.30 for 3 runs",
     ):
         assert text in caption, text
-    rows = md_rows(tables.to_markdown(data.pass_at_k_table))
+    rows = md_rows(tables.to_markdown(numbers.table))
     assert rows[0] == [
         "variant", "k", "runs (start)", "pass@k at start [95% CI]", "runs (end)", "pass@k at end [95% CI]",
     ]  # fmt: skip
@@ -118,9 +119,7 @@ def test_pass_at_k_points_are_the_mean_over_seeds_with_a_student_t_interval(samp
 def test_pass_at_k_figure_on_a_log2_axis_with_start_dashed_and_the_legend_below(sampled):
     settings = report.ReportSettings(hue=("trainer.loss_type",))
     data = report.compute_report(report.load_report_inputs(sampled, settings=settings), settings)
-    fig, axes = pass_at_k.plot_pass_at_k(
-        data.pass_at_k, hue=data.hue, colors=data.colors, hue_order=data.hue_order
-    )
+    fig, axes = pass_at_k.pass_at_k_figure(data.numbers("pass_at_k").points, data.facets)
     ax = axes[0, 0]
     fig.canvas.draw()
     assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [1, 2, 4]
@@ -171,8 +170,9 @@ def test_a_sampled_eval_metric_is_scored_on_its_last_evaluation(sampled, metric)
     last = {"eval/pass@4": [0.4, 0.5, 0.6], layout.SAMPLED_ACCURACY: [0.2, 0.3, 0.4]}[metric]
     assert final[["grpo-0", "grpo-1", "grpo-2"]].tolist() == pytest.approx(last)  # not a mean with step 10
     data = report.compute_report(inputs, settings)
-    assert f"Final {metric} per run (last evaluation)" in data.final.caption
-    grpo = data.final.frame.set_index("variant").loc["grpo"]
+    final = data.numbers("final").table
+    assert f"Final {metric} per run (last evaluation)" in final.caption
+    grpo = final.frame.set_index("variant").loc["grpo"]
     assert grpo["mean"] == pytest.approx(np.mean(last))
 
 
@@ -200,13 +200,13 @@ def test_ess_joins_the_dynamics_figure_over_off_policy_steps_on_a_zero_to_one_ax
     write_grid(g, ids, ["trainer.loss_type", "seed"])
     settings = report.ReportSettings(hue=("trainer.loss_type",), smoothing="none")
     data = report.compute_report(report.load_report_inputs(g, settings=settings), settings)
-    assert list(data.dynamics) == ["entropy", layout.WSEQ_ESS_FRAC]
-    drawn = data.dynamics[layout.WSEQ_ESS_FRAC].mean.dropna(subset=["mean"])
+    dyn = data.numbers("dynamics")
+    assert list(dyn.curves) == ["entropy", layout.WSEQ_ESS_FRAC]
+    drawn = dyn.curves[layout.WSEQ_ESS_FRAC].mean.dropna(subset=["mean"])
     assert drawn["x"].tolist() == [2.0, 4.0, 6.0, 8.0, 10.0]  # the on-policy steps' exact 1s are not drawn
     assert drawn["mean"].to_numpy() == pytest.approx(np.full(5, 0.91))
-    assert layout.WSEQ_ESS_FRAC not in data.dynamics_missing
-    labels_frame = pd.DataFrame({data.hue: data.hue_order, **dict.fromkeys(data.dynamics, 0.0)})
-    fig, axes = dynamics.plot_panels(labels_frame, list(data.dynamics), hue=data.hue, aggs=data.dynamics)
+    assert layout.WSEQ_ESS_FRAC not in dyn.missing
+    fig, axes = dynamics.dynamics_figure(dyn.curves, data.facets)
     ess = axes.ravel()[1]
     assert ess.get_title() == "ESS/N of w_seq\n(off-policy steps)"
     assert ess.get_ylim() == pytest.approx((-0.03, 1.03))
@@ -215,7 +215,8 @@ def test_ess_joins_the_dynamics_figure_over_off_policy_steps_on_a_zero_to_one_ax
 def test_ess_missing_from_older_runs_is_not_noted_unless_asked_for(sampled):
     settings = report.ReportSettings(hue=("trainer.loss_type",))
     data = report.compute_report(report.load_report_inputs(sampled, settings=settings), settings)
-    assert layout.WSEQ_ESS_FRAC not in data.dynamics and layout.WSEQ_ESS_FRAC not in data.dynamics_missing
+    dyn = data.numbers("dynamics")
+    assert layout.WSEQ_ESS_FRAC not in dyn.curves and layout.WSEQ_ESS_FRAC not in dyn.missing
     asked = report.ReportSettings(hue=("trainer.loss_type",), metrics=("entropy", layout.WSEQ_ESS_FRAC))
     data = report.compute_report(report.load_report_inputs(sampled, settings=asked), asked)
-    assert data.dynamics_missing == ["entropy", layout.WSEQ_ESS_FRAC]
+    assert data.numbers("dynamics").missing == ("entropy", layout.WSEQ_ESS_FRAC)

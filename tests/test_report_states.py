@@ -204,15 +204,16 @@ def test_final_figure_marks_runs_that_did_not_finish(broken):
     df, st, info, _ = inputs = report.load_report_inputs(broken)
     settings = report.ReportSettings.merged(info.get("report"), include_unfinished=True)
     data = report.compute_report(inputs, settings)
-    assert dict(data.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "stopped": 1}
+    final = data.numbers("final")
+    assert dict(final.scores["state"].value_counts()) == {"done": 7, "diverged": 1, "stopped": 1}
     from analysis import finals
 
-    fig, axes = finals.plot_final(data.scores, data.final.frame, metric="reward", **data.panels())
+    fig, axes = finals.final_figure(final.scores, final.table.frame, data.facets, metric="reward")
     assert len(axes[0, 0].collections) == 4  # grpo: finished, diverged; dapo: finished, unfinished
     texts = {t.get_text() for leg in fig.legends for t in leg.get_texts()}
     assert {"diverged run (included)", "run not finished (included)"} <= texts
-    done = data.scores[data.scores["state"] == "done"]
-    fig, axes = finals.plot_final(done, data.final.frame, metric="reward", **data.panels())
+    done = final.scores[final.scores["state"] == "done"]
+    fig, axes = finals.final_figure(done, final.table.frame, data.facets, metric="reward")
     assert len(axes[0, 0].collections) == 2
     assert "diverged run (included)" not in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
 
@@ -220,17 +221,13 @@ def test_final_figure_marks_runs_that_did_not_finish(broken):
 def test_diverged_run_is_marked_on_the_curve(broken):
     df, st, info, _ = inputs = report.load_report_inputs(broken)
     data = report.compute_report(inputs, report.ReportSettings.merged(info.get("report")))
-    marks = data.marks["reward"]
-    assert len(marks) == 1 and marks[0].hue == "grpo" and marks[0].x == 2.0
+    numbers = data.numbers("curves")
+    marks = numbers.marks["reward"]
+    assert len(marks.diverged) == 1 and marks.diverged[0].hue == "grpo" and marks.diverged[0].x == 2.0
+    assert marks.runs is not None
     from analysis import curves
 
-    fig, axes = curves.plot_curve_set(
-        data.curve_sets["reward"],
-        hue=data.hue,
-        colors=data.colors,
-        marks=marks,
-        mark_runs=data.mark_runs["reward"],
-    )
+    fig, axes = curves.curve_figure(numbers.sets["reward"], data.facets, marks=marks)
     xs = [line for line in axes[0, 0].get_lines() if line.get_marker() == "x"]
     assert len(xs) == 1 and list(xs[0].get_xdata()) == [2.0]
     assert "diverged run" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
@@ -273,17 +270,19 @@ def test_seeds_draw_each_run_and_wseq_splits_by_reuse_index(broken):
     df[layout.REUSE_INDEX] = np.where(df[layout.STEP] % 2 == 0, 2.0, 1.0)
     settings = report.ReportSettings.merged(info.get("report"), seeds=True, wseq_split=layout.REUSE_INDEX)
     data = report.compute_report(inputs, settings)
-    runs = data.curve_sets["reward"].runs
+    sets = data.numbers("curves").sets
+    runs = sets["reward"].runs
     assert set(runs[layout.RUN_ID]) == {f"{lt}-{s}" for lt in ("grpo", "dapo") for s in range(3)} | {
         "grpo-nosignal"
     }
     from analysis import curves, wseq
 
-    fig, axes = curves.plot_curve_set(data.curve_sets["reward"], hue=data.hue, colors=data.colors, seeds=True)
+    fig, axes = curves.curve_figure(sets["reward"], data.facets, seeds=True)
     faint = [line for line in axes[0, 0].get_lines() if line.get_alpha() == 0.35]
     assert len(faint) == 7
-    assert set(data.wseq[layout.REUSE_INDEX]) == {"2"}  # only the off-policy (second) passes
-    fig, _ = wseq.plot_wseq(bands=data.wseq, hue=data.hue, split=layout.REUSE_INDEX, hue_order=data.hue_order)
+    bands = data.numbers("wseq").bands
+    assert set(bands[layout.REUSE_INDEX]) == {"2"}  # only the off-policy (second) passes
+    fig, _ = wseq.wseq_figure(bands, data.facets, split=layout.REUSE_INDEX)
     assert "reuse_index 2" in {t.get_text() for leg in fig.legends for t in leg.get_texts()}
 
 
@@ -296,10 +295,11 @@ def test_an_infinite_reward_stays_in_its_own_run(broken):
     pq.write_table(__import__("pyarrow").Table.from_pandas(t, preserve_index=False), path)
     df, st, info, _ = inputs = report.load_report_inputs(broken)
     data = report.compute_report(inputs, report.ReportSettings.merged(info.get("report")))
-    mean = data.curve_sets["reward"].mean
+    curve = data.numbers("curves").sets["reward"]
+    mean = curve.mean
     for variant in ("grpo", "dapo"):  # every curve still has values after step 51
         assert mean[(mean["variant"] == variant) & (mean["x"] > 60)]["mean"].notna().all()
-    assert "1 infinite value(s) of reward left out" in data.curve_sets["reward"].caption
+    assert "1 infinite value(s) of reward left out" in curve.caption
 
 
 @pytest.mark.slow
@@ -352,7 +352,7 @@ def test_a_bad_report_section_in_grid_json_is_named(broken, capsys):
     assert (
         "report.hue = 5" in err
         and "report.smoothing = 'bogus'" in err
-        and "report.colour: unknown key" in err
+        and "report.colour: unknown report key" in err
     )
 
 

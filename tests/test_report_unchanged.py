@@ -11,8 +11,8 @@ from analysis_helpers import synthetic_grid
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from analysis import dynamics, report, style
+from analysis.settings.report import DYNAMICS_METRICS, RECENT_DYNAMICS
 from harness import layout
-from harness.config.report_section import DYNAMICS_METRICS, RECENT_DYNAMICS
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The files the report of :func:`_old_grid` wrote before the new columns were read.
@@ -54,10 +54,13 @@ def test_its_dynamics_figure_is_the_one_drawn_from_the_panels_before_ess(tmp_pat
     data = report.compute_report(inputs, settings)
     before = [m for m in DYNAMICS_METRICS if m not in RECENT_DYNAMICS]
     assert layout.WSEQ_ESS_FRAC in DYNAMICS_METRICS and layout.WSEQ_ESS_FRAC not in before
-    assert list(data.dynamics) == [m for m in before if m in data.dynamics]
-    frame = inputs.frame.assign(variant=inputs.frame["trainer.loss_type"])
-    now, _ = dynamics.plot_panels(
-        frame, DYNAMICS_METRICS, hue="variant", colors=data.colors, aggs=data.dynamics
-    )
-    then, _ = dynamics.plot_panels(frame, before, hue="variant", colors=data.colors, aggs=data.dynamics)
+    curves = data.numbers("dynamics").curves
+    assert list(curves) == [m for m in before if m in curves]
+    frame = inputs.frame
+
+    def logged(metrics):
+        return [m for m in metrics if m in frame.columns and frame[m].notna().any()]
+
+    now, _ = dynamics.dynamics_figure(curves, data.facets, metrics=logged(DYNAMICS_METRICS))
+    then, _ = dynamics.dynamics_figure(curves, data.facets, metrics=logged(before))
     assert np.array_equal(_pixels(now), _pixels(then))

@@ -1,8 +1,8 @@
 """The import rules of the code, read from its source (no module is imported):
 
 - ``analysis`` takes from ``harness`` only the results layout (``harness.layout``), the schema
-  (``harness.settings.schema``), the report's settings (``harness.config.report_section``) and the
-  plain data of the boundary's record of TRL's losses;
+  (``harness.settings.schema``) and the plain data of the boundary's record of TRL's losses, and no
+  module of it takes a private name of another;
 - the schema (``schema`` and ``runs``) imports nothing else of the project, so every module can take it;
 - the schema, planning (``spec`` and the modules it reads a grid with, ``grid``, ``validate`` and its
   rules) and the TRL boundary import no torch, transformers or trl at module level, so planning a
@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -65,12 +66,11 @@ def _imports(path: Path, module_level_only: bool) -> set[str]:
     return names
 
 
-#: What the analysis may take from harness: the results layout, the schema, the report's settings,
-#: and the plain data of the boundary's record of TRL's losses (never a function that asks TRL).
+#: What the analysis may take from harness: the results layout, the schema, and the plain data of
+#: the boundary's record of TRL's losses (never a function that asks TRL).
 ANALYSIS_MAY_TAKE = (
     "harness.layout",
     "harness.settings.schema",
-    "harness.config.report_section",
     "harness.trl_boundary.KNOWN_LOSS_TYPES",
     "harness.trl_boundary.NAMED_LOSS_VARIANTS",
     "harness.trl_boundary.loss_names",
@@ -87,13 +87,54 @@ def test_analysis_takes_from_harness_only_what_it_may():
     for name, path in _modules().items():
         if name.startswith("analysis"):
             found = _imports(path, False)
-            # ``from harness.config import report_section`` names the package too: keep the deepest names
+            # ``from harness.config import schema`` names the package too: keep the deepest names
             deepest = {i for i in found if not any(j.startswith(i + ".") for j in found)}
             bad[name] = sorted(
                 i for i in deepest if i.startswith("harness") and not _within(i, ANALYSIS_MAY_TAKE)
             )
     bad = {k: v for k, v in bad.items() if v and v != ["harness"]}
     assert not bad, f"analysis imports more of harness than {ANALYSIS_MAY_TAKE}: {bad}"
+
+
+def _private_names_taken(path: Path, modules: Collection[str]) -> list[str]:
+    """The private names (``_name``, not dunder) a file takes from another module of the project:
+    ``from m import _name``, and ``m._name`` through a module it imported (``from a import m``,
+    ``import a.m as m``)."""
+    tree = ast.parse(path.read_text())
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] not in PACKAGES:
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"from {node.module} import {a.name}")
+                if f"{node.module}.{a.name}" in modules:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in modules})
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_of_analysis_takes_a_private_name_of_another_module():
+    """The report's parts (and every module of analysis) talk through public names: what one
+    module needs of another is named without a leading underscore, with its docstring."""
+    mods = _modules()
+    taken = {
+        name: found
+        for name, path in mods.items()
+        if name.startswith("analysis") and (found := _private_names_taken(path, set(mods)))
+    }
+    assert not taken, f"private names taken across modules: {taken}"
 
 
 #: The schema: the settings sections, and the grid and run types built from them only.
@@ -119,6 +160,8 @@ def test_the_schema_imports_nothing_of_the_project(module):
         "harness.config.keys",
         "harness.config.overrides",
         "harness.config.report_check",
+        "analysis.settings.report",
+        "analysis.settings.report_values",
         "harness.config.spec",
         "harness.config.grid",
         "harness.config.validate",

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from analysis_helpers import config_for, md_rows, write_grid, write_run
 
-from analysis.report import compute_report, load_report_inputs, make_report, render_tasks
-from analysis.report.settings import ReportSettings
+from analysis.report import compute_report, load_report_inputs, make_report
+from analysis.report.sections import tasks as render_tasks
+from analysis.settings.report import ReportSettings
 from harness import layout
 
 TASKS = ("chain_sum", "products")
@@ -56,9 +57,9 @@ def test_tasks_are_panels_and_the_report_aggregates_over_them(tmp_path):
     settings = ReportSettings.merged(None)
     data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
     assert data.settings.col == ("task.name",)  # tasks as panels, without a layout saying so
-    assert data.col_values == list(TASKS) and data.hue_order == ["grpo", "dapo"]
-    assert data.baseline == "grpo"
-    section = data.tasks
+    assert data.facets.col_values == TASKS and data.facets.hue_order == ("grpo", "dapo")
+    assert data.facets.baseline == "grpo"
+    section = data.numbers("tasks")
     assert section.metric == layout.EVAL_ACCURACY and list(section.ranges) == list(TASKS)
     assert {t: r.low for t, r in section.ranges.items()} == START
     assert section.unfinished == {"basic_arithmetic": "6 run(s): 6 failed"}
@@ -99,9 +100,10 @@ def test_without_start_evals_the_scores_are_not_normalised_and_the_caption_says_
     _grid(grid_dir, failed_task=None, start_evals=False)
     settings = ReportSettings.merged(None)
     data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
-    assert {r.low_from for r in data.tasks.ranges.values()} == {"default"}
-    assert "low 0 (no start eval and none stated: raw scores)" in render_tasks.range_sentence(data.tasks)
-    assert data.tasks.unfinished == {}
+    section = data.numbers("tasks")
+    assert {r.low_from for r in section.ranges.values()} == {"default"}
+    assert "low 0 (no start eval and none stated: raw scores)" in render_tasks.range_sentence(section)
+    assert section.unfinished == {}
 
 
 @pytest.mark.parametrize("col", [None, "loss_type"])
@@ -111,8 +113,11 @@ def test_one_task_has_no_section_and_a_taken_col_puts_the_tasks_in_rows(tmp_path
     settings = ReportSettings.merged(None, col=col, hue="seed" if col else None)
     data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
     if col:
-        assert data.settings.row == ("task.name",) and data.row_values == list(TASKS)
-        assert [g.name for g in data.tasks.groups] == ["grpo", "dapo"]  # one aggregate per other panel
+        assert data.settings.row == ("task.name",) and data.facets.row_values == TASKS
+        assert [g.name for g in data.numbers("tasks").groups] == [
+            "grpo",
+            "dapo",
+        ]  # one aggregate per other panel
     one = tmp_path / "one"
     write_run(
         one,
@@ -122,7 +127,7 @@ def test_one_task_has_no_section_and_a_taken_col_puts_the_tasks_in_rows(tmp_path
         columns={layout.STEP: [1, 2], "reward": [0.1, 0.2], layout.EVAL_ACCURACY: [None, 0.5]},
     )
     settings = ReportSettings.merged(None)
-    assert compute_report(load_report_inputs(one, settings=settings), settings).tasks is None
+    assert compute_report(load_report_inputs(one, settings=settings), settings).numbers("tasks") is None
 
 
 def test_stated_ends_normalise_runs_without_a_start_eval_and_are_checked(tmp_path):
@@ -132,11 +137,11 @@ def test_stated_ends_normalise_runs_without_a_start_eval_and_are_checked(tmp_pat
     _grid(grid_dir, failed_task=None, start_evals=False)
     settings = ReportSettings.merged({"normalise": {"low": {"chain_sum": 0.1}, "high": 0.9}})
     data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
-    ranges = data.tasks.ranges
+    ranges = data.numbers("tasks").ranges
     assert (ranges["chain_sum"].low, ranges["chain_sum"].low_from) == (0.1, "stated")
     assert (ranges["products"].low, ranges["products"].low_from) == (0.0, "default")
     assert {(r.high, r.high_from) for r in ranges.values()} == {(0.9, "stated")}
-    text = render_tasks.range_sentence(data.tasks)
+    text = render_tasks.range_sentence(data.numbers("tasks"))
     assert "chain_sum: low 0.1 (stated), high 0.9 (stated)" in text
     problems: list[str] = []
     assert check_report({"normalise": {"low": 0.5, "high": 0.5}}, problems) == {}
@@ -182,11 +187,11 @@ def test_two_entries_of_one_dataset_are_two_tasks(tmp_path):
     write_grid(grid_dir, ids, ["trainer.loss_type", "seed", "task.name", "task.kwargs"], runs=runs)
     settings = ReportSettings.merged(None)
     data = compute_report(load_report_inputs(grid_dir, settings=settings), settings)
-    assert data.settings.col[0] == "task.name" and len(data.col_values) == 3  # a panel per task
-    section = data.tasks
+    assert data.settings.col[0] == "task.name" and len(data.facets.col_values) == 3  # a panel per task
+    section = data.numbers("tasks")
     assert len(section.ranges) == 3
     assert sorted(r.low for r in section.ranges.values()) == pytest.approx([0.2, 0.2, 0.3])
     three = next(t for t, r in section.ranges.items() if r.low > 0.25)
-    assert three.startswith("products") and "3" in three and three in data.col_values
+    assert three.startswith("products") and "3" in three and three in data.facets.col_values
     (group,) = section.groups
     assert len(group.aggregate.tasks) == 3 and section.unfinished == {}

@@ -150,7 +150,7 @@ def test_rows_measured_mostly_under_load_get_no_speedup():
     t = table.frame.set_index("loss_type")
     assert math.isnan(t.loc["dapo", "speedup"]) and t.loc["grpo", "speedup"] == 1.0
     assert table.left_out == (("dapo", 1.0),)
-    caption = report._load_caption(table)
+    caption = report.load_caption(table)
     assert "Left out of the speedup" in caption and "dapo (100% of its steps loaded)" in caption
     # a loaded baseline takes every speedup of its panel with it
     t = timing.timing_table(_timed([1.0, 1.0], [0.5, 0.5], [1.5, 1.5], [0.0, 0.0])).frame
@@ -165,7 +165,7 @@ def test_older_results_fall_back_to_wall_time_with_a_note():
     assert table.measure == layout.STEP_WALL_S and not table.load_known
     assert t.loc["dapo", "speedup"] == pytest.approx(0.5)  # 2.0 / 4.0 wall
     assert "cpu_s_per_step" not in t.columns and "loaded" not in t.columns
-    assert "from wall time" in report._load_caption(table)
+    assert "from wall time" in report.load_caption(table)
 
 
 def test_gpu_time_is_the_measure_when_recorded():
@@ -174,7 +174,7 @@ def test_gpu_time_is_the_measure_when_recorded():
     table = timing.timing_table(df)
     t = table.frame.set_index("loss_type")
     assert table.measure == layout.STEP_GPU_S and t.loc["dapo", "speedup"] == pytest.approx(3.0)
-    assert "GPU time" in report._load_caption(table)
+    assert "GPU time" in report.load_caption(table)
 
 
 def test_background_parts_are_written_in_order_and_flush_waits(tmp_path):

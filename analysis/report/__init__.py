@@ -20,24 +20,25 @@ against k (:mod:`analysis.pass_at_k`); every report states, under the final perf
 smallest difference of final score its seeds can resolve.
 
 Layout comes, in order of precedence, from the command line, the grid file's ``report:``
-section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`.
+section (recorded in ``grid.json``), and the defaults of :class:`ReportSettings`
+(:mod:`analysis.settings.report`, outside this package so that a grid's planning reads it without
+pandas or matplotlib).
 
 The modules, in the order a report is made:
 
 ==================  ==============================================================================
-``settings``        :class:`ReportSettings` (the ``report:`` section), :class:`ReportError`
 ``inputs``          reading a results folder: metrics, states, ``grid.json``, findings
 ``across``          several results folders as one: runs matched by settings, what differs named
 ``confirm``         ``findings A --confirm B``: B checked to be A's grid on other seeds, both verdicts
 ``runs``            one row per run, its labels and panels, and the runs left out
 ``baseline``        the baseline variant and the variants table
+``tasks``           tasks as panels, and the section across tasks as numbers
+``counting``        the runs as the report counts and lays them out (:class:`Counted`)
+``page``            what a section is (:class:`Section`) and what it renders into (:class:`Page`)
+``sections``        the report's sections in ``index.md``'s order, one module each (:data:`SECTIONS`)
+``data``            the report's records: :class:`ReportInputs`, :class:`Counted`, :class:`ReportData`
 ``compute``         every number of the report (:func:`compute_report`), no drawing
-``compute_tables``  the report's tables as numbers: display names, unfinished runs, runs at once
-``pass_at_k``       the pass@k figure and table as numbers: counted runs, n, temperature, caption
-``progression``     the progression table as numbers: each row's runs from ``grid.json``, scored
-``data``            :class:`ReportData` (frozen, built once), what ``compute`` hands to ``render``
-``render``          the figures and ``index.md`` (:func:`render_report`)
-``render_tables``   the table and findings sections of ``index.md``, their captions, each finding's figure
+``render``          the figures, tables and ``index.md`` (:func:`render_report`)
 ``api``             :func:`make_report` and the command line
 ==================  ==============================================================================
 """
@@ -45,40 +46,57 @@ The modules, in the order a report is made:
 from __future__ import annotations
 
 from analysis.report.api import add_arguments, main, make_report
-from analysis.report.compute import compute_report, merge_plugin_metrics, plugin_metrics
-from analysis.report.compute_tables import runs_at_once
-from analysis.report.data import AT_ONCE, PANEL, PANEL_ROW, REPORT_SUFFIXES, VARIANT, ReportData, ReportInputs
-from analysis.report.inputs import TRL_LOSS_TYPES, findings_results, load_report_inputs, report_columns
+from analysis.report.compute import compute_report, compute_sections
+from analysis.report.counting import count_runs, runs_at_once
+from analysis.report.data import (
+    AT_ONCE,
+    PANEL,
+    PANEL_ROW,
+    REPORT_SUFFIXES,
+    VARIANT,
+    Counted,
+    ReportData,
+    ReportInputs,
+)
+from analysis.report.inputs import findings_results, load_report_inputs, report_columns
+from analysis.report.page import Page, Section
 from analysis.report.render import render_report
-from analysis.report.render_tables import _load_caption, power_lines
 from analysis.report.runs import findings_runs, finished_run_ids
-from analysis.report.settings import (
-    ReportError,
+from analysis.report.sections import SECTIONS
+from analysis.report.sections.dynamics import TRL_LOSS_TYPES, merge_plugin_metrics, plugin_metrics
+from analysis.report.sections.tables import load_caption, power_lines
+from analysis.settings.report import (
     ReportSettings,
-    check_section,
     parse_baseline,
     parse_smoothing,
     parse_smoothing_text,
+    recorded_problems,
 )
+from analysis.settings.report_values import ReportError
 
 __all__ = [
     "AT_ONCE",
     "PANEL",
     "PANEL_ROW",
     "REPORT_SUFFIXES",
+    "SECTIONS",
     "TRL_LOSS_TYPES",
     "VARIANT",
+    "Counted",
+    "Page",
     "ReportData",
     "ReportError",
     "ReportInputs",
     "ReportSettings",
-    "_load_caption",
+    "Section",
     "add_arguments",
-    "check_section",
     "compute_report",
+    "compute_sections",
+    "count_runs",
     "findings_results",
     "findings_runs",
     "finished_run_ids",
+    "load_caption",
     "load_report_inputs",
     "main",
     "make_report",
@@ -88,6 +106,7 @@ __all__ = [
     "parse_smoothing_text",
     "plugin_metrics",
     "power_lines",
+    "recorded_problems",
     "render_report",
     "report_columns",
     "runs_at_once",

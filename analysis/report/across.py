@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import NONE_LABEL as NONE
-from analysis.load import _collect_config, list_runs
+from analysis.load import collect_config, list_runs
 from analysis.report.inputs import (
     read_run_set,
 )
-from analysis.report.runs import _norm
-from analysis.report.settings import ReportError, ReportSettings
+from analysis.report.runs import value_text
+from analysis.settings.report import ReportSettings
+from analysis.settings.report_values import ReportError
 from harness import layout
 
 #: The column naming each run's results folder (its label), and the ``--across`` name of the folders.
@@ -204,7 +205,7 @@ def differences(grids: Sequence[Grid]) -> list[Difference]:
     keys = dict.fromkeys(k for g in grids for s in g.settings.values() for k in s if k not in _BOOKKEEPING)
     out = []
     for key in keys:
-        values = tuple(tuple(sorted({_norm(s.get(key)) for s in g.settings.values()})) for g in grids)
+        values = tuple(tuple(sorted({value_text(s.get(key)) for s in g.settings.values()})) for g in grids)
         if len(set(values)) > 1:
             out.append(Difference(key, values))
     return out
@@ -232,7 +233,7 @@ def read_grids(folders: Sequence[str | Path], all_runs: bool) -> tuple[Grid, ...
         present = set(list_runs(path))
         started = [r for r in ids if r in present]
         damaged: dict[str, str] = {}
-        rows = _collect_config(path, started, [], damaged).rows
+        rows = collect_config(path, started, [], damaged).rows
         settings = {r: row for r, row in zip(started, rows, strict=True) if r not in damaged}
         if not settings:
             raise ReportError(
@@ -327,7 +328,11 @@ def _facets(named: Sequence[str], grids: Sequence[Grid], diffs: Sequence[Differe
             continue
         under = [d.key for d in diffs if _covered(d.key, (n,)) and not is_seed(d.key)]
         if not under:
-            value = sorted({_norm(s.get(n)) for g in grids for s in g.settings.values()}) if n in keys else []
+            value = (
+                sorted({value_text(s.get(n)) for g in grids for s in g.settings.values()})
+                if n in keys
+                else []
+            )
             raise ReportError(
                 f"--across {n}: "
                 + (f"{', '.join(value)} in every folder" if value else "the same in every folder")
@@ -343,7 +348,7 @@ def _facets(named: Sequence[str], grids: Sequence[Grid], diffs: Sequence[Differe
 
 def _check_apart(facets: Sequence[str], grids: Sequence[Grid]) -> None:
     """Raise :class:`ReportError` when two folders share a combination of the ``facets``' values."""
-    combos = [{tuple(_norm(s.get(k)) for k in facets) for s in g.settings.values()} for g in grids]
+    combos = [{tuple(value_text(s.get(k)) for k in facets) for s in g.settings.values()} for g in grids]
     for i, a in enumerate(combos):
         for j in range(i + 1, len(grids)):
             shared = a & combos[j]
@@ -387,7 +392,7 @@ def run_signature(settings: Mapping[str, Any], ignored: Sequence[str] = ()) -> t
     grid's name and ``ignored`` keys (and the keys under them) aside."""
     return tuple(
         sorted(
-            (k, _norm(v))
+            (k, value_text(v))
             for k, v in settings.items()
             if not (is_seed(k) or k in _BOOKKEEPING or _covered(k, ignored))
         )
@@ -436,9 +441,10 @@ def _why_unmatched(settings: Mapping[str, Any], others: Sequence[Grid], counts: 
     for h in others:
         keys = {k for s in h.settings.values() for k in s} | set(settings)
         absent = [
-            f"{k}={_norm(settings.get(k))}"
+            f"{k}={value_text(settings.get(k))}"
             for k in sorted(keys)
-            if counts(k) and _norm(settings.get(k)) not in {_norm(s.get(k)) for s in h.settings.values()}
+            if counts(k)
+            and value_text(settings.get(k)) not in {value_text(s.get(k)) for s in h.settings.values()}
         ]
         parts.append(
             f"{', '.join(absent)} in no run of {h.label}"

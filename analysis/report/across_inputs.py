@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.load import LoadInfo, _Configs, _join_config
+from analysis.load import LoadInfo, RunConfigs, join_config
 from analysis.report.across import FOLDER, Comparison, Grid
 from analysis.report.data import ReportInputs
-from analysis.report.inputs import _grid_section, grid_findings, load_report_inputs, report_columns
-from analysis.report.runs import _norm
-from analysis.report.settings import ReportSettings
+from analysis.report.inputs import grid_findings, grid_section, load_report_inputs, report_columns
+from analysis.report.runs import value_text
+from analysis.settings.report import ReportSettings
 from harness import layout
 
 
@@ -26,9 +26,9 @@ def report_section(comparison: Comparison) -> tuple[Mapping[str, Any] | None, li
     others: a section that differs, findings that are judged within each grid only.
 
     Raises:
-        ReportError: a folder's damaged section (:func:`analysis.report.inputs._grid_section`).
+        ReportError: a folder's damaged section (:func:`analysis.report.inputs.grid_section`).
     """
-    sections = [_grid_section(g.path) for g in comparison.grids]
+    sections = [grid_section(g.path) for g in comparison.grids]
     notes = []
     with_progression = [
         g for g, s in zip(comparison.grids, sections, strict=True) if s and s.get("progression")
@@ -107,7 +107,7 @@ def _combine(
         )
     varying = list(dict.fromkeys(v for _, inp in parts for v in inp.load.varying))
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    config_cols, aliases, constant = _join_config(_Configs(rows, keys, varying), code, data, columns)
+    config_cols, aliases, constant = join_config(RunConfigs(rows, keys, varying), code, data, columns)
     data[FOLDER] = pd.Categorical.from_codes(
         np.concatenate(folder_codes), categories=pd.Index([g.label for g, _ in parts], dtype=object)
     )
@@ -148,7 +148,7 @@ def _grid_runs(comparison: Comparison) -> dict[str, dict[str, Any]]:
     for g in comparison.grids:
         single = {}
         for k in comparison.facets:
-            values = {_norm(s.get(k)) for s in g.settings.values()}
+            values = {value_text(s.get(k)) for s in g.settings.values()}
             if k != FOLDER and len(values) == 1:
                 single[k] = next(iter(g.settings.values())).get(k)
         for r, values in g.grid_runs.items():

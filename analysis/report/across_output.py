@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.report.across import FOLDER, SOURCES_FILE, Comparison
-from analysis.report.runs import _norm
-from analysis.report.settings import ReportError
+from analysis.report.runs import value_text
+from analysis.settings.report_values import ReportError
 from harness import layout
 
 
@@ -37,7 +37,7 @@ def report_lines(comparison: Comparison) -> list[str]:
         "| " + " | ".join("---" for _ in head) + " |",
     ]
     for g in c.grids:
-        values = [", ".join(sorted({_norm(s.get(f)) for s in g.settings.values()})) for f in facets]
+        values = [", ".join(sorted({value_text(s.get(f)) for s in g.settings.values()})) for f in facets]
         left = sum(1 for r in c.unmatched if r.startswith(g.label + "/"))
         cells = [g.label, f"`{g.path}`", g.name, *values, str(len(c.kept[g.label])), str(left)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -14,12 +14,12 @@ import analysis.report.across_inputs as across_inputs
 import analysis.report.across_output as across_output
 from analysis.report.compute import compute_report
 from analysis.report.data import ReportData, ReportInputs
-from analysis.report.inputs import _grid_section, _logged_for, grid_findings, load_report_inputs
-from analysis.report.render import _write_report
-from analysis.report.settings import ReportError, ReportSettings, _keys
+from analysis.report.inputs import grid_findings, grid_section, load_report_inputs, logged_names
+from analysis.report.render import write_report
+from analysis.settings import report as report_settings
+from analysis.settings.report import ReportSettings, given_keys, key_list
+from analysis.settings.report_values import ReportError, SmoothingError
 from harness import layout
-from harness.config import report_section
-from harness.config.report_section import REPORT_X
 
 
 def make_report(
@@ -30,24 +30,13 @@ def make_report(
     across: str | Sequence[str] | None = None,
     allow_different: str | Sequence[str] | None = None,
     out: str | Path | None = None,
-    baseline: str | None = None,
-    x: str | None = None,
-    hue: str | Sequence[str] | None = None,
-    col: str | Sequence[str] | None = None,
-    row: str | Sequence[str] | None = None,
-    metric: str | None = None,
-    target: float | None = None,
-    ci: str | None = None,
-    smoothing: Any = None,
-    seeds: bool | None = None,
-    include_unfinished: bool | None = None,
-    wseq_split: str | None = None,
+    **settings: Any,
 ) -> Path:
     """Write the report of a grid's results folder, or one report of several, and return the
     report folder.
 
-    Arguments left None take the (first) grid file's ``report:`` section (from ``grid.json``), then
-    the defaults of :class:`ReportSettings`.
+    Settings left out (or None) take the (first) grid file's ``report:`` section (from
+    ``grid.json``), then the defaults of :class:`ReportSettings`.
 
     Args:
         grid_dir: ``results/<grid>``, or a list of results folders: one report across them
@@ -60,58 +49,42 @@ def make_report(
         allow_different: with several folders, keys that may differ between them uncompared.
         out: the report folder; default ``grid_dir/report`` for one folder, required for several.
             A new folder outside every compared one (it gets a ``sources.json``).
-        baseline, x, hue, col, row, metric, target, ci, smoothing, seeds, include_unfinished,
-            wseq_split: see :class:`ReportSettings` (``hue``/``col``/``row`` may be one key, a
-            comma-separated string of keys or a list).
+        **settings: any field of :class:`ReportSettings` by name (``hue``, ``x``, ``smoothing``,
+            ...; ``hue``/``col``/``row`` may be one key, a comma-separated string of keys or a
+            list), checked as the field checks it. The keys of ``hue``/``col``/``row`` must name
+            columns of the results, a ``baseline`` or ``wseq_split`` what the results hold.
 
     Returns:
         The report folder.
 
     Raises:
         FileNotFoundError: if a folder has no ``runs/`` folder.
-        ReportError: (a ValueError) if ``x`` is unknown, a key or metric does not fit the results,
-            ``out`` is missing or unsafe, or the folders differ in a key neither named nor allowed
-            (:func:`analysis.report.across.compare`); nothing is written then.
+        ReportError: (a ValueError) if a setting is unknown or refused by its check, a key or
+            metric does not fit the results, ``out`` is missing or unsafe, or the folders differ in
+            a key neither named nor allowed (:func:`analysis.report.across.compare`); nothing is
+            written then.
     """
     folders = [Path(grid_dir)] if isinstance(grid_dir, (str, Path)) else [Path(d) for d in grid_dir]
-    if x is not None and x not in REPORT_X:
-        raise ReportError(f"x must be one of {REPORT_X}, got {x!r}")
+    given = {k: v for k, v in settings.items() if v is not None}
+    ReportSettings.merged(None, **given)  # a setting that is refused stops the report before reading
     comparison = _comparison(folders, run_ids, across, allow_different, all_runs)
     grid_dir = folders[0]
     own = out is None and comparison is None
     report_dir = grid_dir / layout.REPORT_DIR if own else across_output.out_folder(out, folders)
-    section, notes = across_inputs.report_section(comparison) if comparison else (_grid_section(grid_dir), [])
-    settings = ReportSettings.merged(
-        section,
-        hue=_keys(hue),
-        col=_keys(col),
-        row=_keys(row),
-        baseline=baseline,
-        x=x,
-        metric=metric,
-        target=target,
-        ci=ci,
-        smoothing=smoothing,
-        seeds=seeds,
-        include_unfinished=include_unfinished,
-        wseq_split=wseq_split,
-    )
-    settings = across_mod.place(settings, comparison) if comparison else settings
-    inputs, findings, title = _inputs(grid_dir, comparison, settings, run_ids, all_runs)
-    strict = {k for v in (hue, col, row) for k in (_keys(v) or ())} | set(
-        comparison.facets if comparison else ()
-    )
-    given = [name for name, v in (("baseline", baseline), ("wseq_split", wseq_split)) if v is not None]
+    section, notes = across_inputs.report_section(comparison) if comparison else (grid_section(grid_dir), [])
+    merged = ReportSettings.merged(section, **given)
+    merged = across_mod.place(merged, comparison) if comparison else merged
+    inputs, findings, title = _inputs(grid_dir, comparison, merged, run_ids, all_runs)
     data = compute_report(
         inputs,
-        settings,
+        merged,
         title=title,
-        strict_keys=strict,
-        given=given,
+        strict_keys=given_keys(given) | set(comparison.facets if comparison else ()),
+        given=list(given),
         findings=findings,
-        logged_metrics=_logged_for(grid_dir, inputs.frame, findings),
+        logged_metrics=logged_names(grid_dir, inputs.frame, findings),
     )
-    _write_report(_opening(data, inputs, comparison, notes), inputs.load.skipped, report_dir)
+    write_report(_opening(data, inputs, comparison, notes), inputs.load.skipped, report_dir)
     if not own:
         across_output.write_sources(report_dir, folders, comparison)
     return report_dir
@@ -135,7 +108,10 @@ def _comparison(
     if run_ids is not None:
         raise ReportError("run ids name the runs of one folder; with several folders use --all or neither")
     return across_mod.compare(
-        folders, across=_keys(across) or (), allow_different=_keys(allow_different) or (), all_runs=all_runs
+        folders,
+        across=key_list(across) or (),
+        allow_different=key_list(allow_different) or (),
+        all_runs=all_runs,
     )
 
 
@@ -170,17 +146,17 @@ def _opening(
     if inputs.load.missing_runs:
         head.append(f"Not found on disk (not started?): {len(inputs.load.missing_runs)} run(s).")
     if comparison is None:
-        return replace(data, lines=[*head, *data.lines])
+        return replace(data, lines=(*head, *data.lines))
     head += [*across_output.report_lines(comparison), *(f"Note: {n}." for n in notes), ""]
     return replace(
-        data, lines=[*head, *data.lines], left_out=[*data.left_out, *across_output.left_out_lines(comparison)]
+        data, lines=(*head, *data.lines), left_out=(*data.left_out, *across_output.left_out_lines(comparison))
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``report`` subcommand's arguments to ``parser``: the results folder(s), ``--all``,
     ``--across``, ``--allow-different``, ``--out``, and one flag per setting that has one
-    (:func:`harness.config.report_section.add_arguments`)."""
+    (:func:`analysis.settings.report.add_arguments`)."""
     parser.add_argument(
         "grid",
         type=Path,
@@ -188,7 +164,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GRID_DIR",
         help="a grid's results folder, results/<grid>; several make one report across them (--across, --out)",
     )
-    report_section.add_arguments(parser)
+    report_settings.add_arguments(parser)
     parser.add_argument(
         "--all",
         dest="all_runs",
@@ -229,8 +205,8 @@ def main(args: argparse.Namespace) -> int:
         0 on success, 2 when the folder or an argument is invalid (message on stderr).
     """
     try:
-        given = report_section.given_in(args)
-    except report_section.SmoothingError as e:
+        given = report_settings.given_in(args)
+    except SmoothingError as e:
         print(
             f"report: --smooth {args.smoothing!r}: {e} On the command line: auto, none, window=N or ema=A.",
             file=sys.stderr,

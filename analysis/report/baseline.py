@@ -12,12 +12,14 @@ import pandas as pd
 
 from analysis import labels, states
 from analysis.load import LoadInfo
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Layout
-from analysis.report.runs import _dotted, _resolve_column
-from analysis.report.settings import ReportError, _baseline_pairs
+from analysis.panels import Facets
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT
+from analysis.report.runs import dotted_key, resolve_column
+from analysis.settings.report import baseline_pairs
+from analysis.settings.report_values import ReportError
 
 
-def _baseline_label(
+def baseline_label(
     inc: pd.DataFrame,
     df: pd.DataFrame,
     hue: str | None,
@@ -46,7 +48,7 @@ def _baseline_label(
     if hue is None or inc.empty:
         return None, []
     every = inc if runs is None else runs
-    pairs = _baseline_pairs(text)
+    pairs = baseline_pairs(text)
     if pairs is None:
         return _baseline_by_name(text, inc, every, strict=strict)
     matched, notes = _match_baseline(
@@ -59,7 +61,7 @@ def _baseline_label(
     if hit.empty:
         if strict and not match_any.any():
             key = pairs[0][0]
-            col = _resolve_column(df, key, info)
+            col = resolve_column(df, key, info)
             raise ReportError(
                 f"--baseline {text!r}: no run has it; {key} is "
                 + ", ".join(sorted({labels.format_value(v) for v in every[col]}))
@@ -68,7 +70,7 @@ def _baseline_label(
         if explicit or "loss_type" in df.columns:  # the default is news only where loss types vary
             return None, [_note(f"no finished run has {text}; no baseline")]
         return None, []
-    other = [k for k, _ in pairs if _dotted(info, _resolve_column(df, k, info)) not in label_keys]
+    other = [k for k, _ in pairs if dotted_key(info, resolve_column(df, k, info)) not in label_keys]
     if other:
         notes.append(
             _note(
@@ -128,14 +130,14 @@ def _match_baseline(
     match_any = np.ones(len(every), dtype=bool)
     for key, value in pairs:
         try:
-            col = _resolve_column(df, key, info)
+            col = resolve_column(df, key, info)
         except ReportError:
             col = None
         if col is None or col not in inc.columns:
             if strict:
                 raise ReportError(
                     f"--baseline {text!r}: {key!r} is not a setting of these runs; keys that tell variants apart: "
-                    + (", ".join(_dotted(info, k) for k in label_keys) or "none")
+                    + (", ".join(dotted_key(info, k) for k in label_keys) or "none")
                 )
             if explicit:
                 return None, [_note(f"baseline key {key!r} is not a setting of these runs; no baseline")]
@@ -171,12 +173,12 @@ def _note(text: str) -> str:
     return f"Note: {text} (pick one with `--baseline KEY=VALUE`)."
 
 
-def _variants_table(
-    runs: pd.DataFrame, keys: list[str], layout: Layout, placed: pd.DataFrame
+def variants_table(
+    runs: pd.DataFrame, keys: list[str], facets: Facets, placed: pd.DataFrame
 ) -> pd.DataFrame | None:
     """Each (variant, facet) label with the full values of the keys behind it, its finished runs
     and the others (runs with metrics that did not finish, and ``placed`` runs without metrics)."""
-    if not keys and not layout.col and not layout.row:
+    if not keys and not facets.col and not facets.row:
         return None
     cols = [c for c in (VARIANT, PANEL, PANEL_ROW) if c in runs.columns]
     done = ((runs["state"] == states.DONE) & (runs["problem"] == "")).to_numpy()

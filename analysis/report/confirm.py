@@ -11,7 +11,7 @@ seeds aside, by the runs' settings (each started run's ``config.json``, matched 
 - both record the same findings, each with the same definition (metric, window, direction,
   measure and its keys, the selectors) and arms that select the same settings.
 
-Any mismatch is refused (:class:`analysis.report.settings.ReportError`) naming it. Then each
+Any mismatch is refused (:class:`analysis.settings.report_values.ReportError`) naming it. Then each
 folder's findings table (:func:`analysis.report.inputs.findings_results`, each folder's own Holm
 family) and both verdicts side by side (:func:`analysis.finding_tables.confirmation_table`).
 """
@@ -30,7 +30,7 @@ from analysis import findings as findings_mod
 from analysis.finding_tables import confirmation_table, note_lines
 from analysis.report.across import Grid, differences, is_seed, read_grids, run_signature
 from analysis.report.inputs import findings_results, grid_findings
-from analysis.report.settings import ReportError
+from analysis.settings.report_values import ReportError
 from analysis.tables import Table
 
 __all__ = ["Confirmation", "confirm_findings"]

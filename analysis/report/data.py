@@ -1,27 +1,25 @@
-"""What :func:`analysis.report.compute.compute_report` hands to the drawing: :class:`ReportData`
-(with its section across tasks, :class:`TaskSection`), and the names of the label columns the report
-adds."""
+"""The report's records: what it read (:class:`ReportInputs`), the runs as it counts and labels
+them (:class:`Counted`, what every section computes from), what compute hands to the drawing
+(:class:`ReportData`: the layout and each section's numbers), the section across tasks
+(:class:`TaskSection`), and the names of the label columns the report adds."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from analysis import curves, finals
 from analysis import tasks as tasks_mod
-from analysis.aggregate import Curves
-from analysis.finding_figures import FindingFigure
+from analysis.aggregate import FrameIndex, frame_index
 from analysis.load import LoadInfo
-from analysis.pass_at_k import PassAtK
-from analysis.progression import ProgressionTable
-from analysis.report.settings import ReportSettings
-from analysis.scores import FinalTable, Resolvable
-from analysis.tables import Table
-from analysis.timing import TimingTable
+from analysis.panels import Facets
+from analysis.settings.report import ReportSettings
 
 #: What a report writes into ``results/<grid>/report/`` (and replaces on the next report).
 REPORT_SUFFIXES = (".md", ".csv", ".tex", ".png", ".pdf")
@@ -104,131 +102,24 @@ class ReportInputs:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """How a report lays its runs out in every figure and table: the label columns, their labels
-    in display order, the colours and the baseline.
+class LabelKeys:
+    """The config columns behind the labels.
 
     Attributes:
-        hue, col, row: label column names in the frames (``variant``, ``panel``, ``panel row``;
-            None when not used).
-        legend_title: the variants' legend title (the keys behind the labels; None without).
-        hue_order, col_values, row_values: labels in display order (``[None]`` for a facet not
-            used).
-        colors: ``{variant label: colour}`` (hex).
-        baseline: the baseline's variant label, or None.
+        col, row: the keys of the panel columns and rows (frame columns).
+        label: the keys behind the variants' labels.
+        faceted: every column the panels tell apart (dotted and as given).
     """
 
-    hue: str | None = None
-    col: str | None = None
-    row: str | None = None
-    legend_title: str | None = None
-    hue_order: list[str] = field(default_factory=list)
-    col_values: list[Any] = field(default_factory=lambda: [None])
-    row_values: list[Any] = field(default_factory=lambda: [None])
-    colors: dict[str, str] = field(default_factory=dict)
-    baseline: str | None = None
-
-    def layout_fields(self) -> dict[str, Any]:
-        """``{field: value}`` of :class:`Layout`'s fields alone (no copies), to build a
-        :class:`ReportData` from."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Layout)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReportData(Layout):
-    """Every number a report shows, computed by :func:`compute_report`, drawn by :func:`render_report`.
-
-    Frozen, and built once by :func:`compute_report`; the layout's fields are :class:`Layout`'s.
-
-    Attributes:
-        title: the grid's name.
-        settings: the layout used.
-        lines: the report's opening lines (run set, what is compared, notes).
-        left_out: one line per run the tables and figures leave out (state and step).
-        runs: one row per run with metrics (index ``run_id``): labels, state, last step,
-            ``max_steps``, ``no_signal``, ``included``.
-        hue, col, row, legend_title, hue_order, col_values, row_values, colors, baseline: the
-            :class:`Layout`.
-        variants: one row per (variant, facet) with the full key values.
-        curve_sets: ``{metric: Curves}`` of the curve figures, in order.
-        marks, mark_runs: diverged runs to mark per curve metric.
-        syncs: reference-model sync steps per facet.
-        on_policy: facets whose runs are on-policy throughout.
-        dynamics: ``{metric: Curves}`` of the dynamics panels.
-        wseq: :func:`analysis.wseq.wseq_bands` of the included runs' off-policy steps.
-        off_policy_how: how off-policy steps were told (see :func:`analysis.offpolicy.off_policy_rows`).
-        scores: final score per included run, with labels.
-        timing: :func:`analysis.timing.timing_table` (split by runs at once when recorded).
-        final: :func:`analysis.scores.final_performance_table`.
-        check, summary: :func:`analysis.learning_check.learning_check` (one row per run) and
-            :func:`analysis.learning_check.learning_summary` (per variant).
-        ttt: :func:`analysis.time_to_target.time_to_target_table` (None without a target).
-        profile: :func:`analysis.finals.profile_frame` (a :class:`analysis.finals.Profile`).
-        resolvable: :func:`analysis.scores.resolvable_differences` of the final scores per panel.
-        findings: :func:`analysis.findings.findings_table` of the grid's findings (None without).
-        finding_figures: one :class:`analysis.finding_figures.FindingFigure` per finding, in order.
-        progression: :func:`analysis.progression.progression_table` of the ``report:`` section's
-            progression (None without one).
-        progression_lines: the lines under the progression table (runs left out, notes, what dynamic
-            sampling cost), or why it is not made.
-        pass_at_k: :func:`analysis.pass_at_k.pass_at_k_points` of the counted runs (None when none
-            recorded a pass@k).
-        pass_at_k_table: its table, with the caption of the figure and the table.
-        tasks: :func:`analysis.report.tasks.task_section`: the normalised scores aggregated over
-            tasks, when the runs are on several (None otherwise).
-    """
-
-    title: str
-    settings: ReportSettings
-    lines: list[str]
-    left_out: list[str]
-    runs: pd.DataFrame
-    variants: pd.DataFrame | None = None
-    curve_sets: dict[str, Curves] = field(default_factory=dict)
-    marks: dict[str, list[curves.Mark]] = field(default_factory=dict)
-    mark_runs: dict[str, pd.DataFrame | None] = field(default_factory=dict)
-    syncs: dict[tuple[Any, Any], list[float]] = field(default_factory=dict)
-    on_policy: list[tuple[Any, Any]] = field(default_factory=list)
-    dynamics: dict[str, Curves] = field(default_factory=dict)
-    dynamics_missing: list[str] = field(default_factory=list)
-    dynamics_absent: dict[str, list[str]] = field(default_factory=dict)
-    wseq: pd.DataFrame | None = None
-    off_policy_how: str = ""
-    scores: pd.DataFrame | None = None
-    timing: TimingTable | None = None
-    final: FinalTable | None = None
-    check: Table | None = None
-    summary: Table | None = None
-    ttt: Table | None = None
-    profile: finals.Profile | None = None
-    resolvable: Resolvable | None = None
-    findings: Table | None = None
-    finding_figures: tuple[FindingFigure, ...] = ()
-    progression: ProgressionTable | None = None
-    progression_lines: tuple[str, ...] = ()
-    pass_at_k: PassAtK | None = None
-    pass_at_k_table: Table | None = None
-    tasks: TaskSection | None = None
-    empty: bool = False
-
-    def panels(self) -> dict[str, Any]:
-        """The layout keywords every faceted figure takes (:func:`analysis.curves.plot_curve_set`,
-        :func:`analysis.finals.plot_final`): label columns, colours, orders, on-policy panels."""
-        return {
-            "hue": self.hue,
-            "col": self.col,
-            "row": self.row,
-            "colors": self.colors,
-            "hue_order": self.hue_order,
-            "col_values": self.col_values,
-            "row_values": self.row_values,
-            "on_policy": self.on_policy,
-        }
+    col: list[str]
+    row: list[str]
+    label: list[str]
+    faceted: set[str]
 
 
 @dataclass(frozen=True)
 class Labelled:
-    """The runs with their labels (:func:`analysis.report.runs._label_variants`).
+    """The runs with their labels (:func:`analysis.report.runs.label_variants`).
 
     Attributes:
         runs: a copy of the run table with the label columns (``variant``, ``panel``,
@@ -242,7 +133,7 @@ class Labelled:
     """
 
     runs: pd.DataFrame
-    keys: _Keys
+    keys: LabelKeys
     hue: str | None
     col: str | None
     row: str | None
@@ -252,11 +143,135 @@ class Labelled:
 
 
 @dataclass(frozen=True)
-class _Keys:
-    """The config columns behind the labels: panels (``col``, ``row``), variants (``label``), and
-    every column the panels tell apart (``faceted``, dotted and as given)."""
+class Counted:
+    """The runs as the report counts and labels them (:func:`analysis.report.counting.count_runs`):
+    what every section's numbers are computed from (:class:`analysis.report.page.Section`).
 
-    col: list[str]
-    row: list[str]
-    label: list[str]
-    faceted: set[str]
+    Attributes:
+        settings: the layout used (tasks made panels when the runs are on several).
+        inputs: what the report read.
+        df: the metrics of every run with any (categorical run ids), with an all-missing column for
+            each key the layout names that no run sets.
+        runs: one row per run with metrics (index ``run_id``): config values, labels, ``state``,
+            ``last_step``, ``max_steps``, ``no_signal``, ``included``, a diverged run's step and
+            metric, and :data:`AT_ONCE` when the runs recorded it; empty without metrics.
+        without: ``{run_id: why}`` of each requested run without metrics.
+        flags: :func:`analysis.states.signal_flags` per run.
+        work: the counted runs' metric rows with their label columns (and :data:`AT_ONCE`).
+        facets: the figures' layout (:class:`analysis.panels.Facets`: label columns, their orders,
+            colours, the baseline, the panels whose runs are on-policy throughout).
+        keys: the config columns behind the labels.
+        off: which rows of ``work`` are off-policy steps (bool, shape ``(len(work),)``).
+        off_policy_how: how they were told (:func:`analysis.offpolicy.off_policy_rows`).
+        at_once: whether the runs recorded how many runs shared the machine (:data:`AT_ONCE`).
+        findings: the grid's findings (:func:`analysis.findings.read_findings`).
+        logged: metric names the runs log (to suggest one for a finding's metric no run logs).
+        given: the settings typed on the command line (what they name must be in the results).
+        lines: the report's opening lines so far (notes on the layout and the baseline, what is
+            compared).
+        left_out: one line per run the report does not count.
+        variants: one row per (variant, facet) with the full settings behind it (None without).
+    """
+
+    settings: ReportSettings
+    inputs: ReportInputs
+    df: pd.DataFrame
+    runs: pd.DataFrame
+    without: Mapping[str, str]
+    flags: pd.DataFrame
+    work: pd.DataFrame
+    facets: Facets
+    keys: LabelKeys
+    off: np.ndarray
+    off_policy_how: str = ""
+    at_once: bool = False
+    findings: tuple[Any, ...] = ()
+    logged: tuple[str, ...] = ()
+    given: frozenset[str] = frozenset()
+    lines: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
+    variants: pd.DataFrame | None = None
+    _shared: dict[Any, Future] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        """Whether no run is counted (no section but the findings has anything to show)."""
+        return self.work.empty
+
+    @property
+    def by(self) -> list[str]:
+        """The label columns in use: variant, panel, panel row (those used)."""
+        return self.facets.by
+
+    @property
+    def included(self) -> pd.DataFrame:
+        """The rows of :attr:`runs` the report counts."""
+        return self.runs[self.runs["included"]]
+
+    def display_names(self) -> dict[str, str]:
+        """The tables' headers of the panel and panel-row label columns: the titles of their keys."""
+        from analysis.report.runs import display_names
+
+        return display_names(self.facets, self.inputs.load, self.keys.col, self.keys.row)
+
+    def shared(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per ``key`` and shared by every section that asks, also from
+        several threads at once (the others wait for the first); e.g. a frame index by
+        (:meth:`frame_index`)."""
+        with self._lock:
+            future = self._shared.get(key)
+            mine = future is None
+            if mine:
+                future = self._shared[key] = Future()
+        if mine:
+            try:
+                future.set_result(make())
+            except BaseException as e:
+                future.set_exception(e)
+                raise
+        return future.result()
+
+    def frame_index(self, by: Sequence[str]) -> FrameIndex:
+        """:func:`analysis.aggregate.frame_index` of :attr:`work` by ``by`` and the settings' x,
+        made once and shared (the curves, dynamics and w_seq sections group the same rows)."""
+        key = ("frame_index", tuple(by), self.settings.x)
+        return self.shared(key, lambda: frame_index(self.work, list(by), self.settings.x))
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Every number a report shows, computed by :func:`analysis.report.compute.compute_report`,
+    drawn by :func:`analysis.report.render.render_report`. Frozen, and built once.
+
+    Attributes:
+        title: the grid's name.
+        settings: the layout used.
+        facets: the figures' layout (:class:`analysis.panels.Facets`).
+        lines: the report's opening lines (run set, what is compared, notes).
+        left_out: one line per run the tables and figures leave out (state and step).
+        runs: one row per run with metrics (index ``run_id``): labels, state, last step,
+            ``max_steps``, ``no_signal``, ``included``.
+        variants: one row per (variant, facet) with the full key values (None without).
+        sections: ``{section name: its numbers}`` (:data:`analysis.report.sections.SECTIONS`), a
+            section's numbers None when it has nothing to show; only the sections computed without
+            counted runs when ``empty``.
+        empty: whether no run is counted (the report says so, and shows the findings only).
+    """
+
+    title: str
+    settings: ReportSettings
+    facets: Facets
+    lines: tuple[str, ...]
+    left_out: tuple[str, ...]
+    runs: pd.DataFrame
+    variants: pd.DataFrame | None = None
+    sections: Mapping[str, Any] = field(default_factory=dict)
+    empty: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sections", MappingProxyType(dict(self.sections)))
+
+    def numbers(self, name: str) -> Any:
+        """The numbers of section ``name`` (None when it has none or was not computed)."""
+        return self.sections.get(name)

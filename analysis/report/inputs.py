@@ -14,24 +14,26 @@ from typing import Any
 import pandas as pd
 
 from analysis import findings as findings_mod
-from analysis import states, wseq
+from analysis import states
 from analysis.load import SkippedFileWarning, list_runs, load_results, read_grid
 from analysis.report.data import ReportInputs
-from analysis.report.pass_at_k import SAMPLED_N, SAMPLED_TEMPERATURE
-from analysis.report.runs import _run_table, _runs_without_metrics, findings_runs
-from analysis.report.settings import ReportError, ReportSettings, _baseline_pairs, check_section
+from analysis.report.runs import findings_runs, run_table, runs_without_metrics
+from analysis.settings.report import ReportSettings, baseline_pairs, recorded_problems
+from analysis.settings.report_values import ReportError
 from analysis.tables import Table
 from harness import layout
-from harness.trl_boundary import KNOWN_LOSS_TYPES
 
 
 def report_columns(settings: ReportSettings) -> list[str]:
     """The metric and config columns a report with ``settings`` reads (a projection: real runs log
-    many more, and reading only these is most of what makes a 1,000-run report quick)."""
+    many more, and reading only these is most of what makes a 1,000-run report quick): what every
+    report counts and lays its runs out by (the score, the states, the off-policy steps, the x
+    axes, the layout's keys), then each section's own
+    (:attr:`analysis.report.page.Section.columns`)."""
+    import analysis.report.sections as sections_mod
+
     metrics = [
         settings.metric,
-        *settings.curves,
-        *settings.metrics,
         *states.DIVERGENCE_METRICS,
         states.ZERO_STD,
         states.GRAD_NORM,
@@ -39,38 +41,18 @@ def report_columns(settings: ReportSettings) -> list[str]:
         layout.REUSE_INDEX,
         layout.CONCURRENT_RUNS,
         layout.STEP_WALL_S,
-        layout.STEP_CPU_S,
-        layout.STEP_GPU_S,
-        layout.OTHER_CPUS,
-        layout.CPUS,
-        layout.RUN_THREADS,
-        "step_time",
         layout.TOKENS_GENERATED,
-        layout.TOKENS_TRAINED,
         layout.TOKENS_GENERATED_TOTAL,
-        layout.PEAK_MEMORY_MB,
         layout.ELAPSED_S,
-        *wseq.WSEQ_Q,
         "w_seq/min",
         "w_seq/max",
-        *([settings.wseq_split] if settings.wseq_split else []),
-        *([settings.progression.metric] if settings.progression else []),
-        layout.PASS_AT_PREFIX,
-        layout.DS_PREFIX,
     ]
     keys = [*(settings.hue or ()), *settings.col, *settings.row]
-    keys += [k for k, _ in (_baseline_pairs(settings.baseline or "") or [])]
-    config = [
-        "trainer.max_steps",
-        "trainer.loss_type",
-        "trainer.sync_ref_model",
-        "trainer.ref_model_sync_steps",
-        "trainer.importance_sampling_level",
-        SAMPLED_N,
-        SAMPLED_TEMPERATURE,
-    ]
+    keys += [k for k, _ in (baseline_pairs(settings.baseline or "") or [])]
+    config = ["trainer.max_steps", "trainer.loss_type", "trainer.importance_sampling_level"]
     config += [k if "." in k or k in ("seed", "model") else f"trainer.{k}" for k in keys]
-    return list(dict.fromkeys([*metrics, *config]))
+    sections = [c for section in sections_mod.SECTIONS for c in section.columns(settings)]
+    return list(dict.fromkeys([*metrics, *sections, *config]))
 
 
 def load_report_inputs(
@@ -186,8 +168,11 @@ def _run_set(
 
 def _plugin_prefixes(grid_dir: Path, ids: Sequence[str]) -> list[str]:
     """``"<name>/"`` for each loss plugin a run's ``config.json`` names as its ``loss_type`` (the
-    columns of its metrics, read beside the report's own: :func:`plugin_metrics`)."""
+    columns of its metrics, read beside the report's own:
+    :func:`analysis.report.sections.dynamics.plugin_metrics`)."""
     import json
+
+    from analysis.report.sections.dynamics import TRL_LOSS_TYPES
 
     names: set[str] = set()
     for rid in ids:
@@ -218,25 +203,19 @@ def _not_a_grid_folder(path: Path) -> str:
     return f"{path} {what}{hint}"
 
 
-#: TRL's own loss types, whose ``<loss type>/...`` metrics (``vespo/phi_seq_mean``) are TRL's, not a
-#: plugin's: the record of :data:`harness.trl_boundary.KNOWN_LOSS_TYPES` (plain data; the analysis
-#: never asks TRL).
-TRL_LOSS_TYPES = frozenset(KNOWN_LOSS_TYPES)
-
-
-def _grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
+def grid_section(grid_dir: Path) -> Mapping[str, Any] | None:
     """The ``report:`` section of the grid's ``grid.json`` (None without one, or when the file
     cannot be read: :func:`load_report_inputs` names it then).
 
     Raises:
-        ReportError: listing every problem of the section (:func:`check_section`).
+        ReportError: listing every problem of the section (:func:`analysis.settings.report.recorded_problems`).
     """
     try:
         grid_info = read_grid(grid_dir) if (grid_dir / layout.RUNS_DIR).is_dir() else None
     except ValueError:
         grid_info = None  # load_report_inputs names the damaged file
     section = grid_info.get("report") if isinstance(grid_info, dict) else None
-    problems = check_section(section, str(grid_dir / layout.GRID_FILE))
+    problems = recorded_problems(section, str(grid_dir / layout.GRID_FILE))
     if problems:
         raise ReportError(
             "; ".join(problems) + " (fix the grid file's report: section and run `grpo-harness run` or "
@@ -303,22 +282,22 @@ def findings_results(grid_dir: str | Path) -> Table:
             "README, Findings) and record it with `grpo-harness run GRID.yaml` (done runs are skipped), or "
             "`grpo-harness submit`"
         )
-    settings = ReportSettings.merged(_grid_section(grid_dir))
+    settings = ReportSettings.merged(grid_section(grid_dir))
     inputs = load_report_inputs(grid_dir, settings=settings, extra_columns=[f.metric for f in findings])
     run_states = inputs.states
-    logged = _logged_for(grid_dir, inputs.frame, findings)
-    df, _, without = _runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
+    logged = logged_names(grid_dir, inputs.frame, findings)
+    df, _, without = runs_without_metrics(inputs.frame, run_states, inputs.load, inputs.requested_runs)
     finished: list[str] = []
     if not df.empty:
         # the report's score metric plays no part: a finding reads its own (the step is always there)
-        runs, _, _ = _run_table(df, run_states, replace(settings, metric=layout.STEP))
+        runs, _, _ = run_table(df, run_states, replace(settings, metric=layout.STEP))
         finished, without = findings_runs(runs, without, df)
     return findings_mod.findings_table(
         df, findings, finished, unfinished=without, logged=logged, starts=inputs.start_metrics
     )
 
 
-def _logged_for(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
+def logged_names(grid_dir: Path, df: pd.DataFrame, findings: Sequence[findings_mod.Finding]) -> list[str]:
     """The metric names a few runs' files hold, read only when no run of ``df`` has a value of a
     finding's metric (to suggest the name meant); [] otherwise."""
     if all(f.metric in df.columns and df[f.metric].notna().any() for f in findings):

@@ -13,12 +13,14 @@ import pandas as pd
 from analysis import labels, states, style
 from analysis.aggregate import x_values
 from analysis.load import NONE_LABEL, LoadInfo, seed_column
-from analysis.report.data import PANEL, PANEL_ROW, VARIANT, Labelled, Layout, ReportInputs, _Keys
-from analysis.report.settings import ReportError, ReportSettings
+from analysis.panels import Facets
+from analysis.report.data import PANEL, PANEL_ROW, VARIANT, LabelKeys, Labelled, ReportInputs
+from analysis.settings.report import ReportSettings
+from analysis.settings.report_values import ReportError
 from harness import layout
 
 
-def _resolve_column(df: pd.DataFrame, name: str | None, info: LoadInfo | None = None) -> str | None:
+def resolve_column(df: pd.DataFrame, name: str | None, info: LoadInfo | None = None) -> str | None:
     """A column for a grid key named as given, by alias, or by its last dotted component (``info``:
     the grid axes and aliases the message names)."""
     if name is None:
@@ -41,14 +43,14 @@ def _key_column(df: pd.DataFrame, key: str, strict: bool, info: LoadInfo) -> str
     the frame lacks (:attr:`Labelled.missing`: every run has it missing), unless ``strict`` (a key
     typed on the command line must exist)."""
     try:
-        return _resolve_column(df, key, info)
+        return resolve_column(df, key, info)
     except ReportError:
         if strict:
             raise
         return key
 
 
-def _dotted(info: LoadInfo, column: str) -> str:
+def dotted_key(info: LoadInfo, column: str) -> str:
     """The dotted key of a column named by its alias (``loss_type`` → ``trainer.loss_type``)."""
     return info.aliases.get(column, column)
 
@@ -68,7 +70,7 @@ def _differing_keys(runs: pd.DataFrame, config_columns: Sequence[str], exclude: 
 
 
 def finished_run_ids(runs: pd.DataFrame) -> list[str]:
-    """The run ids of ``runs`` (:func:`_run_table`) that finished: a DONE marker that what is on
+    """The run ids of ``runs`` (:func:`run_table`) that finished: a DONE marker that what is on
     disk agrees with."""
     return [str(r) for r in runs.index[(runs["state"] == states.DONE) & (runs["problem"] == "")]]
 
@@ -82,8 +84,8 @@ def findings_runs(
     whether or not it logged the report's score metric.
 
     Args:
-        runs: :func:`_run_table` (the runs with metrics).
-        without: the requested runs without metrics, with why (:func:`_runs_without_metrics`).
+        runs: :func:`run_table` (the runs with metrics).
+        without: the requested runs without metrics, with why (:func:`runs_without_metrics`).
         df: the metrics, to find where a diverged run went non-finite (:func:`analysis.states.divergence_point`)
             when ``runs`` does not say yet; None: as ``runs`` says.
 
@@ -107,7 +109,7 @@ def findings_runs(
     return [str(r) for r in runs.index[done]], why
 
 
-def _runs_without_metrics(
+def runs_without_metrics(
     df: pd.DataFrame, run_states: pd.DataFrame, info: LoadInfo, requested: Sequence[str] = ()
 ) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
     """A shallow working copy of ``df`` (categorical run ids); per run id, how many of its metrics
@@ -143,8 +145,8 @@ def _runs_without_metrics(
     return df, unreadable, without
 
 
-def _place_runs_without_metrics(
-    inputs: ReportInputs, runs: pd.DataFrame, keys: _Keys, without: dict[str, str], labelled: Labelled
+def place_runs_without_metrics(
+    inputs: ReportInputs, runs: pd.DataFrame, keys: LabelKeys, without: dict[str, str], labelled: Labelled
 ) -> tuple[pd.DataFrame, list[str]]:
     """Each run without metrics, under its variant (and panel) when its values in ``grid.json``
     match a labelled run's on every key the labels and panels use.
@@ -159,16 +161,16 @@ def _place_runs_without_metrics(
     known = {}  # normalised key values -> the run labels they give
     if cols and len(runs):
         for _, r in runs.drop_duplicates(cols).iterrows():
-            known.setdefault(tuple(_norm(r[k]) for k in key_cols), r[cols])
+            known.setdefault(tuple(value_text(r[k]) for k in key_cols), r[cols])
     placed = {}
     left_out = []
     for rid, what in without.items():
         values = grid_runs.get(rid)
         where = None
         if isinstance(values, Mapping) and known:
-            probe = [values.get(_dotted(inputs.load, k), values.get(k, _UNKNOWN)) for k in key_cols]
+            probe = [values.get(dotted_key(inputs.load, k), values.get(k, _UNKNOWN)) for k in key_cols]
             for key, lab in known.items():
-                if all(v is _UNKNOWN or _norm(v) == kv for v, kv in zip(probe, key, strict=True)):
+                if all(v is _UNKNOWN or value_text(v) == kv for v, kv in zip(probe, key, strict=True)):
                     where = lab
                     break
         if where is not None:
@@ -185,7 +187,7 @@ def _place_runs_without_metrics(
 _UNKNOWN = object()
 
 
-def _norm(v: Any) -> str:
+def value_text(v: Any) -> str:
     """A config value as text that compares equal across JSON and frame types (2 and 2.0; None and NaN)."""
     if labels.is_missing(v):
         return NONE_LABEL
@@ -198,7 +200,7 @@ def _norm(v: Any) -> str:
     return str(v)
 
 
-def _check_axes(df: pd.DataFrame, s: ReportSettings) -> None:
+def check_axes(df: pd.DataFrame, s: ReportSettings) -> None:
     """Raise :class:`ReportError` when the x axis or the score metric is not in the results."""
     try:
         x_values(df, s.x)
@@ -214,7 +216,7 @@ def _check_axes(df: pd.DataFrame, s: ReportSettings) -> None:
         )
 
 
-def _run_table(
+def run_table(
     df: pd.DataFrame, run_states: pd.DataFrame, s: ReportSettings
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """One row per run with metrics: its config values, state, progress, learning-signal flags,
@@ -254,7 +256,7 @@ def _run_table(
     return runs, first, flags
 
 
-def _label_variants(
+def label_variants(
     df: pd.DataFrame,
     info: LoadInfo,
     runs: pd.DataFrame,
@@ -272,7 +274,7 @@ def _label_variants(
     for k in (*col_keys, *row_keys):
         if k not in runs.columns:
             runs[k] = first[k] if k in first.columns else np.nan
-    faceted = {_dotted(info, k) for k in (*col_keys, *row_keys)} | set(col_keys) | set(row_keys)
+    faceted = {dotted_key(info, k) for k in (*col_keys, *row_keys)} | set(col_keys) | set(row_keys)
     config_cols = [c for c in info.config_columns if c in runs.columns]
     # Labels come from every run with metrics, so a variant keeps its name whichever runs finished.
     differing = _differing_keys(runs, config_cols, faceted)
@@ -282,7 +284,7 @@ def _label_variants(
     for k in hue_columns if s.hue is not None else ():
         if k not in runs.columns:
             runs[k] = first[k] if k in first.columns else np.nan
-    hue_keys = [_dotted(info, k) if _dotted(info, k) in runs.columns else k for k in hue_columns]
+    hue_keys = [dotted_key(info, k) if dotted_key(info, k) in runs.columns else k for k in hue_columns]
     also_panels = [k for k in hue_keys if k in faceted]
     if also_panels:  # a key that already makes the panels cannot also tell a panel's lines apart
         hue_keys = [k for k in hue_keys if k not in faceted]
@@ -301,11 +303,11 @@ def _label_variants(
     for name, keys_ in ((PANEL, col_keys), (PANEL_ROW, row_keys)):
         if keys_:
             runs[name], _ = labels.label_runs(
-                runs, [_dotted(info, k) if _dotted(info, k) in runs else k for k in keys_]
+                runs, [dotted_key(info, k) if dotted_key(info, k) in runs else k for k in keys_]
             )
     return Labelled(
         runs=runs,
-        keys=_Keys(col_keys, row_keys, label_keys, faceted),
+        keys=LabelKeys(col_keys, row_keys, label_keys, faceted),
         hue=VARIANT if label_keys else None,
         col=PANEL if col_keys else None,
         row=PANEL_ROW if row_keys else None,
@@ -315,7 +317,7 @@ def _label_variants(
     )
 
 
-def _say(note: str) -> str:
+def say(note: str) -> str:
     """A note on the layout: printed on stderr, and returned as the report's line."""
     print(f"report: {note}", file=sys.stderr)
     return f"Note: {note}."
@@ -354,7 +356,7 @@ def _hue_columns(
     return [_key_column(df, k, k in strict_keys, info) for k in s.hue], True
 
 
-def _left_out_and_notes(
+def left_out_and_notes(
     df: pd.DataFrame, runs: pd.DataFrame, labelled: Labelled, unreadable: dict[str, int]
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """Every run the report does not count, one line each with its state and step, and the notes
@@ -406,7 +408,7 @@ def _left_out_and_notes(
     return runs, left_out, notes
 
 
-def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+def included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of the counted runs, with their variant, panel and panel-row labels as ordered
     categoricals; rows are selected and labelled per run, through the run id's codes."""
     rid = df[layout.RUN_ID]
@@ -426,34 +428,35 @@ def _included_rows(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return work
 
 
-def _orders(labelled: Labelled, runs: pd.DataFrame, inc: pd.DataFrame) -> Layout:
+def facet_orders(labelled: Labelled, runs: pd.DataFrame, inc: pd.DataFrame) -> Facets:
     """The layout of the figures: the label columns of ``labelled``, the variants, panels and
-    panel rows that counted runs (``inc``) use, in label order, and the colours (no baseline yet)."""
+    panel rows that counted runs (``inc``) use, in label order, and the colours (no baseline and
+    no on-policy panels yet). A label column not used has no order (None)."""
 
-    def used_labels(name: str) -> list[str]:
+    def used_labels(name: str) -> tuple[str, ...]:
         used = set(inc[name].astype(str))
-        return [str(c) for c in runs[name].cat.categories if str(c) in used]
+        return tuple(str(c) for c in runs[name].cat.categories if str(c) in used)
 
-    hue_order = used_labels(VARIANT) if labelled.hue else []
-    return Layout(
+    hue_order = used_labels(VARIANT) if labelled.hue else None
+    return Facets(
         hue=labelled.hue,
         col=labelled.col,
         row=labelled.row,
         legend_title=labelled.legend_title,
         hue_order=hue_order,
-        col_values=used_labels(PANEL) if labelled.col else [None],
-        row_values=used_labels(PANEL_ROW) if labelled.row else [None],
+        col_values=used_labels(PANEL) if labelled.col else None,
+        row_values=used_labels(PANEL_ROW) if labelled.row else None,
         colors=style.variant_colors(hue_order or ["all"]),
     )
 
 
-def _compared_lines(
+def compared_lines(
     df: pd.DataFrame,
     info: LoadInfo,
     inc: pd.DataFrame,
-    layout_: Layout,
+    facets: Facets,
     s: ReportSettings,
-    keys: _Keys,
+    keys: LabelKeys,
     notes: Sequence[str],
 ) -> list[str]:
     """The report's opening lines: what is compared, against which baseline, over how many runs."""
@@ -462,12 +465,12 @@ def _compared_lines(
     seeds = seed_column(df)
     lines = [
         "Compared: "
-        + (f"{layout_.legend_title} ({' | '.join(layout_.hue_order)})" if layout_.hue else "all runs")
-        + (f", in panels by {labels.titles([_dotted(info, k) for k in keys.col])}" if keys.col else "")
-        + (f" and rows by {labels.titles([_dotted(info, k) for k in keys.row])}" if keys.row else "")
-        + (f"; baseline {layout_.baseline}" if layout_.baseline else "; no baseline")
+        + (f"{facets.legend_title} ({' | '.join(facets.hue_order or ())})" if facets.hue else "all runs")
+        + (f", in panels by {labels.titles([dotted_key(info, k) for k in keys.col])}" if keys.col else "")
+        + (f" and rows by {labels.titles([dotted_key(info, k) for k in keys.row])}" if keys.row else "")
+        + (f"; baseline {facets.baseline}" if facets.baseline else "; no baseline")
         + (
-            f"; {_count_range(per_variant)} {'' if s.include_unfinished else 'finished '}run(s) per curve"
+            f"; {count_range(per_variant)} {'' if s.include_unfinished else 'finished '}run(s) per curve"
             if len(inc)
             else "; no finished run"
         )
@@ -534,12 +537,12 @@ def _as_int(v: Any) -> int | None:
     return int(f) if np.isfinite(f) and f.is_integer() and f >= 0 else None
 
 
-def _count_range(counts: pd.Series) -> str:
+def count_range(counts: pd.Series) -> str:
     lo, hi = int(counts.min()), int(counts.max())
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
-def _where(r: pd.Series, facets: Labelled | Layout) -> str:
+def _where(r: pd.Series, facets: Labelled | Facets) -> str:
     """Where run ``r`` (a row with its label columns) sits: its variant, panel and panel row
     labels, those ``facets`` uses, joined by "; " ("all runs" without any)."""
     parts = [
@@ -551,12 +554,12 @@ def _where(r: pd.Series, facets: Labelled | Layout) -> str:
 
 
 def display_names(
-    layout_: Layout, info: LoadInfo, col_keys: Sequence[str], row_keys: Sequence[str]
+    facets: Facets, info: LoadInfo, col_keys: Sequence[str], row_keys: Sequence[str]
 ) -> dict[str, str]:
     """The tables' headers of the panel and panel-row label columns: the titles of their keys."""
     out = {}
-    if layout_.col:
-        out[PANEL] = labels.titles([_dotted(info, k) for k in col_keys])
-    if layout_.row:
-        out[PANEL_ROW] = labels.titles([_dotted(info, k) for k in row_keys])
+    if facets.col:
+        out[PANEL] = labels.titles([dotted_key(info, k) for k in col_keys])
+    if facets.row:
+        out[PANEL_ROW] = labels.titles([dotted_key(info, k) for k in row_keys])
     return out

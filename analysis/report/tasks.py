@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 
 from analysis import labels, states
+from analysis import scores as scores_mod
 from analysis import tasks as tasks_mod
 from analysis.load import flatten_config
-from analysis.report.data import PANEL, PANEL_ROW, ReportInputs, TaskGroup, TaskSection
-from analysis.report.settings import ReportSettings
+from analysis.report.data import PANEL, PANEL_ROW, Counted, ReportInputs, TaskGroup, TaskSection
+from analysis.settings.report import ReportSettings
 from harness import layout
 
 #: The config column that names a run's task.
@@ -80,39 +81,20 @@ def task_layout(df: pd.DataFrame, settings: ReportSettings) -> tuple[ReportSetti
     )
 
 
-def task_section(
-    work: pd.DataFrame,
-    runs: pd.DataFrame,
-    inputs: ReportInputs,
-    *,
-    metric: str,
-    hue: str | None,
-    col: str | None,
-    row: str | None,
-    hue_order: Sequence[str],
-    baseline: str | None,
-    normalise: Mapping[str, Any] | None = None,
-    final_scores: Any = None,
-    reps_of: Any = None,
-) -> TaskSection | None:
-    """The section "Across tasks" of a report, or None when its runs are on fewer than two tasks.
-
-    Args:
-        work: the counted runs' metric rows (with the ``task.name`` config column).
-        runs: one row per run with metrics (labels, ``state``, ``included``).
-        inputs: the report's inputs (planned runs, states, start evals).
-        metric: the report's score metric, normalised when the runs do not evaluate.
-        hue, col, row: the label columns (None when not used).
-        hue_order: the variants in display order.
-        baseline: the baseline's variant label (None: no P(>) column).
-        normalise: the layout's ``normalise`` setting, the stated ends of the range (``low`` and
-            ``high``, each one number or ``{task: number}``; :func:`harness.config.report_section.parse_normalise`).
-        final_scores: :func:`analysis.scores.final_scores` (a run's score from its metric rows).
-        reps_of: :func:`analysis.scores.bootstrap_reps` (resamples for a number of runs).
+def task_section(c: Counted) -> TaskSection | None:
+    """The section "Across tasks" of a report, or None when its counted runs are on fewer than two
+    tasks: each run's final score (``eval/accuracy`` when the runs evaluate, else the report's
+    metric; :func:`analysis.scores.final_scores`) normalised on its task's range (the settings'
+    ``normalise`` states ends), aggregated over tasks per group of variants (the panels other than
+    the task's) with ``analysis.scores.bootstrap_reps`` resamples.
 
     Returns:
         A :class:`TaskSection`, or None.
     """
+    work, runs, inputs, f = c.work, c.runs, c.inputs, c.facets
+    metric, normalise = c.settings.metric, c.settings.normalise
+    hue, col, row, hue_order, baseline = f.hue, f.col, f.row, f.hue_order or (), f.baseline
+    final_scores, reps_of = scores_mod.final_scores, scores_mod.bootstrap_reps
     stated_low, stated_high = (normalise or {}).get("low"), (normalise or {}).get("high")
     task_of = _task_labels(work, runs, inputs)
     all_tasks = list(dict.fromkeys(task_of.values()))

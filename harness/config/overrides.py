@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from analysis.settings.report import REPORT_KEYS
 from harness.config import task_axis
 from harness.config.keys import check_key, check_setting, normalize_key
-from harness.config.report_section import REPORT_KEYS
 from harness.config.yaml_files import (
     OWN_KEYS,
     load_yaml_text,

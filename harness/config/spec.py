@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from analysis.settings.report import REPORT_KEYS
 from harness.config import task_axis
 from harness.config.keys import (
     SCALAR_SETTINGS,
@@ -66,7 +67,6 @@ from harness.config.keys import (
 )
 from harness.config.overrides import apply_setting, given_settings, inner_keys, some_subgrids
 from harness.config.report_check import check_report
-from harness.config.report_section import REPORT_KEYS
 from harness.config.yaml_files import non_string_keys, read_grid_yaml
 from harness.settings.runs import Axis, GridSpec, SubGrid
 from harness.settings.schema import ExecutorSettings, SpecError

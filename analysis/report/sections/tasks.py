@@ -1,4 +1,5 @@
-"""The report's section "Across tasks" (:class:`analysis.report.data.TaskSection`): the normalised
+"""The report's section "Across tasks" (:class:`analysis.report.data.TaskSection`, computed by
+:func:`analysis.report.tasks.task_section` when the runs are on several tasks): the normalised
 scores' aggregate estimates and performance profiles as figures, the aggregate and per-task
 tables, and a caption that says how each task's scores were normalised."""
 
@@ -7,14 +8,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis import style, tables
-from analysis.finals import plot_aggregate
+from analysis.finals import aggregate_figure
 from analysis.labels import metric_label
 from analysis.panels import fit_legend, line_handles, wrap_title
 from analysis.report.data import TaskGroup, TaskSection
+from analysis.report.page import Page, Section
+from analysis.report.tasks import task_section
 from analysis.tasks import TaskAggregate
 from harness import layout
 
@@ -104,8 +109,14 @@ def _bootstrap_words(agg: TaskAggregate, *, profile: bool = False) -> str:
     )
 
 
+def render(section: TaskSection, page: Page) -> list[str]:
+    """The markdown of the section, with its figures and tables written into ``page.out``."""
+    return task_sections(section, page.out, page.facets.colors)
+
+
 def task_sections(section: TaskSection | None, out: Path, colors: Mapping[str, str]) -> list[str]:
-    """The markdown of the section, with its figures and tables written into ``out``."""
+    """The markdown of the section, with its figures and tables written into ``out`` (``colors``:
+    the variants' colours of the report's other figures)."""
     if section is None or not section.groups:
         if section is not None and section.unfinished:
             return [
@@ -145,13 +156,15 @@ def _group_lines(
     head = "####" if suffix else "###"
     lines: list[str] = []
     caption = aggregate_caption(agg) + left
-    style.save(plot_task_aggregates(agg, colors=palette), out / f"tasks_aggregate{suffix}")
+    style.save(task_aggregate_figure(agg, colors=palette)[0], out / f"tasks_aggregate{suffix}")
     lines += [f"{head} Aggregate estimates over tasks", "", caption, ""]
     lines += [f"![aggregate over tasks](tasks_aggregate{suffix}.png)", ""]
     table = aggregate_table(agg)
     tables.write_table(table, out / f"tasks_aggregate_table{suffix}", caption=caption)
     lines += [tables.to_markdown(table), f"Files: tasks_aggregate_table{suffix}.md/.csv/.tex", ""]
-    style.save(plot_task_profile(agg, colors=palette, metric=section.metric), out / f"tasks_profile{suffix}")
+    style.save(
+        task_profile_figure(agg, colors=palette, metric=section.metric)[0], out / f"tasks_profile{suffix}"
+    )
     lines += [f"{head} Performance profile over tasks", "", profile_caption(agg, section.metric), ""]
     lines += [f"![performance profile over tasks](tasks_profile{suffix}.png)", ""]
     per_task, per_caption = per_task_table(agg), per_task_caption(agg)
@@ -237,13 +250,13 @@ def _headed(table: pd.DataFrame, names: Mapping[str, str], baseline: str | None)
     return t.rename(columns=columns)
 
 
-def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Figure:
-    """Interval estimates of the aggregates over tasks (:func:`analysis.finals.plot_aggregate`): one
-    panel per aggregate (median, IQM, mean, optimality gap) and P(variant > baseline), one row per
-    variant, a bar over its interval with a tick at the estimate (a hollow circle without an
+def task_aggregate_figure(agg: TaskAggregate, *, colors: Mapping[str, str]) -> tuple[Figure, np.ndarray]:
+    """Interval estimates of the aggregates over tasks (:func:`analysis.finals.aggregate_figure`):
+    one panel per aggregate (median, IQM, mean, optimality gap) and P(variant > baseline), one row
+    per variant, a bar over its interval with a tick at the estimate (a hollow circle without an
     interval)."""
     names = list(agg.aggregates["variant"])
-    fig, _ = plot_aggregate(
+    return aggregate_figure(
         agg.aggregates,
         metric="normalised score",
         names=[wrap_title(v, 28) for v in names],
@@ -251,32 +264,41 @@ def plot_task_aggregates(agg: TaskAggregate, *, colors: Mapping[str, str]) -> Fi
         baseline=agg.baseline,
         panels=AGGREGATE_PANELS,
     )
-    return fig
 
 
-def plot_task_profile(agg: TaskAggregate, *, colors: Mapping[str, str], metric: str) -> Figure:
-    """Performance profiles of the normalised scores over every run and task, one line per variant
-    with its bootstrap band, τ = 0 and τ = 1 dotted."""
+def plot_task_profile(ax: Axes, agg: TaskAggregate, *, colors: Mapping[str, str]) -> None:
+    """The performance profiles of the normalised scores over every run and task on ``ax``: one
+    step line per variant with its bootstrap band, τ = 0 and τ = 1 dotted where in range."""
     profile = agg.profile
+    for name in agg.aggregates["variant"]:
+        p = profile[profile["variant"] == name]
+        color = colors.get(name, "0.3")
+        ax.step(p["tau"], p["fraction"], where="post", color=color, linewidth=1.1)
+        if p[["lo", "hi"]].notna().all(axis=None):
+            ax.fill_between(p["tau"], p["lo"], p["hi"], step="post", color=color, alpha=0.18, linewidth=0)
+    lo, hi = (float(profile["tau"].min()), float(profile["tau"].max())) if len(profile) else (0.0, 1.0)
+    for ref in (0.0, 1.0):
+        if lo <= ref <= hi:
+            ax.axvline(ref, color="0.45", linestyle=":", linewidth=0.8)
+    ax.set_ylim(-0.03, 1.03)
+
+
+def task_profile_figure(
+    agg: TaskAggregate, *, colors: Mapping[str, str], metric: str
+) -> tuple[Figure, np.ndarray]:
+    """Performance profiles over every run and task (:func:`plot_task_profile`), the legend below."""
     names = list(agg.aggregates["variant"])
     with style.context():
         fig = style.figure(1, 1, panel_height=2.2)
         ax = fig.subplots()
-        for name in names:
-            p = profile[profile["variant"] == name]
-            color = colors.get(name, "0.3")
-            ax.step(p["tau"], p["fraction"], where="post", color=color, linewidth=1.1)
-            if p[["lo", "hi"]].notna().all(axis=None):
-                ax.fill_between(p["tau"], p["lo"], p["hi"], step="post", color=color, alpha=0.18, linewidth=0)
-        lo, hi = (float(profile["tau"].min()), float(profile["tau"].max())) if len(profile) else (0.0, 1.0)
-        for ref in (0.0, 1.0):
-            if lo <= ref <= hi:
-                ax.axvline(ref, color="0.45", linestyle=":", linewidth=0.8)
-        ax.set_ylim(-0.03, 1.03)
+        plot_task_profile(ax, agg, colors=colors)
         ax.set_xlabel(f"normalised {metric_label(metric)} threshold τ")
         ax.set_ylabel("fraction of runs > τ")
         fit_legend(fig, line_handles(names, {n: colors.get(n, "0.3") for n in names}), None)
-    return fig
+    return fig, np.array([[ax]])
+
+
+SECTION = Section("tasks", task_section, render)
 
 
 __all__ = [
@@ -285,8 +307,9 @@ __all__ = [
     "aggregate_table",
     "per_task_caption",
     "per_task_table",
-    "plot_task_aggregates",
     "plot_task_profile",
+    "task_aggregate_figure",
+    "task_profile_figure",
     "profile_caption",
     "range_sentence",
     "score_words",
