@@ -61,7 +61,7 @@ def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
     )  # fmt: skip
     grid_dir = results / "findings"
     runs = sorted((grid_dir / layout.RUNS_DIR).iterdir())
-    assert len(runs) == 28 and all((d / layout.DONE_FILE).exists() for d in runs)
+    assert len(runs) == 32 and all((d / layout.DONE_FILE).exists() for d in runs)
     lengths = []
     for d in runs:
         df = pq.read_table(d / layout.METRICS_DIR / layout.COMPACT_FILE).to_pandas()
