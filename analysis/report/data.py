@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import labels
 from analysis import tasks as tasks_mod
 from analysis.aggregate import FrameIndex, frame_index
 from analysis.load import LoadInfo
@@ -211,9 +212,12 @@ class Counted:
 
     def display_names(self) -> dict[str, str]:
         """The tables' headers of the panel and panel-row label columns: the titles of their keys."""
-        from analysis.report.runs import display_names
-
-        return display_names(self.facets, self.inputs.load, self.keys.col, self.keys.row)
+        info, out = self.inputs.load, {}
+        if self.facets.col:
+            out[PANEL] = labels.titles([info.aliases.get(k, k) for k in self.keys.col])
+        if self.facets.row:
+            out[PANEL_ROW] = labels.titles([info.aliases.get(k, k) for k in self.keys.row])
+        return out
 
     def shared(self, key: Any, make: Callable[[], Any]) -> Any:
         """``make()``, computed once per ``key`` and shared by every section that asks, also from

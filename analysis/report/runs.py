@@ -551,15 +551,3 @@ def _where(r: pd.Series, facets: Labelled | Facets) -> str:
         if c in r.index and getattr(facets, {VARIANT: "hue", PANEL: "col", PANEL_ROW: "row"}[c])
     ]
     return "; ".join(parts) if parts else "all runs"
-
-
-def display_names(
-    facets: Facets, info: LoadInfo, col_keys: Sequence[str], row_keys: Sequence[str]
-) -> dict[str, str]:
-    """The tables' headers of the panel and panel-row label columns: the titles of their keys."""
-    out = {}
-    if facets.col:
-        out[PANEL] = labels.titles([dotted_key(info, k) for k in col_keys])
-    if facets.row:
-        out[PANEL_ROW] = labels.titles([dotted_key(info, k) for k in row_keys])
-    return out
