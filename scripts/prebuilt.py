@@ -79,14 +79,17 @@ def make(source_cache: Path | None) -> int:
         cached = source_cache / key if source_cache else None
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "model"
+            cpu = None
             if cached is not None and cached.is_dir():
                 shutil.copytree(cached, folder)
-                how = f"copied from {cached}"
+                how = f"copied from {cached} (built on this machine, or as its {prebuilt.ORIGIN_FILE} says)"
+                if (folder / prebuilt.ORIGIN_FILE).is_file():  # itself a shipped copy: keep its CPU
+                    cpu = prebuilt.read_origin(folder)["cpu"]
             else:
                 build(folder)
                 how = "built"
             command = "python scripts/prebuilt.py make"
-            prebuilt.write_origin(folder, key, command)
+            prebuilt.write_origin(folder, key, command, cpu)
             shutil.copytree(folder, dest)
         print(f"{key} ({grid}): {how}, shipped in {dest.relative_to(ROOT)}")
     return 0
@@ -118,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list")
     m = sub.add_parser("make")
-    m.add_argument("--from", dest="source", type=Path, help="a model cache folder to copy built keys from")
+    m.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="a model cache folder (built on this machine) to copy built keys from",
+    )
     c = sub.add_parser("check")
     c.add_argument("keys", nargs="*")
     args = parser.parse_args(argv)

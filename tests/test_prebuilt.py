@@ -31,7 +31,8 @@ def on_the_lock() -> bool:
         for line in (REPO / "requirements-cpu.txt").read_text().splitlines()
         if "==" in line and not line.startswith("#")
     )
-    return all(version(name) == pins[name] for name in ("torch", "transformers", "trl", "tokenizers"))
+    keyed = ("torch", "transformers", "trl", "tokenizers", "reasoning-gym")  # harness.models.tiny's key
+    return all(version(name) == pins[name] for name in keyed)
 
 
 def needs_the_lock() -> None:
@@ -46,9 +47,7 @@ def fake_shipped(root: Path, key: str) -> Path:
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_bytes(b"weights")
     (folder / "tiny_model.json").write_text(json.dumps({"build_seconds": 1.0}))
-    (folder / prebuilt.ORIGIN_FILE).write_text(
-        json.dumps({"key": key, "cpu": {"cpu": "x", "capability": "y"}})
-    )
+    prebuilt.write_origin(folder, key, "test", {"cpu": "x", "capability": "y"})
     return folder
 
 
@@ -84,6 +83,30 @@ def test_no_prebuilt_builds_even_where_a_copy_is_shipped(tmp_path, monkeypatch):
     assert built and (got / "model.safetensors").read_bytes() == b"mine"
 
 
+def test_a_shipped_file_that_is_not_the_one_recorded_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
+    monkeypatch.delenv(prebuilt.NO_PREBUILT_ENV, raising=False)
+    source = fake_shipped(tmp_path / "shipped", "tiny-k")
+    (source / "model.safetensors").write_bytes(b"weig")  # a partial checkout
+    with pytest.raises(ValueError, match="model.safetensors is not the file shipped"):
+        cached_build(tmp_path / "cache", "tiny-k", refuse_to_build)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["tiny-k.lock"]
+
+
+def test_a_read_only_shipped_folder_installs(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
+    monkeypatch.delenv(prebuilt.NO_PREBUILT_ENV, raising=False)
+    source = fake_shipped(tmp_path / "shipped", "tiny-k")
+    for p in source.iterdir():
+        p.chmod(0o444)
+    source.chmod(0o555)
+    try:
+        got = cached_build(tmp_path / "cache", "tiny-k", refuse_to_build)
+        assert (got / "model.safetensors").read_bytes() == b"weights"
+    finally:
+        source.chmod(0o755)
+
+
 def test_a_key_without_a_shipped_folder_is_built(tmp_path, monkeypatch):
     monkeypatch.setattr(prebuilt, "PREBUILT_DIR", tmp_path / "shipped")
     fake_shipped(tmp_path / "shipped", "tiny-other")
@@ -101,7 +124,8 @@ def test_the_shipped_folders_are_the_shipped_grids_keys():
     assert shipped - wanted == set(), "shipped for no grid: python scripts/prebuilt.py make removes them"
     for key in shipped:
         origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
-        assert origin["key"] == key and origin["cpu"]["capability"]
+        assert origin["key"] == key and origin["cpu"]["capability"] and origin["cpu"]["flags"]
+        assert set(origin["files"]) >= {"model.safetensors", "config.json", "tiny_model.json"}
 
 
 def test_differences_name_the_files_that_differ_and_ignore_the_build_time(tmp_path):

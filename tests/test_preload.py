@@ -27,7 +27,17 @@ MODULE = textwrap.dedent(
         time.sleep(60)
     if sys.argv[1] == "raise":
         raise ValueError("boom")
-    sys.exit(int(sys.argv[1]))
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[1] == "hup":
+        print("SIGHUP", "ignored" if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else "not ignored", flush=True)
+    if sys.argv[1] == "thread":
+        import threading
+        def late():
+            time.sleep(0.5)
+            print("thread done", flush=True)
+        threading.Thread(target=late).start()
+    sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
     """
 )
 
@@ -109,7 +119,55 @@ def test_the_server_ends_with_the_block(module_dir):
 
 
 def test_when_a_server_is_wanted():
-    assert preload.wanted(False, 2)
+    assert preload.wanted(False, 2) and preload.wanted(False, 2, devices=["cpu", "auto"])
     assert not preload.wanted(True, 2), "the debug executor trains in the driver"
     assert not preload.wanted(False, 1)
     assert not preload.wanted(False, 2, ["module load cuda"]), "setup lines may change what imports read"
+    assert not preload.wanted(False, 2, devices=["cpu", "cuda"]), (
+        "a forked child cannot use its parent's CUDA"
+    )
+
+
+def test_a_child_killed_by_sigkill_ends_its_client_the_same_way(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        p = run(python, module_dir, "kill")
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL and "Traceback" not in err
+
+
+def test_a_signal_the_client_ignores_stays_ignored_in_the_child(module_dir):
+    """``nohup grpo-harness run``: the runs keep ignoring SIGHUP, as they did when submitit
+    started them directly."""
+    with preload.serving(True, modules=("json",)) as python:
+        p = run(python, module_dir, "hup", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        out, _ = p.communicate(timeout=60)
+        q = run(python, module_dir, "hup")
+        out2, _ = q.communicate(timeout=60)
+    assert "SIGHUP ignored" in out and "SIGHUP not ignored" in out2
+
+
+def test_the_child_ends_as_python_does_waiting_for_its_threads(module_dir):
+    with preload.serving(True, modules=("json",)) as python:
+        p = run(python, module_dir, "thread")
+        out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and out.endswith("thread done\n"), out
+
+
+def test_a_server_that_cannot_start_leaves_each_run_to_start_python(module_dir, monkeypatch, capsys):
+    # a server that dies at once (a socket path it cannot bind) is reported and not used
+    monkeypatch.setattr(preload.tempfile, "mkdtemp", lambda prefix: str(module_dir / ("x" * 120)))
+    (module_dir / ("x" * 120)).mkdir()
+    with preload.serving(True, modules=("json",)) as python:
+        assert python is None and preload.SOCKET_ENV not in os.environ
+    assert "the preloaded interpreter did not start" in capsys.readouterr().err
+
+
+def test_the_gpus_a_local_job_sees():
+    from harness.cluster.executors import local_gpus
+    from harness.settings.schema import ExecutorSettings
+
+    none, two = ExecutorSettings(), ExecutorSettings(gpus_per_node=1)
+    assert local_gpus(none, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {"gpus_per_node": 2, "visible_gpus": (2, 3)}
+    assert local_gpus(two, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {"gpus_per_node": 1, "visible_gpus": (2, 3)}
+    assert local_gpus(none, {"CUDA_VISIBLE_DEVICES": ""}) == {}
+    assert local_gpus(none, {"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}) == {"gpus_per_node": 1}

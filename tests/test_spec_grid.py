@@ -465,3 +465,13 @@ def test_bad_subgrid_seeds_are_refused_naming_the_fix(tmp_path, sub, words):
     with pytest.raises(SpecError) as e:
         load_grid(path)
     assert "subgrids.dose" in str(e.value) and words in str(e.value)
+
+
+def test_a_subgrid_on_the_first_seeds_of_a_zipped_seed_axis(tmp_path):
+    data = {
+        **BASE,
+        "zip": [{"seed": [3, 3, 5, 7], "epsilon": [0.1, 0.2, 0.1, 0.2]}],
+        "subgrids": {"dose": {"grid": {"epsilon_high": [0.2, 0.4]}, "seeds": 2}},
+    }
+    seeds = sorted(r.settings["seed"] for r in expand(load_grid(write(tmp_path, data))).runs)
+    assert seeds == [3, 3, 3, 3, 5, 5]  # the zip's rows of seeds 3 (two) and 5, each at two values

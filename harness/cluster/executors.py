@@ -11,7 +11,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,7 +300,7 @@ def execute_local(
         display,
         stop.installed(),
         _thread_environment(threads),
-        serving(wanted(in_process, len(runs), executor.setup)) as python,
+        serving(wanted(in_process, len(runs), executor.setup, (r.harness.device for r in runs))) as python,
     ):
         try:
             if in_process:
@@ -400,12 +400,34 @@ def _launch(
     ex.update_parameters(
         timeout_min=executor.timeout_min,
         tasks_per_node=executor.tasks_per_node,
+        **local_gpus(executor),
         # no shell in between unless setup lines ask for one (harness.cluster.stopping finds the
         # controller under it)
         **({"setup": list(executor.setup)} if executor.setup else {}),
     )
     with children_ignore_sigint():
         return ex.submit(TrainingJob(spec, str(rdir), threads))
+
+
+def local_gpus(executor: ExecutorSettings, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The GPUs of a local job, for submitit's local executor, which sets every job's
+    ``CUDA_VISIBLE_DEVICES`` to its first ``gpus_per_node`` devices (none, hiding every GPU, when
+    it is 0): ``executor.gpus_per_node`` of the GPUs this process sees, or all of them when it is 0;
+    ``{}`` on a machine without one. The GPUs seen are ``CUDA_VISIBLE_DEVICES``'s where it is set
+    (as numbers; ``visible_gpus`` keeps them), else the machine's ``/dev/nvidiaN`` devices."""
+    environ = os.environ if environ is None else environ
+    text = environ.get("CUDA_VISIBLE_DEVICES")
+    if text is not None:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        visible = tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+        count = len(parts)
+    else:
+        count = len([p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[6:].isdigit()])
+        visible = tuple(range(count))
+    n = min(executor.gpus_per_node or count, count)
+    if n == 0:
+        return {}
+    return {"gpus_per_node": n, **({"visible_gpus": visible} if visible is not None else {})}
 
 
 def _collect(active, grid_dir: Path, finish, killed: set[str], stop) -> list:

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 #: The environment variable that gives a job's task the server's socket.
@@ -51,7 +52,7 @@ PRELOAD = (
     "pyarrow.parquet",
     "reasoning_gym",
     "submitit",
-    "submitit.core._submit",
+    "submitit.core.submission",
     "harness.train.training",
     "harness.train.trainer",
     "harness.train.recorder",
@@ -63,7 +64,15 @@ PRELOAD = (
 )
 #: Signals the client passes on to the child (SIGKILL cannot be caught: the child notices the
 #: client's end instead).
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGCONT,
+)
 _LEN = struct.Struct("!I")
 
 
@@ -100,34 +109,84 @@ def _recv(sock: socket.socket, maxfds: int = 0) -> tuple[dict | None, list[int]]
 def client(argv: list[str]) -> None:
     """Run ``python ARGV`` through the server named by :data:`SOCKET_ENV`, as if it ran here: the
     same exit code, or the same signal ends this process. Falls back to ``os.execv`` of the command
-    when no server answers. Never returns."""
+    when no server answers, or when it fails before the child is known. Never returns."""
     path = os.environ.get(SOCKET_ENV)
     sock = _connect(path) if path else None
     if sock is None:
-        os.execv(sys.executable, [sys.executable, *argv])
+        _run_here(argv)
+    ignored = [s for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]  # nohup's SIGHUP, ...
+    passed = [s for s in FORWARDED if s not in ignored]
     # a signal that comes before the child is known waits, then is passed on (not lost, and not the
     # end of this process, which would end the child unasked)
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    signal.pthread_sigmask(signal.SIG_BLOCK, passed)
     alive_r, alive_w = os.pipe()  # the child reads EOF when this process ends, however it ends
     request = {
         "argv": argv,
         "cwd": os.getcwd(),
         "env": dict(os.environ),
         "path": list(sys.path),  # what this command line would import from, run here
-        "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+        "ignored": [int(s) for s in ignored],
     }
-    _send(sock, request, [0, 1, 2, alive_r])
+    try:
+        _send(sock, request, [0, 1, 2, alive_r])
+        reply, _ = _recv(sock)
+    except OSError:  # the server ended while this request waited for it
+        reply = None
     os.close(alive_r)
-    reply, _ = _recv(sock)
-    if reply is None or "pid" not in reply:  # the server could not fork: run it here instead
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        os.execv(sys.executable, [sys.executable, *argv])
-    child = reply["pid"]
-    for signum in FORWARDED:
-        signal.signal(signum, lambda s, _f: _forward(child, s))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-    end, _ = _recv(sock)
-    _exit_like(end or {"signal": signal.SIGKILL})
+    if reply is None or "pid" not in reply:  # no child: run the command here instead
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
+        _run_here(argv)
+    child = _Child(int(reply["pid"]))
+    for signum in passed:
+        signal.signal(signum, lambda s, _f: child.signal(s))
+    signal.signal(signal.SIGTSTP, lambda s, _f: child.pause())  # Ctrl-Z pauses the run too
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, passed)
+    try:
+        end, _ = _recv(sock)
+    except OSError:
+        end = None
+    _exit_like(end or child.wait())
+
+
+def _run_here(argv: list[str]) -> None:
+    """Run the command in this process, as submitit would have started it. Never returns."""
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+class _Child:
+    """The child the server forked for this client, held by a pid file descriptor where the
+    platform has one (a signal never reaches another process that took the pid later)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.fd = os.pidfd_open(pid)
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, signum)
+            else:
+                os.kill(self.pid, signum)
+
+    def pause(self) -> None:
+        """Ctrl-Z: stop the child, then this process (SIGCONT, passed on, resumes both)."""
+        self.signal(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    def wait(self) -> dict:
+        """Wait for the child's end when the server cannot say how it ended (it ended first):
+        ``{"code": 0}`` once the child is gone (submitit reads the job's result file, not this code)."""
+        while True:
+            if self.fd is not None:
+                select.select([self.fd], [], [])
+                return {"code": 0}
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return {"code": 0}
+            time.sleep(0.5)
 
 
 def _connect(path: str, wait_s: float = 5.0) -> socket.socket | None:
@@ -146,17 +205,14 @@ def _connect(path: str, wait_s: float = 5.0) -> socket.socket | None:
         time.sleep(0.05)
 
 
-def _forward(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signum)
-
-
 def _exit_like(end: dict) -> None:
     """End this process as the child ended: ``{"code": n}`` or ``{"signal": n}``."""
     sys.stdout.flush(), sys.stderr.flush()
     if "signal" in end:
         signum = int(end["signal"])
-        signal.signal(signum, signal.SIG_DFL)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):  # neither can be given a handler
+            signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
         os.kill(os.getpid(), signum)
         time.sleep(1)  # a signal that does not end a process by default
     os._exit(int(end.get("code", 1)))
@@ -170,9 +226,9 @@ class Server:
 
     Args:
         path: the Unix socket it listens on.
-        modules: what it imports before it serves (:data:`PRELOAD`).
         parent_fd: the read end of a pipe the driver holds; when it closes (the driver ended, however
-            it ended), the server ends.
+            it ended), the server takes no more requests, and ends once its children have.
+        modules: what it imports before it serves (:data:`PRELOAD`).
     """
 
     def __init__(self, path: str, parent_fd: int, modules: tuple[str, ...] = PRELOAD):
@@ -183,55 +239,79 @@ class Server:
         self.listener.listen(64)
         self.parent_fd = parent_fd
         self.waiting: dict[int, socket.socket] = {}  # child pid -> its client's connection
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def preload(self) -> None:
+    def preload(self) -> bool:
         """Import its modules (clients that connect meanwhile wait in the socket's backlog); one that
-        is not installed, or fails to import, is left to the runs that need it."""
+        is not installed, or fails to import, is left to the runs that need it. False, and the
+        socket closed (clients then start as without a server), when an import started CUDA, which
+        a forked child could not use."""
         import importlib
 
+        # torch.cuda.is_available() (asked by deepspeed at import) must not start CUDA here
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         for name in self.modules:
             try:
                 importlib.import_module(name)
             except Exception as e:  # an optional package, or one the runs will report themselves
                 print(f"preload: {name} not imported ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            print("preload: an import started CUDA; serving nothing", file=sys.stderr, flush=True)
+            self.listener.close()
+            return False
+        print(f"preload: ready, {threading.active_count()} thread(s)", file=sys.stderr, flush=True)
+        return True
 
     def serve(self) -> None:
-        """Fork a child per request until the driver's pipe closes; tell each client how its child
-        ended."""
-        while True:
-            ready, _, _ = select.select([self.listener, self.parent_fd, self.wake_r], [], [])
+        """Fork a child per request until the driver's pipe closes, then wait for the children;
+        tell each client how its child ended. A request that fails is its client's alone."""
+        accepting = True
+        while accepting or self.waiting:
+            watched = [self.wake_r, *([self.listener, self.parent_fd] if accepting else [])]
+            ready, _, _ = select.select(watched, [], [], None if accepting else 1.0)
             if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 512)
             self._reap()
-            if self.parent_fd in ready and not os.read(self.parent_fd, 1):
-                return
-            if self.listener in ready:
+            if accepting and self.parent_fd in ready and not os.read(self.parent_fd, 1):
+                accepting = False
+                self.listener.close()
+            elif accepting and self.listener in ready:
                 conn, _ = self.listener.accept()
-                self._start(conn)
+                try:
+                    self._start(conn)
+                except Exception as e:  # this client starts the command itself (no pid came)
+                    print(f"preload: a request failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    conn.close()
 
     def _start(self, conn: socket.socket) -> None:
+        conn.settimeout(10)  # a client that stalls holds up no other
         request, fds = _recv(conn, maxfds=4)
-        if request is None or len(fds) != 4:
+        try:
+            if request is None or len(fds) != 4:
+                raise ValueError("an incomplete request")
+            sys.stdout.flush(), sys.stderr.flush()
+            pid = os.fork()
+        except BaseException:
             for fd in fds:
                 os.close(fd)
-            conn.close()
-            return
-        sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
+            raise
         if pid == 0:  # the child: never returns
             self.listener.close()
             for other in (conn, *self.waiting.values()):
                 other.close()
+            for fd in (self.wake_r, self.wake_w, self.parent_fd):
+                os.close(fd)
             _become(request, fds)
         for fd in fds:
             os.close(fd)
         self.waiting[pid] = conn
-        _send(conn, {"pid": pid})
+        with contextlib.suppress(OSError):  # the client is gone: its child follows it (its pipe)
+            _send(conn, {"pid": pid})
 
     def _reap(self) -> None:
         while self.waiting:
@@ -255,17 +335,17 @@ class Server:
 
 
 def _become(request: dict, fds: list[int]) -> None:
-    """In a forked child: take the client's streams, folder, environment, import path and signals,
-    then run its
-    command line as ``python`` would (``-u`` and ``-m MODULE ARGS`` only). Never returns."""
+    """In a forked child: take the client's streams, folder, environment, import path and signal
+    dispositions (what it ignores stays ignored: ``nohup``'s SIGHUP, the driver's SIGINT), then run
+    its command line as ``python`` would (``-u`` and ``-m MODULE ARGS`` only), and end as a Python
+    process ends (its threads joined, its exit functions run). Never returns."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(
-            signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
-        )
+        ignored = set(request["ignored"])
+        for signum in (*FORWARDED, signal.SIGCHLD, signal.SIGTSTP):
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, signal.SIG_IGN if int(signum) in ignored else default)
         for target, fd in zip((0, 1, 2), fds[:3], strict=True):
             os.dup2(fd, target)
             os.close(fd)
@@ -282,9 +362,19 @@ def _become(request: dict, fds: list[int]) -> None:
 
         traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush(), sys.stderr.flush()
+        _finalize()
         os._exit(code)
+
+
+def _finalize() -> None:
+    """What a Python process does at its end before it exits: wait for its non-daemon threads
+    (a checkpoint marker, a metrics part being written), run its exit functions, flush its streams
+    (as ``multiprocessing`` ends a forked child, and then what it leaves out)."""
+    import atexit
+
+    for step in (threading._shutdown, atexit._run_exitfuncs, sys.stdout.flush, sys.stderr.flush):
+        with contextlib.suppress(BaseException):
+            step()
 
 
 def _run_module(argv: list[str]) -> int:
@@ -315,9 +405,8 @@ def main(argv: list[str]) -> None:
     modules :data:`PRELOAD` unless named); anything else: the client, with the command line it runs (``-u -m submitit.core._submit FOLDER``)."""
     if argv[:1] == ["serve"]:
         server = Server(argv[1], int(argv[2]), tuple(argv[3:]) or PRELOAD)
-        server.preload()
-        print("ready", flush=True)
-        server.serve()
+        if server.preload():
+            server.serve()
         return
     client(argv)
 
@@ -326,13 +415,15 @@ def main(argv: list[str]) -> None:
 NO_PRELOAD_ENV = "GRPO_HARNESS_NO_PRELOAD"
 
 
-def wanted(in_process: bool, runs: int, setup: tuple | list = ()) -> bool:
+def wanted(in_process: bool, runs: int, setup: tuple | list = (), devices: Iterable[str] = ()) -> bool:
     """Whether a local ``run`` of ``runs`` runs starts a server: not for the debug executor (its
     runs train in the driver), not for a single run (nothing to share the imports with), not where
-    :data:`NO_PRELOAD_ENV` is set, and not where the executor has ``setup`` lines (they may change
-    what an import reads)."""
+    :data:`NO_PRELOAD_ENV` is set, not where the executor has ``setup`` lines (they may change what
+    an import reads), and not where a run asks for CUDA by name (``harness.device: cuda``; a forked
+    child cannot use CUDA its parent started, and the server refuses to serve if an import started
+    it anyway)."""
     disabled = os.environ.get(NO_PRELOAD_ENV, "") not in ("", "0")
-    return not (in_process or runs < 2 or setup or disabled)
+    return not (in_process or runs < 2 or setup or disabled or "cuda" in set(devices))
 
 
 @contextlib.contextmanager
@@ -356,10 +447,20 @@ def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str
             start_new_session=True,  # no terminal's signals: the driver stops the runs (stopping.py)
         )
     os.close(parent_r)
+    if not _listening(path, proc):  # it could not start: the runs start Python themselves
+        print(
+            f"note: the preloaded interpreter did not start ({_tail(Path(folder) / 'server.log')}); "
+            "each run starts its own Python",
+            file=sys.stderr,
+        )
+        os.close(parent_w)
+        shutil.rmtree(folder, ignore_errors=True)
+        yield None
+        return
     before = os.environ.get(SOCKET_ENV)
     os.environ[SOCKET_ENV] = path
     try:
-        yield f"{sys.executable} -m harness.cluster.preload"
+        yield f"{shlex.quote(sys.executable)} -m harness.cluster.preload"
     finally:
         if before is None:
             os.environ.pop(SOCKET_ENV, None)
@@ -371,6 +472,27 @@ def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _listening(path: str, proc: subprocess.Popen, wait_s: float = 20.0) -> bool:
+    """Whether the server at ``path`` has bound its socket (it does so before it imports anything)
+    within ``wait_s`` seconds and is alive."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if Path(path).exists():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _tail(log: Path, chars: int = 300) -> str:
+    try:
+        text = log.read_text().strip()
+    except OSError:
+        return "no log"
+    return text[-chars:] or "no word"
 
 
 if __name__ == "__main__":

@@ -107,13 +107,17 @@ def cells(grid: GridSpec) -> Iterator[tuple[str, Cell, Cell]]:
 
 
 def first_seeds(grid: GridSpec, n: int | None) -> tuple | None:
-    """The first ``n`` values of the grid's top-level ``seed`` axis (its one ``seed:`` where it has
-    no axis), or None for ``n`` None: every seed. A ``-o grid.seed=[...]`` moves them with the
+    """The first ``n`` values of the grid's top-level ``seed`` axis (of a zip that holds it, its first
+    n distinct values; its one ``seed:`` where it has no axis), or None for ``n`` None: every seed. A ``-o grid.seed=[...]`` moves them with the
     axis."""
     if n is None:
         return None
     axis = next((a for a in grid.axes if a.key == "seed"), None)
-    return tuple(axis.values[:n]) if axis is not None else (grid.base.get("seed"),)
+    if axis is None:  # a seed that moves with other keys in a zip: its first n distinct values
+        axis = next((a for group in grid.zips for a in group if a.key == "seed"), None)
+    if axis is None:
+        return (grid.base.get("seed"),)
+    return tuple(dict.fromkeys(axis.values))[:n]
 
 
 def steps_per_epoch(trainer: Mapping[str, Any], train_size: int, num_processes: int = 1) -> int:

@@ -18,6 +18,7 @@ belongs to no ready grid.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -47,15 +48,32 @@ def shipped_keys() -> list[str]:
 
 
 def install(source: Path, dest: Path) -> dict[str, Any]:
-    """Copy the shipped folder ``source`` to ``dest`` (which must not exist; the caller renames it
-    into the cache) and return its origin record (:data:`ORIGIN_FILE`).
+    """Copy the shipped folder ``source`` to ``dest`` (created; the caller renames it into the
+    cache) file by file, without the source's permissions (an installed package may be read-only),
+    each file checked against the digest its origin record holds; returns the origin record
+    (:data:`ORIGIN_FILE`).
 
     Raises:
         FileExistsError: ``dest`` exists.
+        ValueError: a file is missing or is not what the record says (a partial checkout).
         OSError: the copy failed (a full disk); ``dest`` may be partly written.
     """
-    shutil.copytree(source, dest)
-    return read_origin(source)
+    origin = read_origin(source)
+    Path(dest).mkdir(parents=True)
+    for name, digest in origin.get("files", {}).items():
+        if not (Path(source) / name).is_file() or file_digest(Path(source) / name) != digest:
+            raise ValueError(
+                f"{source}/{name} is not the file shipped ({ORIGIN_FILE}); reinstall grpo-harness"
+            )
+    for path in Path(source).iterdir():
+        if path.is_file():
+            shutil.copyfile(path, Path(dest) / path.name)
+    return origin
+
+
+def file_digest(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def read_origin(folder: Path) -> dict[str, Any]:
@@ -64,29 +82,41 @@ def read_origin(folder: Path) -> dict[str, Any]:
 
 
 def cpu_signature() -> dict[str, str]:
-    """What the bits of a build depend on besides the key: the machine's architecture, its CPU's
-    model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere) and the instruction set torch
-    dispatches its CPU kernels on (``torch.backends.cpu.get_cpu_capability()``: ``AVX512``,
-    ``AVX2``, ``DEFAULT``...)."""
+    """What the bits of a build depend on besides the key: the machine's architecture, its CPU as
+    ``/proc/cpuinfo`` names it (model name, family, model and stepping; ``platform.processor()``
+    elsewhere), a digest of its instruction-set flags, and the instruction set torch dispatches
+    its CPU kernels on (``torch.backends.cpu.get_cpu_capability()``: ``AVX512``, ``AVX2``...). A
+    virtual machine's generic model name covers several microarchitectures; family, model and
+    flags tell them apart."""
     import torch
 
-    name = platform.processor()
+    fields = {"model name": platform.processor(), "cpu family": "", "model": "", "stepping": "", "flags": ""}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if key.strip() in fields and not fields[key.strip()]:
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
+    flags = " ".join(sorted(fields["flags"].split()))
     return {
         "machine": platform.machine(),
-        "cpu": name,
+        "cpu": fields["model name"],
+        "family": fields["cpu family"],
+        "model": fields["model"],
+        "stepping": fields["stepping"],
+        "flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
         "capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 
-def write_origin(folder: Path, key: str, command: str) -> None:
-    """Write :data:`ORIGIN_FILE` into ``folder``: the key, this machine's :func:`cpu_signature` and
-    the ``command`` that made it."""
-    record = {"key": key, "cpu": cpu_signature(), "command": command}
+def write_origin(folder: Path, key: str, command: str, cpu: dict[str, str] | None = None) -> None:
+    """Write :data:`ORIGIN_FILE` into ``folder``: the key, the CPU that built it (this machine's
+    :func:`cpu_signature` unless given), the ``command`` that made it and each file's digest."""
+    files = {
+        p.name: file_digest(p)
+        for p in sorted(Path(folder).iterdir())
+        if p.is_file() and p.name != ORIGIN_FILE
+    }
+    record = {"key": key, "cpu": cpu or cpu_signature(), "command": command, "files": files}
     (Path(folder) / ORIGIN_FILE).write_text(json.dumps(record, indent=2) + "\n")
