@@ -307,9 +307,15 @@ def finding_figure(ff: FindingFigure) -> tuple[Figure, np.ndarray]:
     return fig, axes
 
 
+#: Runs a curve needs at every point for its 95% t band to be drawn (with 2, the band is the mean
+#: plus or minus 12.7 standard errors: wider than anything it could tell apart).
+MIN_BAND_RUNS = 3
+
+
 def plot_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
     """The finding's metric on ``ax``: the window shaded, each arm's mean over its runs with its
-    band, its first point (the runs' start at step 0) marked, a to-target finding's level dashed.
+    band (left out, and the title says so, where a curve has fewer than :data:`MIN_BAND_RUNS`
+    runs at some point), its first point (the runs' start at step 0) marked, a to-target finding's level dashed.
 
     Returns:
         The legend handles: the arms drawn, then the window, the start and the target.
@@ -319,6 +325,7 @@ def plot_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
         lo, hi = ff.span
         ax.axvspan(lo, hi, color=_WINDOW, linewidth=0, zorder=0)
     c = ff.curves
+    banded = c is not None and not c.mean.empty and bool((c.mean["n"] >= MIN_BAND_RUNS).all())
     if c is None or c.mean.empty:
         no_data(ax, f"no run of the finding logs {ff.metric}")
     else:
@@ -330,7 +337,8 @@ def plot_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
             xs, lo, hi = (part[k].to_numpy(dtype=np.float64) for k in ("x", "lo", "hi"))
             ax.plot(xs, part["mean"].to_numpy(), color=color, linewidth=1.2, zorder=3)
             ok = np.isfinite(lo) & np.isfinite(hi)
-            ax.fill_between(xs, lo, hi, where=ok, color=color, alpha=0.18, linewidth=0, zorder=2)
+            if banded:
+                ax.fill_between(xs, lo, hi, where=ok, color=color, alpha=0.18, linewidth=0, zorder=2)
             if ff.start and xs.size and xs[0] == 0:
                 ax.plot(
                     xs[:1], part["mean"].to_numpy()[:1], marker="o", markersize=3.5, color=color, zorder=4
@@ -356,7 +364,11 @@ def plot_finding_curves(ax: Axes, ff: FindingFigure) -> list[Any]:
         )
     ax.set_xlabel(X_LABELS.get(ff.x, ff.x) if ff.x in X_LABELS else ff.x)
     ax.set_ylabel(metric_label(ff.metric))
-    ax.set_title("mean over seeds, 95% t band", fontsize=7)
+    if banded or c is None or c.mean.empty:
+        ax.set_title("mean over seeds, 95% t band", fontsize=7)
+    else:  # 2 runs: a 95% t band is 12.7 standard deviations wide and says nothing of the mean
+        least = int(c.mean["n"].min())
+        ax.set_title(f"mean over seeds; no band where a curve has {least} run(s)", fontsize=7)
     return handles
 
 
