@@ -35,15 +35,22 @@ TIMED_FILE = "tiny_model.json"
 TIMED_FIELDS = ("build_seconds",)
 
 
-def wanted() -> dict[str, tuple[str, object]]:
-    """``{key: (grid, build)}`` over the embedded models the runs of SHIPPED_GRIDS train."""
-    out: dict[str, tuple[str, object]] = {}
+def wanted() -> dict[str, tuple[str, object, int]]:
+    """``{key: (grid, build, warm-start steps)}`` over the embedded models the runs of SHIPPED_GRIDS
+    train."""
+    out: dict[str, tuple[str, object, int]] = {}
     for grid in SHIPPED_GRIDS:
         for run in expand(load_grid(ROOT / grid)).runs:
             if run.model in ("tiny", "tiny-chat", "tiny-steps"):
                 key, build = embedded_build(run.model, run.task, run.tiny)
-                out.setdefault(key, (grid, build))
+                out.setdefault(key, (grid, build, run.tiny.sft_steps))
     return out
+
+
+def trajectory(build) -> dict:
+    """The build's weights at prebuilt.TRAJECTORY_STEP, built in a temporary folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return prebuilt.trajectory_at(build, Path(tmp) / "model")
 
 
 def differences(a: Path, b: Path) -> list[str]:
@@ -71,10 +78,18 @@ def make(source_cache: Path | None) -> int:
     for stale in set(prebuilt.shipped_keys()) - set(keys):
         shutil.rmtree(prebuilt.PREBUILT_DIR / stale)
         print(f"removed {stale} (no shipped grid uses it)")
-    for key, (grid, build) in keys.items():
+    for key, (grid, build, _) in keys.items():
         dest = prebuilt.PREBUILT_DIR / key
         if (dest / prebuilt.ORIGIN_FILE).is_file():
-            print(f"{key} ({grid}): shipped already")
+            origin = prebuilt.read_origin(dest)
+            if "trajectory" not in origin:  # shipped before trajectories were recorded
+                if origin["cpu"] != prebuilt.cpu_signature():
+                    print(f"{key}: built on another CPU; its trajectory is recorded where it was built")
+                    continue
+                prebuilt.write_origin(dest, key, origin["command"], origin["cpu"], trajectory(build))
+                print(f"{key} ({grid}): shipped already; its trajectory recorded")
+            else:
+                print(f"{key} ({grid}): shipped already")
             continue
         cached = source_cache / key if source_cache else None
         with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +104,8 @@ def make(source_cache: Path | None) -> int:
                 build(folder)
                 how = "built"
             command = "python scripts/prebuilt.py make"
-            prebuilt.write_origin(folder, key, command, cpu)
+            same_cpu = cpu is None or cpu == prebuilt.cpu_signature()
+            prebuilt.write_origin(folder, key, command, cpu, trajectory(build) if same_cpu else None)
             shutil.copytree(folder, dest)
         print(f"{key} ({grid}): {how}, shipped in {dest.relative_to(ROOT)}")
     return 0
@@ -132,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         shipped = set(prebuilt.shipped_keys())
-        for key, (grid, _) in wanted().items():
+        for key, (grid, _, _) in wanted().items():
             print(f"{key}  {grid}  {'shipped' if key in shipped else 'not shipped'}")
         return 0
     if args.command == "make":

@@ -145,28 +145,62 @@ def test_differences_name_the_files_that_differ_and_ignore_the_build_time(tmp_pa
     ]
 
 
+#: Warm starts this long are rebuilt whole in the tests (``tiny``'s 600 steps: about a minute); a
+#: longer one (``tiny-steps``'s 1,500: about 8 minutes on 2 cores) is rebuilt to its recorded
+#: trajectory step, and whole by ``python scripts/prebuilt.py check``.
+WHOLE_REBUILD_STEPS = 600
+
+
+def differs_by_cpu(origin: dict) -> bool:
+    """Whether this machine's CPU is another than the one that built a shipped folder: its kernels
+    may round differently, so a rebuild's bits may differ while the model is the same."""
+    if origin["cpu"] == prebuilt.cpu_signature():
+        return False
+    print(f"built on {origin['cpu']}, here {prebuilt.cpu_signature()}", file=sys.stderr)
+    return True
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("key", prebuilt.shipped_keys())
+def test_a_rebuild_follows_the_shipped_build(key):
+    """Rebuilt to its warm start's step prebuilt.TRAJECTORY_STEP (the schedule is the whole
+    build's, so that state is one the shipped build passed through), a shipped model's weights are
+    the recorded ones bit for bit where the CPU is the one that built it; on another CPU, every
+    tensor's norm within 0.1%."""
+    needs_the_lock()
+    origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
+    assert "trajectory" in origin, f"{key}: no trajectory recorded; python scripts/prebuilt.py make"
+    recorded = origin["trajectory"]
+    got = script.trajectory(script.wanted()[key][1])
+    assert got["step"] == recorded["step"] == prebuilt.TRAJECTORY_STEP
+    if not differs_by_cpu(origin):
+        assert got["digest"] == recorded["digest"], f"{key}: the rebuild left the shipped build's path"
+        return
+    assert got["norms"].keys() == recorded["norms"].keys()
+    for name, norm in recorded["norms"].items():
+        assert abs(got["norms"][name] - norm) <= 1e-3 * max(abs(norm), 1e-6), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "key",
+    [k for k in prebuilt.shipped_keys() if script.wanted().get(k, (0, 0, 10**9))[2] <= WHOLE_REBUILD_STEPS],
+)
 def test_a_rebuild_equals_the_shipped_folder(key):
     """Rebuilt from scratch, a shipped model is the same bit for bit where the CPU is the one that
-    built it (the build is deterministic for a CPU and library versions). On another CPU the kernels
-    may round differently, so the bits can differ; the rebuild must then still be the same model:
-    the same files, tensors and shapes, and the warm start's mean SFT loss within 5%."""
+    built it (the build is deterministic for a CPU and library versions). On another CPU the bits
+    may differ; the rebuild must then still be the same model: the same files, tensors and shapes,
+    and the warm start's mean SFT loss within 5%."""
     needs_the_lock()
-    grid, build = script.wanted()[key]
+    grid, build, _ = script.wanted()[key]
     shipped = prebuilt.PREBUILT_DIR / key
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model"
         build(out)
         diff = script.differences(shipped, out)
-        same_cpu = prebuilt.read_origin(shipped)["cpu"] == prebuilt.cpu_signature()
-        if same_cpu:
+        if not differs_by_cpu(prebuilt.read_origin(shipped)):
             assert diff == [], f"{key} ({grid}) rebuilt differs: {diff}; python scripts/prebuilt.py make"
             return
-        print(
-            f"{key}: built on {prebuilt.read_origin(shipped)['cpu']}, here {prebuilt.cpu_signature()}",
-            file=sys.stderr,
-        )
         from safetensors import safe_open
 
         def shapes(folder: Path) -> dict:

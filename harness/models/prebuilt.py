@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,60 @@ def write_origin(folder: Path, key: str, command: str, cpu: dict[str, str] | Non
     }
     record = {"key": key, "cpu": cpu or cpu_signature(), "command": command, "files": files}
     (Path(folder) / ORIGIN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+#: The warm-start step at which a shipped build's trajectory is recorded (:func:`trajectory_at`):
+#: a rebuild that far takes a tenth of a full ``tiny-steps`` build, and a change to the build's data,
+#: model, optimizer or schedule shows there.
+TRAJECTORY_STEP = 100
+
+
+class _Reached(Exception):
+    """The build reached the step a trajectory is taken at."""
+
+
+def weights_record(model: Any) -> dict[str, Any]:
+    """A model's weights in brief: ``{"digest": "sha256:<hex>"}`` over every parameter's float32
+    bytes in ``named_parameters`` order, and ``{"norms": {name: L2 norm}}``."""
+    import torch
+
+    h, norms = hashlib.sha256(), {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            t = p.detach().to(torch.float32).contiguous().cpu()
+            h.update(name.encode())
+            h.update(t.numpy().tobytes())
+            norms[name] = float(t.norm())
+    return {"digest": "sha256:" + h.hexdigest(), "norms": norms}
+
+
+def trajectory_at(build: Callable[..., Any], out_dir: Path, step: int = TRAJECTORY_STEP) -> dict[str, Any]:
+    """Run an embedded model's ``build(out_dir)`` until its warm start has taken ``step`` optimizer
+    steps (the schedule is the whole build's: the state at ``step`` is the one a full build passes
+    through) and return :func:`weights_record` of the model then, with ``step``. ``build`` is one of
+    :func:`harness.models.names.embedded_build`'s; nothing is saved.
+
+    Raises:
+        ValueError: the build ended before ``step``.
+    """
+    from harness.models import tiny
+
+    seen: dict[str, Any] = {}
+    run_sft = tiny.run_sft
+
+    def until(spec, model, tokenizer, columns, work_dir, report=None):
+        def report_until(stage, step_done=None, total=None, **kw):
+            if stage == tiny.SFT and step_done == step:
+                seen.update(weights_record(model), step=step)
+                raise _Reached
+
+        return run_sft(spec, model, tokenizer, columns, work_dir, report_until)
+
+    tiny.run_sft = until
+    try:
+        build(out_dir)
+    except _Reached:
+        return seen
+    finally:
+        tiny.run_sft = run_sft
+    raise ValueError(f"the build ended before step {step} of its warm start")
