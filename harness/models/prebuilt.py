@@ -111,15 +111,20 @@ def cpu_signature() -> dict[str, str]:
     }
 
 
-def write_origin(folder: Path, key: str, command: str, cpu: dict[str, str] | None = None) -> None:
+def write_origin(
+    folder: Path, key: str, command: str, cpu: dict[str, str] | None = None, trajectory: dict | None = None
+) -> None:
     """Write :data:`ORIGIN_FILE` into ``folder``: the key, the CPU that built it (this machine's
-    :func:`cpu_signature` unless given), the ``command`` that made it and each file's digest."""
+    :func:`cpu_signature` unless given), the ``command`` that made it, each file's digest and, where
+    given, the build's weights at :data:`TRAJECTORY_STEP` (:func:`trajectory_at`)."""
     files = {
         p.name: file_digest(p)
         for p in sorted(Path(folder).iterdir())
         if p.is_file() and p.name != ORIGIN_FILE
     }
     record = {"key": key, "cpu": cpu or cpu_signature(), "command": command, "files": files}
+    if trajectory is not None:
+        record["trajectory"] = trajectory
     (Path(folder) / ORIGIN_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
 
