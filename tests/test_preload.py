@@ -141,7 +141,7 @@ def test_a_signal_the_client_ignores_stays_ignored_in_the_child(module_dir):
     with preload.serving(True, modules=("json",)) as python:
         p = run(python, module_dir, "hup", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
         out, _ = p.communicate(timeout=60)
-        q = run(python, module_dir, "hup")
+        q = run(python, module_dir, "hup", preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
         out2, _ = q.communicate(timeout=60)
     assert "SIGHUP ignored" in out and "SIGHUP not ignored" in out2
 

@@ -57,10 +57,14 @@ def test_in_the_drivers_process_a_second_signal_raises_as_ctrl_c_does():
 
 def test_processes_started_for_the_runs_ignore_a_terminals_ctrl_c():
     probe = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"]
-    with stopping.children_ignore_sigint():
-        inside = subprocess.run(probe, capture_output=True, text=True).stdout.strip()
-    assert inside == "True"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's python has it
+    try:
+        with stopping.children_ignore_sigint():
+            inside = subprocess.run(probe, capture_output=True, text=True).stdout.strip()
+        assert inside == "True"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back after
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_the_stop_says_each_unfinished_run_and_the_command_that_resumes_them():
