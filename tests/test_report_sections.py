@@ -1,4 +1,4 @@
-"""The report's sections (analysis.report.sections): one module each, listed once in ``ORDER``; a
+"""The report's sections (analysis.report.sections): one module each, listed once in ``MODULES``; a
 figure added as docs/reports.md says ("Adding a figure": one module and its line) is computed,
 drawn, saved and shown in index.md, and the columns it asks for are read."""
 
@@ -35,6 +35,9 @@ def _docs_example() -> types.ModuleType:
 
 def test_each_section_is_the_module_its_order_names():
     assert [s.name for s in sections.SECTIONS] == list(sections.ORDER)
+    assert [m.__name__.rsplit(".", 1)[1] for m in sections.MODULES] == list(sections.ORDER)
+    here = {p.stem for p in Path(sections.__file__).parent.glob("*.py")} - {"__init__"}
+    assert sorted(sections.ORDER) == sorted(here), "a module in analysis/report/sections/ is not in MODULES"
     for name in sections.ORDER:
         module = importlib.import_module(f"analysis.report.sections.{name}")
         assert isinstance(module.SECTION, Section) and module.SECTION.name == name

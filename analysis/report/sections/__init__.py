@@ -5,31 +5,33 @@ how they are computed from the counted runs and how they are drawn, and ends wit
 :class:`analysis.report.page.Section`, ``SECTION``. :func:`analysis.report.compute.compute_report`
 computes every section's numbers (on a thread pool), :func:`analysis.report.render.render_report`
 draws them in this order, the figure the settings' ``lead`` names first among the curves and the
-final scores. A new figure is a new module here and its name's line in :data:`ORDER`
+final scores. A new figure is a new module here, imported below and placed in :data:`MODULES`
 (docs/reports.md, "Adding a figure").
 """
 
 from __future__ import annotations
 
-import importlib
-
 from analysis.report.page import Section
-
-#: The report's sections, by their module's name here, in the order ``index.md`` shows them.
-ORDER: tuple[str, ...] = (
-    "findings",
-    "progression",
-    "curves",
-    "final",
-    "tasks",
-    "pass_at_k",
-    "dynamics",
-    "wseq",
-    "aggregate",
-    "tables",
+from analysis.report.sections import (
+    aggregate,
+    curves,
+    dynamics,
+    final,
+    findings,
+    pass_at_k,
+    progression,
+    tables,
+    tasks,
+    wseq,
 )
 
-#: Each module's ``SECTION``, in :data:`ORDER`.
-SECTIONS: tuple[Section, ...] = tuple(importlib.import_module(f"{__name__}.{name}").SECTION for name in ORDER)
+#: The report's section modules, in the order ``index.md`` shows them.
+MODULES = (findings, progression, curves, final, tasks, pass_at_k, dynamics, wseq, aggregate, tables)
 
-__all__ = ["ORDER", "SECTIONS", "Section"]
+#: Each module's ``SECTION``, in :data:`MODULES`' order.
+SECTIONS: tuple[Section, ...] = tuple(m.SECTION for m in MODULES)
+
+#: The sections' names (each its module's name), in :data:`MODULES`' order.
+ORDER: tuple[str, ...] = tuple(s.name for s in SECTIONS)
+
+__all__ = ["MODULES", "ORDER", "SECTIONS", "Section"]
