@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 import tempfile
@@ -151,6 +152,16 @@ def test_differences_name_the_files_that_differ_and_ignore_the_build_time(tmp_pa
 WHOLE_REBUILD_STEPS = 600
 
 
+#: How far the weights' global norm (the root of the tensors' summed squared norms) at the
+#: trajectory step may lie from the recorded one on another CPU than the builder's, and how far each
+#: tensor's norm: kernels that round differently move the weights apart step by step. Measured with
+#: the shipped tiny build (Intel Xeon, AVX-512) rebuilt on an AMD EPYC (AVX2) to step 100: global
+#: norm 0.036% apart; weight matrices up to 1.7%, small biases up to 9.6%; the tiny-steps build's
+#: embedding 0.15%.
+CROSS_CPU_GLOBAL_RTOL = 5e-3
+CROSS_CPU_TENSOR_RTOL = 0.25
+
+
 def differs_by_cpu(origin: dict) -> bool:
     """Whether this machine's CPU is another than the one that built a shipped folder: its kernels
     may round differently, so a rebuild's bits may differ while the model is the same."""
@@ -165,8 +176,9 @@ def differs_by_cpu(origin: dict) -> bool:
 def test_a_rebuild_follows_the_shipped_build(key):
     """Rebuilt to its warm start's step prebuilt.TRAJECTORY_STEP (the schedule is the whole
     build's, so that state is one the shipped build passed through), a shipped model's weights are
-    the recorded ones bit for bit where the CPU is the one that built it; on another CPU, every
-    tensor's norm within 0.1%."""
+    the recorded ones bit for bit where the CPU is the one that built it; on another CPU, their
+    global norm within :data:`CROSS_CPU_GLOBAL_RTOL` and every tensor's within
+    :data:`CROSS_CPU_TENSOR_RTOL`."""
     needs_the_lock()
     origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
     assert "trajectory" in origin, f"{key}: no trajectory recorded; python scripts/prebuilt.py make"
@@ -178,7 +190,12 @@ def test_a_rebuild_follows_the_shipped_build(key):
         return
     assert got["norms"].keys() == recorded["norms"].keys()
     for name, norm in recorded["norms"].items():
-        assert abs(got["norms"][name] - norm) <= 1e-3 * max(abs(norm), 1e-6), name
+        assert abs(got["norms"][name] - norm) <= CROSS_CPU_TENSOR_RTOL * max(abs(norm), 1e-6), name
+    total = {
+        k: math.sqrt(sum(v * v for v in n["norms"].values()))
+        for k, n in (("got", got), ("recorded", recorded))
+    }
+    assert abs(total["got"] - total["recorded"]) <= CROSS_CPU_GLOBAL_RTOL * total["recorded"], total
 
 
 @pytest.mark.slow
