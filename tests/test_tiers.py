@@ -80,9 +80,9 @@ def _loaded_by(names: set[str], modules: dict[str, Path]) -> set[str]:
 @pytest.fixture(scope="module")
 def fast_tier() -> str:
     """The fast tier's tests and the fixtures each uses, as ``pytest --fixtures-per-test`` lists
-    them (collection only: nothing runs)."""
+    them (collection only, in one process: nothing runs; xdist's workers would each collect again)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--fixtures-per-test", "-q", "-m", FAST_TIER, "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "--fixtures-per-test", "-q", "-m", FAST_TIER, "-p", "no:cacheprovider", "-n", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
