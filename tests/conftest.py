@@ -38,31 +38,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def pytest_collection_modifyitems(config, items):
     """Before ``-m`` selects: mark slow every test that uses a model fixture (helpers.MODEL_FIXTURES),
     directly or through another fixture, and every SLURM test, so the fast tier
-    (``pytest -m "not slow"``) leaves them out. The SLURM tests share one xdist group: one cluster,
-    whose partitions and preemption they use, so they run one after another in one test process.
-    The other tests of a module that uses a module-scoped fixture of its own (a grid run once for
-    the module, minutes) share a group named after the module, so that the fixture is made once, not
-    once in each test process."""
+    (``pytest -m "not slow"``) leaves them out. The suite's two test processes take whole modules
+    (``--dist loadscope``, pyproject.toml): a module's SLURM tests run one after another in one
+    process, and a module-scoped fixture is made once."""
     for item in items:
         if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif not item.get_closest_marker("xdist_group") and _uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
-def _uses_a_module_fixture(item) -> bool:
-    """Whether ``item`` uses a module-scoped fixture defined in its own test module."""
-    info = getattr(item, "_fixtureinfo", None)  # pytest's per-item fixture closure
-    module = getattr(item, "module", None)
-    if info is None or module is None:
-        return False
-    return any(
-        d.scope == "module" and getattr(d.func, "__module__", None) == module.__name__
-        for defs in info.name2fixturedefs.values()
-        for d in defs
-    )
 
 
 @pytest.fixture(scope="session", autouse=True)
