@@ -39,11 +39,37 @@ def pytest_collection_modifyitems(config, items):
     """Before ``-m`` selects: mark slow every test that uses a model fixture (helpers.MODEL_FIXTURES),
     directly or through another fixture, and every SLURM test, so the fast tier
     (``pytest -m "not slow"``) leaves them out. The suite's two test processes take whole modules
-    (``--dist loadscope``, pyproject.toml): a module's SLURM tests run one after another in one
-    process, and a module-scoped fixture is made once."""
+    (:func:`pytest_xdist_make_scheduler`), so a module-scoped fixture is made once; a SLURM test
+    outside :data:`SLURM_MODULES` is refused."""
     for item in items:
         if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slurm") and item.nodeid.split("::", 1)[0] not in SLURM_MODULES:
+            raise pytest.UsageError(
+                f"{item.nodeid}: a slurm test outside SLURM_MODULES (tests/conftest.py); add its module there"
+            )
+
+
+#: The modules of the SLURM tests. They share one cluster (its partitions, its preemption), so the
+#: two test processes take them as one unit and run them one after another.
+SLURM_MODULES = ("tests/test_slurm.py", "tests/test_multinode.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadscope`` (pyproject.toml): each test module whole to one test process, the
+    SLURM modules together as one unit. (xdist's ``--dist loadgroup`` would express this with marks,
+    but groups nothing under pytest 9.2, whose node ids no longer take xdist's group suffix.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "slurm" if module in SLURM_MODULES else module
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
