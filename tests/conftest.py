@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from helpers import FAST_TINY, MODEL_FIXTURES
+from scheduling import SLURM_MODULES, make_scheduler, unit_of
 
 #: Lines tests report for the session's terminal summary (the ``summary`` fixture).
 SUMMARY = pytest.StashKey[list]()
@@ -39,37 +41,45 @@ def pytest_collection_modifyitems(config, items):
     """Before ``-m`` selects: mark slow every test that uses a model fixture (helpers.MODEL_FIXTURES),
     directly or through another fixture, and every SLURM test, so the fast tier
     (``pytest -m "not slow"``) leaves them out. The suite's two test processes take whole modules
-    (:func:`pytest_xdist_make_scheduler`), so a module-scoped fixture is made once; a SLURM test
+    (:func:`scheduling.make_scheduler`), so a module-scoped fixture is made once; a SLURM test
     outside :data:`SLURM_MODULES` is refused."""
     for item in items:
         if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slurm") and item.nodeid.split("::", 1)[0] not in SLURM_MODULES:
             raise pytest.UsageError(
-                f"{item.nodeid}: a slurm test outside SLURM_MODULES (tests/conftest.py); add its module there"
+                f"{item.nodeid}: a slurm test outside SLURM_MODULES (tests/scheduling.py); add its module there"
             )
 
 
-#: The modules of the SLURM tests. They share one cluster (its partitions, its preemption), so the
-#: two test processes take them as one unit and run them one after another.
-SLURM_MODULES = ("tests/test_slurm.py", "tests/test_multinode.py")
+def pytest_addoption(parser):
+    parser.addoption(
+        "--module-seconds",
+        metavar="PATH",
+        help="write each scheduling unit's seconds (setup + call + teardown of its tests) to PATH as JSON",
+    )
+
+
+#: Seconds per unit of this session, kept by the controlling process where --module-seconds asks.
+SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    unit = unit_of(report.nodeid)
+    SECONDS[unit] = SECONDS.get(unit, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--module-seconds")
+    if path and not hasattr(session.config, "workerinput"):
+        ordered = sorted(SECONDS.items(), key=lambda kv: -kv[1])
+        Path(path).write_text(json.dumps({k: round(v, 1) for k, v in ordered}, indent=1) + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``--dist loadscope`` (pyproject.toml): each test module whole to one test process, the
-    SLURM modules together as one unit. (xdist's ``--dist loadgroup`` would express this with marks,
-    but groups nothing under pytest 9.2, whose node ids no longer take xdist's group suffix.)"""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ModuleScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "slurm" if module in SLURM_MODULES else module
-
-    return ModuleScheduling(config, log)
+    """Under ``--dist loadscope`` (pyproject.toml): :func:`scheduling.make_scheduler`."""
+    return make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -82,8 +92,14 @@ def verdict_memo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
-    """One model cache for the whole session; CLI subprocesses find it through the environment."""
-    path = tmp_path_factory.mktemp("model-cache")
+    """One model cache for the whole session, its test processes together (a build takes the
+    cache's file lock, so one process builds a model and the other waits for it); CLI subprocesses
+    find it through the environment."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "model-cache"  # the session's, not the process's
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("model-cache")
     os.environ["GRPO_HARNESS_CACHE"] = str(path)
     return path
 
