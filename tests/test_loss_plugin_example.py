@@ -87,6 +87,26 @@ def test_module_exiting_at_import(tmp_path, monkeypatch, clean_registry):
     assert "importing 'exiting_losses' called sys.exit(0)" in err and "__init__.py:2" in err
 
 
+def test_module_exiting_at_import_is_placed_in_the_module_where_a_library_wraps_sys_exit(
+    tmp_path, monkeypatch, clean_registry
+):
+    """A library may replace sys.exit with its own (wandb does once a run has started in the
+    process): the place named is still the plugin's line, not the wrapper's."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "exit_wrapper.py").write_text(
+        "import sys\n_exit = sys.exit\ndef wrapped(code=0):\n    _exit(code)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    import exit_wrapper
+
+    monkeypatch.setattr(sys, "exit", exit_wrapper.wrapped)
+    monkeypatch.syspath_prepend(
+        str(write_package(tmp_path / "p", "wrapped_exit_losses", "import sys\nsys.exit(0)\n"))
+    )
+    (err,) = plan_errors(tmp_path, "wrapped_exit_losses", "grpo")
+    assert "called sys.exit(0)" in err and "wrapped_exit_losses/__init__.py:2" in err, err
+
+
 def test_relative_module_name(tmp_path, clean_registry):
     (err,) = plan_errors(tmp_path, ".my_losses", "grpo")
     assert "'.my_losses' is a relative module name" in err and "(my_losses if" in err

@@ -27,11 +27,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import math
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness import rewards
@@ -334,9 +336,31 @@ def off_policy_only_names() -> set[str]:
     return {h.name for p in REGISTRY.values() for h in p.hyperparameters if h.off_policy_only}
 
 
-def _where(e: BaseException) -> str:
+def _where(e: BaseException, module: str | None = None) -> str:
+    """`` (file:line)`` of the line that raised ``e``: the deepest frame in ``module``'s top-level
+    package where one is, since a library may wrap what the plugin called (wandb, once a run has
+    started, replaces ``sys.exit`` with its own), else the deepest frame; empty without a traceback."""
     frames = traceback.extract_tb(e.__traceback__)
-    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if not frames:
+        return ""
+    folders = _module_folders(module) if module else []
+    own = [f for f in frames if any(Path(f.filename).resolve().is_relative_to(d) for d in folders)]
+    frame = (own or frames)[-1]
+    return f" ({frame.filename}:{frame.lineno})"
+
+
+def _module_folders(module: str) -> list[Path]:
+    """The folders of ``module``'s top-level package (a single-file module: its file), resolved;
+    empty when it cannot be found."""
+    try:
+        spec = importlib.util.find_spec(module.lstrip(".").split(".", 1)[0])
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(d).resolve() for d in spec.submodule_search_locations]
+    return [Path(spec.origin).resolve()] if spec.origin else []
 
 
 def import_modules(modules: Iterable[str], failed: set[str] | None = None) -> list[str]:
@@ -379,15 +403,15 @@ def _import_problem(module: str) -> str | None:
                 f"plugins: module {module!r} not found; install its package (pip install -e PATH) or "
                 "put the folder holding it on PYTHONPATH."
             )
-        return f"plugins: importing {module!r} failed: {e}{_where(e)}; install {e.name}."
+        return f"plugins: importing {module!r} failed: {e}{_where(e, module)}; install {e.name}."
     except SystemExit as e:  # sys.exit() at import would end `plan` silently with its status
         return (
-            f"plugins: importing {module!r} called sys.exit({e.code!r}){_where(e)}; a plugin module must "
+            f"plugins: importing {module!r} called sys.exit({e.code!r}){_where(e, module)}; a plugin module must "
             "not exit when imported (guard script code with if __name__ == '__main__':)."
         )
     except BaseException as e:  # the plugin's own code raised (KeyboardInterrupt too): say it, hide nothing
         said = f": {e}" if str(e) else ""
-        return f"plugins: importing {module!r} raised {type(e).__name__}{said}{_where(e)}; fix the module."
+        return f"plugins: importing {module!r} raised {type(e).__name__}{said}{_where(e, module)}; fix the module."
     if not any(p.module == module or p.module.startswith(module + ".") for p in REGISTRY.values()):
         if rewards.registers_from(module):
             return None
@@ -421,7 +445,7 @@ def from_entry_point(name: str, failed: Iterable[str] = ()) -> list[str]:
     except BaseException as e:  # SystemExit too: a plugin must never end `plan` silently
         return [
             f"loss_type {name!r}: entry point {ep.value} ({ENTRY_POINT_GROUP}) raised {type(e).__name__}: "
-            f"{e}{_where(e)}; fix the module or reinstall its package."
+            f"{e}{_where(e, ep.module)}; fix the module or reinstall its package."
         ]
     plugin = getattr(obj, "loss_plugin", obj)
     if not isinstance(plugin, LossPlugin):
