@@ -6,9 +6,15 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-from helpers import FAST_TINY, MODEL_FIXTURES
-from scheduling import SLURM_MODULES, make_scheduler, unit_of
+# Before torch is imported here or in any subprocess (OpenMP reads it when it loads): OpenMP threads
+# sleep instead of spinning while they wait. The two test processes run builds and two-process runs
+# that use more threads than cores are free, where spinning took a third of the CPU time
+# (benchmarks/omp_wait_policy.py); it changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+from helpers import FAST_TINY, MODEL_FIXTURES  # noqa: E402
+from scheduling import SLURM_MODULES, make_scheduler, unit_of  # noqa: E402
 
 #: Lines tests report for the session's terminal summary (the ``summary`` fixture).
 SUMMARY = pytest.StashKey[list]()
