@@ -171,19 +171,17 @@ def differs_by_cpu(origin: dict) -> bool:
     return True
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key", prebuilt.shipped_keys())
-def test_a_rebuild_follows_the_shipped_build(key):
-    """Rebuilt to its warm start's step prebuilt.TRAJECTORY_STEP (the schedule is the whole
-    build's, so that state is one the shipped build passed through), a shipped model's weights are
-    the recorded ones bit for bit where the CPU is the one that built it; on another CPU, their
-    global norm within :data:`CROSS_CPU_GLOBAL_RTOL` and every tensor's within
-    :data:`CROSS_CPU_TENSOR_RTOL`."""
-    needs_the_lock()
-    origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
+def rebuilt_whole(key: str) -> bool:
+    """Whether the suite rebuilds ``key`` whole (its warm start is at most :data:`WHOLE_REBUILD_STEPS`)."""
+    return script.wanted().get(key, (0, 0, 10**9))[2] <= WHOLE_REBUILD_STEPS
+
+
+def check_trajectory(key: str, origin: dict, got: dict) -> None:
+    """A rebuild's weights at prebuilt.TRAJECTORY_STEP against those recorded: bit for bit where
+    the CPU is the one that built ``key``; on another CPU, their global norm within
+    :data:`CROSS_CPU_GLOBAL_RTOL` and every tensor's within :data:`CROSS_CPU_TENSOR_RTOL`."""
     assert "trajectory" in origin, f"{key}: no trajectory recorded; python scripts/prebuilt.py make"
     recorded = origin["trajectory"]
-    got = script.trajectory(script.wanted()[key][1])
     assert got["step"] == recorded["step"] == prebuilt.TRAJECTORY_STEP
     if not differs_by_cpu(origin):
         assert got["digest"] == recorded["digest"], f"{key}: the rebuild left the shipped build's path"
@@ -196,21 +194,34 @@ def test_a_rebuild_follows_the_shipped_build(key):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("key", [k for k in prebuilt.shipped_keys() if not rebuilt_whole(k)])
+def test_a_rebuild_follows_the_shipped_build(key):
+    """Rebuilt to its warm start's step prebuilt.TRAJECTORY_STEP (the schedule is the whole
+    build's, so that state is one the shipped build passed through), a shipped model's weights are
+    the recorded ones (:func:`check_trajectory`). A build short enough is rebuilt whole instead, and
+    its trajectory checked on the way (:func:`test_a_rebuild_equals_the_shipped_folder`)."""
+    needs_the_lock()
+    origin = prebuilt.read_origin(prebuilt.PREBUILT_DIR / key)
+    check_trajectory(key, origin, script.trajectory(script.wanted()[key][1]))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key",
-    [k for k in prebuilt.shipped_keys() if script.wanted().get(k, (0, 0, 10**9))[2] <= WHOLE_REBUILD_STEPS],
+    [k for k in prebuilt.shipped_keys() if rebuilt_whole(k)],
 )
 def test_a_rebuild_equals_the_shipped_folder(key):
-    """Rebuilt from scratch, a shipped model is the same bit for bit where the CPU is the one that
-    built it (the build is deterministic for a CPU and library versions). On another CPU the bits
-    may differ; the rebuild must then still be the same model: the same files, tensors and shapes,
-    and the warm start's mean SFT loss within 5%."""
+    """Rebuilt from scratch, a shipped model passes through the recorded trajectory
+    (:func:`check_trajectory`) and is the same bit for bit where the CPU is the one that built it
+    (the build is deterministic for a CPU and library versions). On another CPU the bits may differ;
+    the rebuild must then still be the same model: the same files, tensors and shapes, and the warm
+    start's mean SFT loss within 5%."""
     needs_the_lock()
     grid, build, _ = script.wanted()[key]
     shipped = prebuilt.PREBUILT_DIR / key
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "model"
-        build(out)
+        check_trajectory(key, prebuilt.read_origin(shipped), prebuilt.trajectory_at(build, out, whole=True))
         diff = script.differences(shipped, out)
         if not differs_by_cpu(prebuilt.read_origin(shipped)):
             assert diff == [], f"{key} ({grid}) rebuilt differs: {diff}; python scripts/prebuilt.py make"
@@ -229,3 +240,20 @@ def test_a_rebuild_equals_the_shipped_folder(key):
             json.loads((f / "tiny_model.json").read_text())["sft"]["train_loss"] for f in (shipped, out)
         ]
         assert abs(losses[1] - losses[0]) <= 0.05 * abs(losses[0]), losses
+
+
+@pytest.mark.slow
+def test_a_trajectory_is_taken_on_the_way_and_a_whole_build_goes_on_to_save(tmp_path):
+    from helpers import SMALL_MODEL, SMALL_TASK
+
+    from harness.models.names import embedded_build
+    from harness.settings.schema import TaskSpec, TinyModelSpec
+
+    _, build = embedded_build("tiny", TaskSpec(**SMALL_TASK), TinyModelSpec(**SMALL_MODEL))
+    stopped = prebuilt.trajectory_at(build, tmp_path / "stopped", step=2)
+    assert not (tmp_path / "stopped" / "model.safetensors").exists()  # nothing saved
+    whole = prebuilt.trajectory_at(build, tmp_path / "whole", step=2, whole=True)
+    assert (tmp_path / "whole" / "model.safetensors").is_file()
+    assert stopped == whole and whole["step"] == 2 and whole["digest"].startswith("sha256:")
+    with pytest.raises(ValueError, match="ended before step 9"):
+        prebuilt.trajectory_at(build, tmp_path / "short", step=9, whole=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +40,42 @@ subgrids:
 """
 
 
+# Validate a grid once per memo folder, each in a child forked from one process that imported the
+# heavy libraries first (as harness.cluster.preload does): a fresh validation each time, with the
+# in-process caches of none before it, for the imports' cost once.
+PROBE_EACH = """
+import json, os, sys
+import reasoning_gym, torch, trl  # noqa: F401
+from harness.config.grid import expand
+from harness.config.spec import load_grid
+from harness.config.validate import validate_plan
+for memo in sys.argv[2:]:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.environ["GRPO_HARNESS_VERDICTS"] = memo
+        report = validate_plan(expand(load_grid(sys.argv[1], [])))
+        print(json.dumps({"memo": memo, "report": report.format("grid")}), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        sys.exit(f"the validation with {memo} ended with status {status}")
+"""
+
+
+def _probe_each(grid, memo_dirs) -> dict:
+    """``{memo folder: report}``: :data:`PROBE_EACH` over ``memo_dirs``."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_EACH, str(grid), *map(str, memo_dirs)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {line["memo"]: line["report"] for line in lines}
+
+
 def _probe(grid, memo_dir) -> dict:
     env = {**os.environ, verdicts.ENV: str(memo_dir)}
     out = subprocess.run(
@@ -71,8 +108,6 @@ def cold_memo(tmp_path_factory):
 
 
 def _copy_memo(cold_memo, tmp_path):
-    import shutil
-
     grid, memo, result = cold_memo
     return grid, shutil.copytree(memo, tmp_path / "memo"), result
 
@@ -109,17 +144,31 @@ def test_corrupt_entries_are_recomputed_not_trusted(cold_memo, tmp_path):
     assert all(json.loads(p.read_text()).keys() == {"value"} for p in memo.rglob("*.json"))
 
 
+#: Entries of the wrong shape, each given to every entry of a copy of the cold memo.
+WRONG_SHAPES = [
+    None,
+    5,
+    "abc",
+    {},
+    {"types": {"loss_type": "weird"}, "defaults": {}},
+    {"values": {}, "error": "x"},
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "value",
-    [None, 5, "abc", {}, {"types": {"loss_type": "weird"}, "defaults": {}}, {"values": {}, "error": "x"}],
-)
-def test_entries_of_the_wrong_shape_are_recomputed(cold_memo, tmp_path, value):
-    grid, memo, cold = _copy_memo(cold_memo, tmp_path)
-    for path in memo.rglob("*.json"):
-        path.write_text(json.dumps({"value": value}))
-    again = _probe(grid, memo)
-    assert again["report"] == cold["report"]
+def test_entries_of_the_wrong_shape_are_recomputed(cold_memo, tmp_path):
+    grid, memo, cold = cold_memo
+    copies = []
+    for i, value in enumerate(WRONG_SHAPES):
+        copy = shutil.copytree(memo, tmp_path / f"memo{i}")
+        for path in copy.rglob("*.json"):
+            path.write_text(json.dumps({"value": value}))
+        copies.append(copy)
+    again = _probe_each(grid, copies)
+    assert sorted(again) == sorted(map(str, copies))
+    for value, copy in zip(WRONG_SHAPES, copies, strict=True):
+        assert again[str(copy)] == cold["report"], value
+        assert all(json.loads(p.read_text())["value"] != value for p in copy.rglob("*.json")), value
 
 
 def test_values_json_cannot_hold_do_not_collide_with_their_repr(tmp_path, monkeypatch):

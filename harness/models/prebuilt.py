@@ -153,11 +153,14 @@ def weights_record(model: Any) -> dict[str, Any]:
     return {"digest": "sha256:" + h.hexdigest(), "norms": norms}
 
 
-def trajectory_at(build: Callable[..., Any], out_dir: Path, step: int = TRAJECTORY_STEP) -> dict[str, Any]:
+def trajectory_at(
+    build: Callable[..., Any], out_dir: Path, step: int = TRAJECTORY_STEP, whole: bool = False
+) -> dict[str, Any]:
     """Run an embedded model's ``build(out_dir)`` until its warm start has taken ``step`` optimizer
     steps (the schedule is the whole build's: the state at ``step`` is the one a full build passes
     through) and return :func:`weights_record` of the model then, with ``step``. ``build`` is one of
-    :func:`harness.models.names.embedded_build`'s; nothing is saved.
+    :func:`harness.models.names.embedded_build`'s; nothing is saved, unless ``whole``: then the build
+    goes on to its end and saves into ``out_dir`` as it would alone.
 
     Raises:
         ValueError: the build ended before ``step``.
@@ -169,9 +172,12 @@ def trajectory_at(build: Callable[..., Any], out_dir: Path, step: int = TRAJECTO
 
     def until(spec, model, tokenizer, columns, work_dir, report=None):
         def report_until(stage, step_done=None, total=None, **kw):
+            if report is not None:
+                report(stage, step_done, total, **kw)
             if stage == tiny.SFT and step_done == step:
                 seen.update(weights_record(model), step=step)
-                raise _Reached
+                if not whole:
+                    raise _Reached
 
         return run_sft(spec, model, tokenizer, columns, work_dir, report_until)
 
@@ -182,4 +188,6 @@ def trajectory_at(build: Callable[..., Any], out_dir: Path, step: int = TRAJECTO
         return seen
     finally:
         tiny.run_sft = run_sft
+    if seen:
+        return seen
     raise ValueError(f"the build ended before step {step} of its warm start")
