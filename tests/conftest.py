@@ -136,7 +136,12 @@ def clean_registry():
     import sys
 
     from harness import losses, rewards
+    from harness.rewards import builtin  # noqa: F401  (registered before the snapshot)
 
+    # The built-in rewards register when harness.rewards.builtin is first imported. Imported first
+    # inside this fixture, the module would be popped below and the registry put back without them,
+    # while `from harness.rewards import builtin` still finds the package's attribute and imports
+    # nothing: every later test of the process would see no reward at all.
     saved, modules = dict(losses.REGISTRY), set(sys.modules)
     saved_rewards = dict(rewards.REGISTRY)
     yield
