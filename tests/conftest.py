@@ -14,7 +14,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 from helpers import FAST_TINY, MODEL_FIXTURES  # noqa: E402
-from scheduling import SLURM_MODULES, make_scheduler, unit_of  # noqa: E402
+from scheduling import make_scheduler, unit_of  # noqa: E402
 
 #: Lines tests report for the session's terminal summary (the ``summary`` fixture).
 SUMMARY = pytest.StashKey[list]()
@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slurm") or MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("slurm") and item.nodeid.split("::", 1)[0] not in SLURM_MODULES:
+        if item.get_closest_marker("slurm") and unit_of(item.nodeid) != "slurm":
             raise pytest.UsageError(
                 f"{item.nodeid}: a slurm test outside SLURM_MODULES (tests/scheduling.py); add its module there"
             )
