@@ -291,16 +291,20 @@ def execute_local(
         outcomes[outcome.run_id] = outcome
         display.ended_run(outcome.run_id, outcome.state)
 
-    from harness.cluster.preload import serving, wanted
+    from harness.cluster.preload import serving, usable, wanted
 
     stop = DriverStop(in_process=in_process)
     active: list[tuple[RunSpec, submitit.Job]] = []
+    devices = [r.harness.device for r in runs]
     # the jobs inherit the threads, and the preloaded interpreter's socket
     with (
         display,
         stop.installed(),
         _thread_environment(threads),
-        serving(wanted(in_process, len(runs), executor.setup, (r.harness.device for r in runs))) as python,
+        serving(
+            usable(in_process, executor.setup, devices),
+            start=wanted(in_process, len(runs), executor.setup, devices),
+        ) as python,
     ):
         try:
             if in_process:

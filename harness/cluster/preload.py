@@ -29,6 +29,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -426,13 +427,38 @@ def wanted(in_process: bool, runs: int, setup: tuple | list = (), devices: Itera
     return not (in_process or runs < 2 or setup or disabled or "cuda" in set(devices))
 
 
+def usable(in_process: bool, setup: tuple | list = (), devices: Iterable[str] = ()) -> bool:
+    """Whether a local ``run``'s runs may be forked from a preloaded interpreter at all: as
+    :func:`wanted`, whatever the number of runs (one that is already serving costs nothing more)."""
+    return wanted(in_process, 2, setup, devices)
+
+
+def serving_already() -> str | None:
+    """The socket of a server that serves this process's jobs already: :data:`SOCKET_ENV` naming a
+    socket that exists (this driver was itself started through a preloaded interpreter, as a test
+    session starts its command lines). None otherwise. A stale socket is harmless: its clients
+    start Python themselves."""
+    path = os.environ.get(SOCKET_ENV)
+    try:
+        return path if path and stat.S_ISSOCK(os.stat(path).st_mode) else None
+    except OSError:
+        return None
+
+
 @contextlib.contextmanager
-def serving(enabled: bool = True, modules: tuple[str, ...] = ()) -> Iterator[str | None]:
+def serving(enabled: bool = True, modules: tuple[str, ...] = (), start: bool = True) -> Iterator[str | None]:
     """A server for the block, its socket in :data:`SOCKET_ENV` (which the jobs launched inside the
     block inherit); yields the command submitit's executor should start for ``python``, or None
-    when not ``enabled``. The server imports ``modules`` (default :data:`PRELOAD`) before it
-    serves. It ends with the block, or with this process."""
+    when not ``enabled``. Where a server serves already (:func:`serving_already`) the block uses it;
+    otherwise, where ``start``, it starts one, which imports ``modules`` (default :data:`PRELOAD`)
+    before it serves and ends with the block, or with this process; else it yields None."""
     if not enabled:
+        yield None
+        return
+    if serving_already():
+        yield f"{shlex.quote(sys.executable)} -m harness.cluster.preload"
+        return
+    if not start:
         yield None
         return
     folder = tempfile.mkdtemp(prefix="grpo-harness-preload-")
