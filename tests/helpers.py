@@ -80,17 +80,24 @@ def _session_socket() -> str | None:
     return _session_socket.path
 
 
-def harness_command(*args: str) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of ``python -m harness ARGS``, forked from the session's
+def module_command(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``python -m MODULE ARGS``, forked from the session's
     preloaded interpreter (:func:`_session_socket`) as a local run is: the command's process and
     what it does are those of a plain start, less the imports (about 13 CPU-seconds for the CLI and
-    15 for a run's preloaded interpreter here, which a ``run`` it starts uses too)."""
+    15 for a run's preloaded interpreter here, which a ``run`` it starts uses too). The tests'
+    folder is on the module's import path (``fault_inject``)."""
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), env.get("PYTHONPATH")]))
     socket = _session_socket()
     if socket is None:
-        return [sys.executable, "-m", "harness", *args], env
+        return [sys.executable, "-m", module, *args], env
     env[preload.SOCKET_ENV] = socket
-    return [sys.executable, "-m", "harness.cluster.preload", "-m", "harness", *args], env
+    return [sys.executable, "-m", "harness.cluster.preload", "-m", module, *args], env
+
+
+def harness_command(*args: str) -> tuple[list[str], dict[str, str]]:
+    """``python -m harness ARGS`` as :func:`module_command` starts it."""
+    return module_command("harness", *args)
 
 
 def cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: int = 900):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO, make_spec
+from helpers import REPO, make_spec, module_command
 
 from harness import layout
 from harness.cluster import status
@@ -34,12 +34,9 @@ def _metrics(run_dir: Path) -> pd.DataFrame:
 
 
 def _attempt(spec_path: Path, run_dir: Path, point: str) -> int:
+    command, env = module_command("fault_inject", str(spec_path), str(run_dir), point)
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "fault_inject.py"), str(spec_path), str(run_dir), point],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        command, capture_output=True, text=True, timeout=600, env={**env, "OMP_NUM_THREADS": "1"}
     )
     return proc.returncode
 

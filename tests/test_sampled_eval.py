@@ -6,18 +6,16 @@ the same run without it, and draws the same eval samples when killed and resumed
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from helpers import REPO, make_spec
+from helpers import make_spec, module_command
 
 from harness import layout
 from harness.config.grid import expand
@@ -206,12 +204,9 @@ def _killed_then_resumed(spec, tmp_path: Path) -> Path:
     spec_path, run_dir = tmp_path / "spec.pkl", tmp_path / "killed"
     spec_path.write_bytes(pickle.dumps(spec))
     for point, code in (("step:4", -signal.SIGKILL), ("none", 0)):
+        command, env = module_command("fault_inject", str(spec_path), str(run_dir), point)
         proc = subprocess.run(
-            [sys.executable, str(REPO / "tests" / "fault_inject.py"), str(spec_path), str(run_dir), point],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            command, capture_output=True, text=True, timeout=600, env={**env, "OMP_NUM_THREADS": "1"}
         )
         assert proc.returncode == code, proc.stderr[-3000:]
         if point == "step:4":
