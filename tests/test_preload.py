@@ -128,6 +128,27 @@ def test_when_a_server_is_wanted():
     )
 
 
+def test_a_driver_started_through_a_server_has_its_runs_forked_by_that_one(module_dir, monkeypatch):
+    """A ``run`` whose own process came from a preloaded interpreter (as the test session starts its
+    command lines) forks its runs there too, a single run included; it starts none of its own."""
+    with preload.serving(True, modules=("json",)) as python:
+        path = os.environ[preload.SOCKET_ENV]
+        with preload.serving(True, start=False) as inner:
+            assert inner == python and os.environ[preload.SOCKET_ENV] == path
+            p = run(inner, module_dir, "0")
+            out, _ = p.communicate(timeout=60)
+            assert p.returncode == 0 and int(out.split()[1]) != p.pid
+        assert os.environ[preload.SOCKET_ENV] == path and os.path.exists(path)  # still the outer one's
+        with preload.serving(False) as off:
+            assert off is None, "the debug executor, setup lines or CUDA: never forked"
+    with preload.serving(True, start=False) as none:
+        assert none is None  # no server, and none wanted for one run
+    monkeypatch.setenv(preload.SOCKET_ENV, path)  # the socket of a server that has ended
+    assert preload.serving_already() is None
+    with preload.serving(True, start=False) as stale:
+        assert stale is None
+
+
 def test_a_child_killed_by_sigkill_ends_its_client_the_same_way(module_dir):
     with preload.serving(True, modules=("json",)) as python:
         p = run(python, module_dir, "kill")
