@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO, make_spec, module_command
+from helpers import REPO, harness_command, make_spec, module_command
 
 from harness import layout
 from harness.cluster import status
@@ -98,14 +98,31 @@ FAST_RUN = [
 
 
 def _driver(results: Path, *extra: str, stderr=subprocess.PIPE, session: bool = False) -> subprocess.Popen:
+    """``grpo-harness run`` of FAST_RUN; in a session of its own (``session``), for a kill of its whole
+    process tree, it is started as a terminal starts it, else forked by the test process's
+    preloaded interpreter (helpers.module_command)."""
+    args = ["run", *FAST_RUN, "--results", str(results), *extra]
+    command, env = ([sys.executable, "-m", "harness", *args], None) if session else harness_command(*args)
     return subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", str(results), *extra],
+        command,
+        env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
         start_new_session=session,
     )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a driver as a terminal's Ctrl-C would, so its runs end with it (a SIGKILL to the driver
+    alone leaves submitit's local jobs training to their last step); SIGKILL if that hangs."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _wait(predicate, timeout: float = 300, what: str = "") -> None:
@@ -125,7 +142,7 @@ def test_two_drivers_of_one_grid_leave_each_other_alone(tmp_path, model_cache):
     neither driver exits non-zero for it. Without a terminal each driver prints a line per run in
     flight every --progress-every seconds."""
     results = tmp_path / "results"
-    args = ["-ogrid.loss_type=[grpo]", "-otrainer.max_steps=60", "--no-report", "--progress-every", "1"]
+    args = ["-ogrid.loss_type=[grpo]", "-otrainer.max_steps=30", "--no-report", "--progress-every", "1"]
     first = _driver(results, *args)
     runs = results / "smoke" / layout.RUNS_DIR
     _wait(lambda: runs.exists() and any(layout.read_progress(d) for d in runs.iterdir()), what="first step")
@@ -142,7 +159,7 @@ def test_two_drivers_of_one_grid_leave_each_other_alone(tmp_path, model_cache):
     assert first.returncode == 0, err
     assert "1/1 run(s) finished" in out
     lines = [line for line in err.splitlines() if f"] {run_dir.name}: step " in line]  # one run: no label
-    assert lines and all("/60, " in line and "s/step, ETA " in line for line in lines), err[-2000:]
+    assert lines and all("/30, " in line and "s/step, ETA " in line for line in lines), err[-2000:]
     assert f"[1/1] {run_dir.name} done" in err
 
 
@@ -194,13 +211,8 @@ def test_a_run_another_process_holds_is_no_failure(tmp_path):
 
 @pytest.mark.slow
 def test_unwritable_results_is_one_error_and_writes_nothing(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "run", *FAST_RUN, "--results", "/proc/grpo-harness-results"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command, env = harness_command("run", *FAST_RUN, "--results", "/proc/grpo-harness-results")
+    proc = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: cannot write results to /proc/grpo-harness-results/smoke: /proc")
     assert not Path("/proc/grpo-harness-results").exists()
@@ -278,8 +290,7 @@ def test_a_terminal_shows_every_run_in_flight_within_30_s_of_the_first_step(tmp_
             if first_step is not None:
                 assert time.time() - first_step < 30 or len(seen) == 2, "a run in flight is not shown"
     finally:
-        proc.kill()
-        proc.wait()
+        _stop(proc)
         os.close(master)
     assert len(seen) == 2, "a run in flight was never shown"
     assert any(layout.read_progress(d) for d in runs.iterdir()), "no run reached its first step"

@@ -50,13 +50,13 @@ def test_every_finding_names_its_claim_paper_metric_window_and_baseline():
 @pytest.mark.slow
 def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
     results = tmp_path / "results"
-    # the quick profile, shortened to what the pipeline needs: 6 steps, eval at 3 and 6 on 40
+    # the quick profile, shortened to what the pipeline needs: 4 steps, eval at 2 and 4 on 24
     # prompts, 16 completions a step (2 prompts x 8; a generation of 64 where steps_per_generation
-    # is 4)
-    steps = 6
+    # is 4). The runs are nearly all steps: about 1 CPU-second each here.
+    steps = 4
     cli(
         "run", str(GRID), "--profile", "quick", "--results", str(results),
-        "-o", f"trainer.max_steps={steps}", "-o", "harness.eval_steps=3", "-o", "task.eval_size=40",
+        "-o", f"trainer.max_steps={steps}", "-o", "harness.eval_steps=2", "-o", "task.eval_size=24",
         "-o", "trainer.per_device_train_batch_size=16", timeout=1800,
     )  # fmt: skip
     grid_dir = results / "findings"
@@ -68,7 +68,7 @@ def test_quick_profile_runs_into_a_findings_table(tmp_path, model_cache):
         assert list(df["step"]) == list(range(1, steps + 1))
         assert "completions/clipped_ratio" in df  # truncation is recorded
         # a step without a correct (or incorrect) completion has no length of that kind; a run of
-        # 6 steps of 2 prompts may have none at all
+        # 4 steps of 2 prompts may have none at all
         lengths += [v for col in (LENGTH_CORRECT, LENGTH_INCORRECT) if col in df for v in df[col].dropna()]
     # worked chains of tens of tokens, eos included
     assert lengths and 10 < sum(lengths) / len(lengths) < 50

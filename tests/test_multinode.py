@@ -55,7 +55,7 @@ require_cluster(
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-STEPS = 40  # 0.3 s a step here: still running when the requeue lands after step 8
+STEPS = 30  # 0.3-0.6 s a step here: still running when the requeue lands after step 8
 PER_RANK = 16  # completions per rank and optimizer step (per_device_train_batch_size, no accumulation)
 SYNC_EVERY = 1
 

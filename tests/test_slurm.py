@@ -180,7 +180,9 @@ def _wait_step(run_dir: Path, step: int, timeout: float = 600) -> None:
 
 @pytest.mark.parametrize("how", ["scontrol-requeue", "usr2"])
 def test_requeued_run_resumes_from_checkpoint(tmp_path, model_cache, tiny_model, how):
-    steps = 300  # long enough to be still running when the signal lands (SLURM's KillWait is seconds)
+    # still running when the signal lands, a second or two after step 8 (52 steps of 0.3-0.6 s here);
+    # SLURM's KillWait is 5 s, far more than a step
+    steps = 60
     grid_dir, run_dir = _single_run(tmp_path, f"requeue-{how}", steps, ["-oharness.checkpoint_steps=10"])
     _wait_step(run_dir, 8)
     from harness.layout import read_metrics
@@ -280,7 +282,7 @@ def test_preempted_or_cancelled_run_is_resubmitted_by_the_next_submit_and_resume
     """PreemptMode=CANCEL (the cluster's "urgent" partition preempts the default one) and a plain
     scancel end the job for good; the run is stopped, resumable, and the next submit (no
     --retry-failed) sends it again, to resume from its checkpoint."""
-    steps = 200
+    steps = 80  # still running when the urgent job takes the node, a scheduling pass after step 12
     extra = ["-oharness.checkpoint_steps=10", "-oexecutor.cpus_per_task=2"]  # the whole node
     grid_dir, run_dir = _single_run(tmp_path, f"end-{how}", steps, extra)
     _wait_step(run_dir, 12)
