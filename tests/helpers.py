@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -60,6 +61,7 @@ atexit.register(_session.close)
 _START_ENV = dict(os.environ)
 
 
+@functools.cache
 def _session_socket() -> str | None:
     """The socket of this test process's preloaded interpreter (:mod:`harness.cluster.preload`),
     started at the first call and ended with the process; None where preloading is off
@@ -67,17 +69,15 @@ def _session_socket() -> str | None:
     process's environment: only the command lines of :func:`harness_command` use it."""
     if not preload.wanted(False, 2):
         return None
-    if not hasattr(_session_socket, "path"):
-        now = dict(os.environ)
+    now = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_START_ENV)
+    try:
+        _session.enter_context(preload.serving(True, modules=SESSION_PRELOAD))
+        return os.environ.get(preload.SOCKET_ENV)
+    finally:
         os.environ.clear()
-        os.environ.update(_START_ENV)
-        try:
-            _session.enter_context(preload.serving(True, modules=SESSION_PRELOAD))
-            _session_socket.path = os.environ.get(preload.SOCKET_ENV)
-        finally:
-            os.environ.clear()
-            os.environ.update(now)
-    return _session_socket.path
+        os.environ.update(now)
 
 
 def module_command(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
