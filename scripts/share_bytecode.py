@@ -1,0 +1,68 @@
+"""Give a virtual environment the bytecode another one compiled for the same files.
+
+    python scripts/share_bytecode.py FROM_VENV TO_VENV
+
+uv links each installed file from its cache, so two environments set up from one cache at the lock's
+versions (scripts/setup.sh's .venv and .venv-min) hold the same file, one inode, for each module they
+share. For every module of TO_VENV's site-packages that is that same file in FROM_VENV's, the
+``__pycache__`` entry FROM_VENV compiled is copied (a copy, not a link: either environment may
+recompile its own). Every other module is compiled here. Python checks a ``.pyc`` against its
+source's size and modification time when it imports it, and recompiles one that does not match, so a
+copied file is used only where it is right. Prints how many were copied and compiled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+
+def site_packages(venv: Path) -> Path:
+    (found,) = (venv / "lib").glob("python*/site-packages")
+    return found
+
+
+def share(source_venv: Path, target_venv: Path) -> tuple[int, int]:
+    """(copied, compiled) over TO's modules; raises FileNotFoundError where a venv has no site-packages."""
+    src, dst = site_packages(source_venv), site_packages(target_venv)
+    copied = compiled = 0
+    for root, dirs, files in os.walk(dst):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            module = Path(root) / name
+            cached = Path(importlib.util.cache_from_source(str(module)))
+            theirs_source = src / module.relative_to(dst)
+            theirs = Path(importlib.util.cache_from_source(str(theirs_source)))
+            if theirs.is_file() and theirs_source.is_file() and os.path.samefile(module, theirs_source):
+                cached.parent.mkdir(exist_ok=True)
+                shutil.copy2(theirs, cached)
+                copied += 1
+                continue
+            try:
+                with warnings.catch_warnings():  # as compileall -q: a module's SyntaxWarnings are its own
+                    warnings.simplefilter("ignore")
+                    py_compile.compile(str(module), doraise=True, quiet=2)
+                compiled += 1
+            except (py_compile.PyCompileError, OSError):
+                pass  # as compileall: a module that does not compile is compiled (and fails) where imported
+    return copied, compiled
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    copied, compiled = share(Path(argv[0]), Path(argv[1]))
+    print(f"bytecode: {copied} module(s) from {argv[0]}, {compiled} compiled")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
