@@ -8,13 +8,14 @@ never into results/reference/gpu/. About two minutes on 2 cores. No wall-clock a
 from __future__ import annotations
 
 import csv
-import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import module_command
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINING_COLUMNS = {
@@ -43,11 +44,29 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def forking_python(folder: Path) -> tuple[Path, dict[str, str]]:
+    """An executable for the script's ``PYTHON`` that runs ``-m MODULE ...`` (its ``bench vespo``
+    and ``grpo-harness run`` stages) forked from the test session's preloaded interpreter
+    (helpers.module_command), and anything else (a script, ``-c``) with this Python, and the
+    environment that names the session's socket."""
+    command, env = module_command("MODULE")
+    prefix = " ".join(shlex.quote(c) for c in command[: command.index("MODULE")])
+    wrapper = folder / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ]; then shift; exec {prefix} "$@"; fi\n'
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, env
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """The CPU path run once: (the finished process, the tables' folder)."""
     root = tmp_path_factory.mktemp("gpu-check")
     out = root / "tables"
+    python, env = forking_python(root)
     proc = subprocess.run(
         ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--device", "cpu", "--out", str(out)]
         + ["--work", str(root / "work")],
@@ -55,7 +74,7 @@ def cpu_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "PYTHON": sys.executable},
+        env={**env, "PYTHON": str(python)},
     )
     return proc, out
 
