@@ -8,7 +8,8 @@ share. For every module of TO_VENV's site-packages that is that same file in FRO
 ``__pycache__`` entry FROM_VENV compiled is copied (a copy, not a link: either environment may
 recompile its own). Every other module is compiled here. Python checks a ``.pyc`` against its
 source's size and modification time when it imports it, and recompiles one that does not match, so a
-copied file is used only where it is right. Prints how many were copied and compiled.
+copied file is used only where it is right. Prints how many were copied and compiled (on every
+core, where the two environments were set up from different caches).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import py_compile
 import shutil
 import sys
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 
@@ -27,10 +29,26 @@ def site_packages(venv: Path) -> Path:
     return found
 
 
+def compile_quietly(modules: list[str]) -> int:
+    """Compile ``modules`` (paths); how many compiled. A module that does not compile is left, as
+    compileall leaves it: it fails where it is imported."""
+    done = 0
+    for module in modules:
+        try:
+            with warnings.catch_warnings():  # as compileall -q: a module's SyntaxWarnings are its own
+                warnings.simplefilter("ignore")
+                py_compile.compile(module, doraise=True, quiet=2)
+            done += 1
+        except (py_compile.PyCompileError, OSError):
+            pass
+    return done
+
+
 def share(source_venv: Path, target_venv: Path) -> tuple[int, int]:
-    """(copied, compiled) over TO's modules; raises FileNotFoundError where a venv has no site-packages."""
+    """(copied, compiled) over TO's modules, the rest compiled on every core; raises
+    FileNotFoundError where a venv has no site-packages."""
     src, dst = site_packages(source_venv), site_packages(target_venv)
-    copied = compiled = 0
+    copied, rest = 0, []
     for root, dirs, files in os.walk(dst):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         for name in files:
@@ -44,14 +62,12 @@ def share(source_venv: Path, target_venv: Path) -> tuple[int, int]:
                 cached.parent.mkdir(exist_ok=True)
                 shutil.copy2(theirs, cached)
                 copied += 1
-                continue
-            try:
-                with warnings.catch_warnings():  # as compileall -q: a module's SyntaxWarnings are its own
-                    warnings.simplefilter("ignore")
-                    py_compile.compile(str(module), doraise=True, quiet=2)
-                compiled += 1
-            except (py_compile.PyCompileError, OSError):
-                pass  # as compileall: a module that does not compile is compiled (and fails) where imported
+            else:
+                rest.append(str(module))
+    workers = os.cpu_count() or 1
+    chunks = [rest[i::workers] for i in range(workers)]
+    with ProcessPoolExecutor(workers) as pool:
+        compiled = sum(pool.map(compile_quietly, chunks))
     return copied, compiled
 
 
