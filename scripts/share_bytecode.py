@@ -14,6 +14,7 @@ core, where the two environments were set up from different caches).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import py_compile
@@ -37,10 +38,8 @@ def compile_quietly(modules: list[str]) -> int:
         with warnings.catch_warnings():  # as compileall -q: a module's SyntaxWarnings are its own
             warnings.simplefilter("ignore")
             # quiet=2: a module that does not compile gives None, with nothing printed or raised
-            try:
+            with contextlib.suppress(OSError):  # unreadable, or not writable: left to the import
                 done += py_compile.compile(module, quiet=2) is not None
-            except OSError:  # unreadable, or its __pycache__ not writable: left to the import
-                pass
     return done
 
 
