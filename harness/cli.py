@@ -540,6 +540,8 @@ def _confirm_findings(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The CLI parser. ``command`` (the first argument) lets other commands skip importing the
     report and bench modules (matplotlib, scipy, torch), which keeps ``plan``/``submit`` quick."""
+    from harness.cluster.progress import LINE_EVERY_S
+
     parser = argparse.ArgumentParser(
         prog="grpo-harness", description="Run, record and report ablations of GRPO loss variants on TRL."
     )
@@ -557,9 +559,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-every",
         type=float,
-        default=30.0,
+        default=LINE_EVERY_S,
         metavar="SECONDS",
-        help="without a terminal, a line per run in flight this often (default 30)",
+        help=f"without a terminal, a line per run in flight this often (default {LINE_EVERY_S:g})",
     )
     p.set_defaults(func=cmd_run)
 

@@ -257,7 +257,7 @@ def execute_local(
     executor: ExecutorSettings,
     in_process: bool = False,
     show_progress: bool = True,
-    progress_every_s: float = 30.0,
+    progress_every_s: float | None = None,
 ) -> list[Outcome]:
     """Run ``runs`` on this machine, at most :func:`default_parallel` at a time.
 
@@ -265,14 +265,14 @@ def execute_local(
     debugger can stop inside the trainer. Each local job logs to ``runs/<id>/logs/``. While runs
     train, :class:`harness.cluster.progress.GridDisplay` shows each one in flight: a table redrawn in place
     when ``show_progress`` (a terminal), else a line per run every ``progress_every_s`` seconds on
-    stderr. Returns one :class:`Outcome` per run, in order; never raises for a failed run.
+    stderr (None: :data:`harness.cluster.progress.LINE_EVERY_S`). Returns one :class:`Outcome` per run, in order; never raises for a failed run.
 
     Raises:
         harness.cluster.stopping.GridStopped: SIGINT or SIGTERM stopped the driver: the runs in
             flight stopped at their next step with a checkpoint (:mod:`harness.cluster.stopping`),
             and it holds every run's outcome, those never started included.
     """
-    from harness.cluster.progress import GridDisplay, label_of
+    from harness.cluster.progress import LINE_EVERY_S, GridDisplay, label_of
     from harness.cluster.stopping import DriverStop, GridStopped
 
     outcomes: dict[str, Outcome] = {}
@@ -284,7 +284,7 @@ def execute_local(
         {r.run_id: r.trainer.get("max_steps") for r in runs},
         parallel,
         live=show_progress,
-        every_s=progress_every_s,
+        every_s=LINE_EVERY_S if progress_every_s is None else progress_every_s,
     )
 
     def finish(outcome: Outcome) -> None:

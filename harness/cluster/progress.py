@@ -27,6 +27,10 @@ from typing import Any, TextIO
 
 from harness import layout
 
+#: Seconds between two lines where no terminal redraws the display (a log, a pipe): under the 30 s a
+#: watcher waits before taking a silent command for a hung one, with room for a slow round.
+LINE_EVERY_S = 20.0
+
 
 @dataclass(frozen=True)
 class RunProgress:
@@ -128,7 +132,7 @@ def starting_line(run_id: str, label: str, launched_s: float) -> str:
 
 
 @contextlib.contextmanager
-def heartbeat(what: str, every_s: float = 30.0, stream: TextIO | None = None) -> Iterator[None]:
+def heartbeat(what: str, every_s: float = LINE_EVERY_S, stream: TextIO | None = None) -> Iterator[None]:
     """While the block runs, a line every ``every_s`` seconds on ``stream`` (stderr):
     ``[12:00:30] still checking the grid (0:00:30)``; nothing when it ends sooner."""
     done = threading.Event()
@@ -247,7 +251,7 @@ class GridDisplay:
         max_steps: Mapping[str, int | None],
         parallel: int,
         live: bool,
-        every_s: float = 30.0,
+        every_s: float = LINE_EVERY_S,
         stream: TextIO | None = None,
     ):
         self.grid_dir = Path(grid_dir)
