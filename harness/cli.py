@@ -640,6 +640,39 @@ def _add_reading_commands(sub, command: str | None) -> None:
         p.set_defaults(func=bench.main)
 
 
+class OutlivesItsReader:
+    """A text stream (stdout or stderr) whose writes outlive its reader: after the first
+    BrokenPipeError (the reader at the pipe's other end, ``tee`` or a pager, has ended, as every
+    process of a terminal's pipeline does on Ctrl-C), its file descriptor points to /dev/null and
+    what is written is dropped. ``run`` writes through it, so that a stop still takes its course
+    (the runs in flight checkpoint at their next step, the exit status says the signal) where its
+    lines can no longer be read. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = sys.argv[0] if argv is None else "grpo-harness"
     argv = sys.argv[1:] if argv is None else argv
@@ -647,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     known = {"plan", "run", "submit", "status", "cancel", "report", "findings", "compare", "bench"}
     args = build_parser(command if command in known else None).parse_args(argv)
     args.command_line = [prog, *argv]  # what `run` prints to resume, when a signal stops it
+    if args.command == "run":  # a grid outlives its output's reader (`| tee`, `| head`)
+        sys.stdout, sys.stderr = OutlivesItsReader(sys.stdout), OutlivesItsReader(sys.stderr)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do

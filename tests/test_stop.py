@@ -216,3 +216,34 @@ def test_ctrl_c_or_sigterm_stop_cleanly_and_the_same_command_resumes(tmp_path):
         starts = [a.get("resume_from_step") for a in layout.read_attempts(runs / run_id)]
         assert int(step) in starts, (run_id, step, starts)
         assert json.loads((runs / run_id / layout.DONE_FILE).read_text())["steps"] == MAX_STEPS
+
+
+@pytest.mark.slow
+def test_a_stop_takes_its_course_when_the_pipe_the_output_went_to_has_closed(tmp_path, model_cache):
+    """``grpo-harness run ... | tee log`` and Ctrl-C: the terminal signals every process of the
+    pipeline, ``tee`` ends first, and the driver's next line meets a closed pipe. The stop still
+    takes its course: each run in flight checkpoints at its next step and records that it stopped
+    on request, no process outlives the driver, and the exit status is SIGINT's (130), so a
+    ``... && next`` does not go on."""
+    results = tmp_path / "results"
+    runs = results / "smoke" / layout.RUNS_DIR
+    cmd = [sys.executable, "-m", "harness", *RUN, "--results", str(results)]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    _wait(proc, lambda: _step(runs) >= 2, "step 2")
+    proc.stdout.close()  # the reader (tee) has gone
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=300) == 130
+    left = [
+        p.pid for p in psutil.process_iter(["cmdline"]) if str(results) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert left == [], "a run's process outlived the driver"
+    for run_dir in runs.iterdir():
+        if (run_dir / layout.DONE_FILE).exists():
+            continue
+        last = layout.read_attempts(run_dir)[-1]
+        assert last.get("outcome") == "stopped", (run_dir.name, last)  # a killed run has no end record
+        step = (layout.read_progress(run_dir) or {}).get("step", 0)
+        if step:  # stopped after a step: its checkpoint is that step's
+            assert (run_dir / layout.CHECKPOINTS_DIR / f"checkpoint-{step}").is_dir(), run_dir.name
