@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 # Before torch is imported here or in any subprocess (OpenMP reads it when it loads): OpenMP threads
@@ -11,6 +12,11 @@ from pathlib import Path
 # that use more threads than cores are free, where spinning took a third of the CPU time
 # (benchmarks/omp_wait_policy.py); it changes no result.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The test processes keep what they compile (the test modules as pytest rewrites them, the project's
+# modules) in __pycache__ even where PYTHONDONTWRITEBYTECODE is set, as it is on some machines: else
+# each of them compiles every test module anew at collection, about 10 CPU-seconds a process here.
+# The commands the tests start keep the environment's setting.
+sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
 from helpers import FAST_TINY, MODEL_FIXTURES  # noqa: E402
