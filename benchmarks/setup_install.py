@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from test_commands import MEASURE  # benchmarks/test_commands.py: wall and CPU seconds of a child
+
 REPO = Path(__file__).resolve().parents[1]
 #: The set-up before uv, as scripts/setup.sh ran it with pip (``{venv}``: .venv or .venv-min).
 PIP_SETUP = """
@@ -41,14 +43,6 @@ else
   {venv}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 fi
 {venv}/bin/python -m pip check >/dev/null
-"""
-#: Runs a command in a child and prints its wall and CPU seconds (itself and all it waited for).
-MEASURE = """
-import json, resource, subprocess, sys, time
-t = time.monotonic()
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"rc": rc, "wall": time.monotonic() - t, "cpu": r.ru_utime + r.ru_stime}))
 """
 
 
