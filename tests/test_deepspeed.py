@@ -46,6 +46,8 @@ SYNC_EVERY = 2
 #: about 1e-4 absolute on grad_norm (1e-5 relative) and 1e-5 on the w_seq statistics; the sampled
 #: completions, and so the rewards, are identical.
 RTOL, ATOL = compare.RTOL, compare.ATOL
+#: torch's extensions folder of the module's runs (TORCH_EXTENSIONS_DIR), in its temporary folder
+EXTENSIONS = "torch_extensions"
 
 
 def _zero(stage: int) -> dict:
@@ -105,10 +107,19 @@ def _disagree(run_dir: Path, reference: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def zero_runs(tmp_path_factory, model_cache, tiny_model) -> dict[int, Path]:
-    """The grid run without DeepSpeed and under ZeRO-1, 2 and 3, uninterrupted."""
+    """The grid run without DeepSpeed and under ZeRO-1, 2 and 3, uninterrupted, with torch's
+    extensions folder (where DeepSpeed compiles its ops) in the module's temporary folder."""
     root = tmp_path_factory.mktemp("zero")
     grid = _grid(root / "zero.yaml", [None, _zero(1), _zero(2), _zero(3)])
-    cli("run", str(grid), "--results", str(root / "results"), "--no-report", timeout=1200)
+    before = os.environ.get("TORCH_EXTENSIONS_DIR")
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(root / EXTENSIONS)
+    try:
+        cli("run", str(grid), "--results", str(root / "results"), "--no-report", timeout=1200)
+    finally:
+        if before is None:
+            del os.environ["TORCH_EXTENSIONS_DIR"]
+        else:
+            os.environ["TORCH_EXTENSIONS_DIR"] = before
     runs = _runs(root / "results" / "zero")
     assert sorted(runs) == [0, 1, 2, 3]
     return runs
@@ -140,6 +151,15 @@ def test_zero_stages_record_the_metrics_of_the_run_without_deepspeed(zero_runs, 
         assert list(zero.index[fresh]) == list(range(1, STEPS + 1, SYNC_EVERY))
         assert (zero["kl"][fresh] <= 1e-6).all(), zero["kl"]
         assert (zero["kl"][~fresh] > 1e-6).all(), zero["kl"]
+
+
+def test_deepspeed_on_cpu_compiles_no_op(zero_runs):
+    """DeepSpeed's CPU shared-memory collective (deepspeed_shm_comm, used by tensor-parallel
+    inference alone) is not compiled when a run's engine starts: that build took 1-2 minutes of
+    both cores of a 2-core machine, silently (harness.train.training.skip_deepspeed_shm_op)."""
+    folder = next(iter(zero_runs.values())).parents[3] / EXTENSIONS
+    built = sorted(p.name for p in folder.rglob("*.so")) if folder.exists() else []
+    assert built == [], built
 
 
 def test_zero3_saves_the_whole_reference(zero_runs, tiny_model):

@@ -145,6 +145,22 @@ def _process_state(device: str):
     return PartialState(cpu=device == "cpu")
 
 
+def skip_deepspeed_shm_op() -> None:
+    """Keep DeepSpeed from compiling its CPU shared-memory collective op when its communication
+    backend starts (``deepspeed.comm.torch.build_shm_op``, a C++ extension built with ninja on the
+    first start in each environment: 1-2 minutes of both cores on 2 cores, without a line of
+    output). Only ``inference_all_reduce`` (tensor-parallel inference, ``deepspeed.module_inject``)
+    calls that op, and without it DeepSpeed falls back to ``torch.distributed.all_reduce``; ZeRO's
+    training collectives never use it. A no-op where DeepSpeed is absent."""
+    import importlib
+
+    try:  # by its module path: the attribute deepspeed.comm.torch is the torch package
+        backend = importlib.import_module("deepspeed.comm.torch")
+    except ImportError:
+        return
+    backend.build_shm_op = lambda: None
+
+
 def _hosts(state) -> list[str] | None:
     """Every process's host name in rank order (a list of ``num_processes`` strings) when the run
     has several processes, else None. A collective: every rank calls it."""
@@ -273,6 +289,8 @@ def _start(
     plugin, _ = losses.for_run(spec.settings)
     if plugin is not None:  # which plugin code trained this run (run ids hold settings only)
         prov["loss_plugin"] = losses.source_record(plugin)
+    if device == "cpu" and spec.get("trainer.deepspeed"):
+        skip_deepspeed_shm_op()
     state = _process_state(device)
     hosts = _hosts(state)
     if hosts:
