@@ -223,8 +223,9 @@ def resume_command(command_line: list[str]) -> str:
 
 def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     """What ``run`` says when a signal stopped it (:class:`harness.cluster.stopping.GridStopped`):
-    a line per run left unfinished (its id, its varying values from ``labels``, the step it
-    reached, where it resumes), then the command that resumes them."""
+    a line per run it had started and left unfinished (its id, its varying values from ``labels``,
+    the step it reached, where it resumes), one line counting the runs it had not started yet, then
+    the command that resumes them all."""
     from harness.cluster.stopping import signal_name
 
     left = [o for o in stopped.outcomes if o.state != layout.DONE]
@@ -232,10 +233,13 @@ def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     if not left:
         return [f"stopped by {name} once every run had finished", f"resume: {command}"]
     lines = [f"stopped by {name}: {len(left)} of {len(stopped.outcomes)} run(s) unfinished"]
+    waiting = [o for o in left if o.state == layout.PENDING]
     for o in left:
-        label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
-        what = "not started" if o.state == layout.PENDING else (o.error or o.state)
-        lines.append(f"  run {o.run_id}{label}: {what}")
+        if o.state != layout.PENDING:
+            label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
+            lines.append(f"  run {o.run_id}{label}: {o.error or o.state}")
+    if waiting:
+        lines.append(f"  {len(waiting)} run(s) not started")
     lines.append(f"resume: {command}")
     return lines
 
