@@ -224,8 +224,9 @@ def resume_command(command_line: list[str]) -> str:
 def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     """What ``run`` says when a signal stopped it (:class:`harness.cluster.stopping.GridStopped`):
     a line per run it had started and left unfinished (its id, its varying values from ``labels``,
-    the step it reached, where it resumes), one line counting the runs it had not started yet, then
-    the command that resumes them all."""
+    the step it reached, where it resumes; a run that failed or diverged says that the command
+    leaves it, as ``run`` does without ``--retry-failed``), one line counting the runs it had not
+    started yet, then the command that resumes the rest."""
     from harness.cluster.stopping import signal_name
 
     left = [o for o in stopped.outcomes if o.state != layout.DONE]
@@ -237,7 +238,9 @@ def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     for o in left:
         if o.state != layout.PENDING:
             label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
-            lines.append(f"  run {o.run_id}{label}: {o.error or o.state}")
+            kept = " (left by the command below; add --retry-failed to train it again)"
+            kept = kept if o.state in (layout.FAILED, layout.DIVERGED) else ""
+            lines.append(f"  run {o.run_id}{label}: {o.error or o.state}{kept}")
     if waiting:
         lines.append(f"  {len(waiting)} run(s) not started")
     lines.append(f"resume: {command}")

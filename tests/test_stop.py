@@ -68,19 +68,22 @@ def test_processes_started_for_the_runs_ignore_a_terminals_ctrl_c():
 
 
 def test_the_stop_says_each_unfinished_run_and_the_command_that_resumes_them():
-    """A line per run started and left unfinished; the runs not started yet in one line."""
+    """A line per run started and left unfinished (a failed one says the command leaves it); the
+    runs not started yet in one line."""
     outcomes = [
         Outcome("a", layout.DONE),
         Outcome("b", layout.STOPPED, error="stopped on request (Ctrl-C or SIGTERM) at step 7; ..."),
         Outcome("c", layout.PENDING, error="not started"),
         Outcome("d", layout.PENDING, error="not started"),
+        Outcome("e", layout.FAILED, error="RuntimeError: boom"),
     ]
     command = resume_command(["grpo-harness", "run", "g.yaml", "-o", "grid.seed=[0]"])
     assert command == "grpo-harness run g.yaml -o 'grid.seed=[0]'"
     lines = stopped_lines(stopping.GridStopped(signal.SIGTERM, outcomes), {"b": "seed=1"}, command)
     assert lines == [
-        "stopped by SIGTERM: 3 of 4 run(s) unfinished",
+        "stopped by SIGTERM: 4 of 5 run(s) unfinished",
         "  run b (seed=1): stopped on request (Ctrl-C or SIGTERM) at step 7; ...",
+        "  run e: RuntimeError: boom (left by the command below; add --retry-failed to train it again)",
         "  2 run(s) not started",
         "resume: grpo-harness run g.yaml -o 'grid.seed=[0]'",
     ]
