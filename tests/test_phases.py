@@ -219,3 +219,16 @@ def test_a_slow_step_of_the_command_has_a_heartbeat():
                 break
             time.sleep(0.01)
     assert out.getvalue().splitlines()[0].split("] ", 1)[1].startswith("still checking the grid (0:00:")
+
+
+def test_the_trainer_phase_names_the_step_it_starts_at():
+    """A fresh start says step 1; a resume from checkpoint-41 says step 42, the step it trains next."""
+    from types import SimpleNamespace
+
+    from harness.train.checkpoints import ResumePoint
+    from harness.train.training import _starting_words
+
+    config = SimpleNamespace(max_steps=150, deepspeed=None)
+    assert _starting_words(config, ResumePoint(None, 0)) == "starting the trainer; then step 1 of 150"
+    resumed = _starting_words(config, ResumePoint(Path("/r/checkpoint-41"), 41))
+    assert resumed == "starting the trainer, resuming from checkpoint-41; then step 42 of 150"

@@ -376,9 +376,11 @@ def _starting_words(config: Any, resume: checkpoints.ResumePoint) -> str:
     words = "starting the trainer"
     if getattr(config, "deepspeed", None):
         words += " (DeepSpeed: initialising its engine)"
+    first = 1
     if resume.path is not None:
         words += f", resuming from {resume.path.name}"
-    return f"{words}; then step 1 of {config.max_steps}"
+        first = resume.step + 1
+    return f"{words}; then step {first} of {config.max_steps}"
 
 
 def _eval_fns(spec: RunSpec, task, tokenizer, max_new: int) -> tuple[Callable | None, Callable | None]:
