@@ -234,15 +234,14 @@ def stopped_lines(stopped, labels: dict[str, str], command: str) -> list[str]:
     if not left:
         return [f"stopped by {name} once every run had finished", f"resume: {command}"]
     lines = [f"stopped by {name}: {len(left)} of {len(stopped.outcomes)} run(s) unfinished"]
-    waiting = [o for o in left if o.state == layout.PENDING]
-    for o in left:
-        if o.state != layout.PENDING:
-            label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
-            kept = " (left by the command below; add --retry-failed to train it again)"
-            kept = kept if o.state in (layout.FAILED, layout.DIVERGED) else ""
-            lines.append(f"  run {o.run_id}{label}: {o.error or o.state}{kept}")
-    if waiting:
-        lines.append(f"  {len(waiting)} run(s) not started")
+    started = [o for o in left if o.state != layout.PENDING]
+    left_alone = " (left by the command below; add --retry-failed to train it again)"
+    for o in started:
+        label = f" ({labels[o.run_id]})" if labels.get(o.run_id) else ""
+        kept = left_alone if o.state in (layout.FAILED, layout.DIVERGED) else ""
+        lines.append(f"  run {o.run_id}{label}: {o.error or o.state}{kept}")
+    if len(left) > len(started):
+        lines.append(f"  {len(left) - len(started)} run(s) not started")
     lines.append(f"resume: {command}")
     return lines
 
