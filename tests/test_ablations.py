@@ -21,9 +21,9 @@ EXPECTED_RUNS = {
     "plugins.yaml": 15,  # grpo, dapo and the gmpo, kl_cov and clip_cov plugins, x 3 seeds
     "zero3.yaml": 4,  # grpo, dapo x 2 seeds, each run 2 processes under DeepSpeed ZeRO-3
     "lora.yaml": 4,  # LoRA rank 4, 16 x 2 seeds
-    # F0's unclipped arm (its clipped arm is F3's grpo), F1 4 values x 2 seeds, F2 2, F3 3, F4 2, F6 2
-    # against F4's synced arm, F5 2 controls against F2's grpo: 12 arms x 4 seeds + 8, on tiny-steps
-    "findings.yaml": 56,
+    # F0's unclipped arm (its clipped arm is F3's grpo), F1 4 values x 2 seeds, F2 2, F3 3, F4 2, F6 1
+    # against F4's synced arm: 9 arms x 4 seeds; F5's 2 controls x 2 seeds against F2's grpo; +8 (F1)
+    "findings.yaml": 48,
     "tasks.yaml": 18,  # grpo, dapo x 3 tasks (a task axis) x 3 seeds
     "dapo.yaml": 24,  # DAPO Table 1: 6 rows, each adding one technique, x 4 seeds, on tiny-steps
 }

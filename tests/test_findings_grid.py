@@ -27,7 +27,7 @@ def test_every_finding_names_its_claim_paper_metric_window_and_baseline():
     assert {"F0_clip_under_reuse", "F1_clip_higher", "F2_length_bias", "F4_reference_sync"} <= ids
     assert {i for i in ids if i.startswith("F3_")} == {"F3_staleness_vespo", "F3_staleness_gspo"}
     assert {i for i in ids if i.startswith("F5_")} == {"F5_cannot_learn", "F5_harmed"}
-    assert {i for i in ids if i.startswith("F6_")} == {"F6_soft_sync", "F6_epoch_sync"}
+    assert {i for i in ids if i.startswith("F6_")} == {"F6_epoch_sync"}
     for fid, f in plan.grid.findings.items():
         assert len(f["claim"]) > 40, fid
         if not fid.startswith("F5"):
