@@ -178,6 +178,46 @@ def test_without_a_terminal_every_run_gets_a_line_from_the_first_update(tmp_path
     assert len(out.getvalue().splitlines()) == 5
 
 
+def _step_file(run_dir: Path, step: int, s_per_step: float, at: float, max_steps: int = 100) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info = {"step": step, "max_steps": max_steps, "reward": 0.5, "s_per_step": s_per_step, "updated_at": at}
+    (run_dir / layout.PROGRESS_FILE).write_text(json.dumps(info))
+
+
+def test_the_grid_eta_times_the_waiting_steps_at_the_mean_speed_of_every_run_watched():
+    """A run's mean speed over the steps it was watched, kept after it ends, times the steps of the
+    runs still waiting; the recent speed of a run just started does not swing the estimate."""
+    p = progress.RunProgress("b", "", step=2, max_steps=100, reward=None, s_per_step=0.5, updated_at=0.0)
+    # without run speeds: the recent 0.5 s/step for b's 98 steps and for the 200 waiting, over 2 slots
+    assert progress.grid_eta([p], 200, 2) == pytest.approx((98 + 200) * 0.5 / 2)
+    # a ended at 2 s/step over its steps: the waiting steps go at 2; b at its recent speed still
+    assert progress.grid_eta([p], 200, 2, {"a": 2.0}) == pytest.approx((98 * 0.5 + 200 * 2.0) / 2)
+    # once b has its own mean (1.0), it is timed at it, and the waiting steps at the mean of a and b
+    assert progress.grid_eta([p], 200, 2, {"a": 2.0, "b": 1.0}) == pytest.approx((98 * 1.0 + 200 * 1.5) / 2)
+    assert progress.grid_eta([p], 0, 2, {"b": 1.0}) == pytest.approx(98.0)  # nothing waits: b's own ETA
+
+
+def test_the_display_keeps_a_runs_mean_speed_after_it_ends(tmp_path):
+    grid, t0 = tmp_path / "g", time.time()
+    labels = {"a": "", "b": "", "c": ""}
+    display = progress.GridDisplay(grid, labels, dict.fromkeys(labels, 100), 1, live=False, every_s=0.0)
+    _step_file(layout.run_dir(grid, "a"), 1, s_per_step=0.1, at=t0)
+    display.in_flight(["a"])
+    _step_file(layout.run_dir(grid, "a"), 1 + progress.RUN_SPEED_MIN_STEPS - 1, s_per_step=0.1, at=t0 + 30)
+    display.in_flight(["a"])
+    assert display.run_speeds == {}  # too few steps watched to stand for the run
+    _step_file(
+        layout.run_dir(grid, "a"), 41, s_per_step=0.1, at=t0 + 80
+    )  # recent steps fast, the run 2 s/step
+    display.in_flight(["a"])
+    assert display.run_speeds == {"a": pytest.approx(2.0)}
+    display.ended.append("a")
+    _step_file(layout.run_dir(grid, "b"), 2, s_per_step=0.1, at=t0 + 90)
+    summary = display._summary(display.in_flight(["b"]), 1)
+    # b's 98 steps at its recent 0.1 s, c's 100 at a's 2 s (one slot): 210 s
+    assert summary == "runs: 1/3 ended, 1 in flight, 1 waiting; grid ETA 0:03:30"
+
+
 def test_status_shows_a_run_that_builds_or_waits_for_its_model(tmp_path):
     from harness.cli import format_status
 

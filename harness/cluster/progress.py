@@ -156,18 +156,33 @@ def heartbeat(what: str, every_s: float = LINE_EVERY_S, stream: TextIO | None = 
         thread.join()
 
 
-def grid_eta(in_flight: Sequence[RunProgress], steps_not_started: int, parallel: int) -> float | None:
+def grid_eta(
+    in_flight: Sequence[RunProgress],
+    steps_not_started: int,
+    parallel: int,
+    run_speeds: Mapping[str, float] | None = None,
+) -> float | None:
     """Seconds until the grid ends: the longest ETA of the runs in flight, or, when runs wait, the
-    steps left of every run (those in flight and ``steps_not_started``) at the mean speed of the
-    runs in flight over ``parallel`` slots, whichever is longer. None while no speed is known."""
-    speeds = [p.s_per_step for p in in_flight if p.s_per_step]
-    etas = [p.eta_s for p in in_flight if p.eta_s is not None]
-    if not speeds:
+    steps left of every run (those in flight and ``steps_not_started``) over ``parallel`` slots,
+    whichever is longer. None while no speed is known.
+
+    ``run_speeds`` (``{run_id: wall seconds per step}``, each a run's mean over all the steps it
+    was watched, runs that ended included) steadies the estimate: a run in flight that has one is
+    timed at it rather than at its recent steps (a run that reuses each generation batch alternates
+    slow generation steps and fast ones), and the waiting steps at their mean over runs, rather than
+    at the mean of the runs in flight alone (which swings as runs of cheaper or dearer arms start).
+    """
+    speeds = dict(run_speeds or {})
+    per_run = [(p, speeds.get(p.run_id) or p.s_per_step) for p in in_flight]
+    known = [v for _, v in per_run if v]
+    if not known:
         return None
+    etas = [max(p.max_steps - p.step, 0) * v for p, v in per_run if v and p.max_steps is not None]
     longest = max(etas, default=0.0)
     if steps_not_started <= 0:
         return longest
-    left = sum(etas) + steps_not_started * (sum(speeds) / len(speeds))
+    waiting_speed = sum(speeds.values()) / len(speeds) if speeds else sum(known) / len(known)
+    left = sum(etas) + steps_not_started * waiting_speed
     return max(longest, left / max(parallel, 1))
 
 
@@ -230,6 +245,10 @@ def table(in_flight: Sequence[RunProgress], summary: str, before: Sequence[str] 
 #: driver shows a run within half a second of launching it).
 LAUNCH_SLACK_S = 2.0
 
+#: Steps a run must have been watched over before its mean speed stands in for its recent one in
+#: the grid's ETA (:func:`grid_eta`): 16 spans a whole generation batch of the reusing runs.
+RUN_SPEED_MIN_STEPS = 16
+
 
 class GridDisplay:
     """What the driver of a local ``run`` shows while runs train.
@@ -266,6 +285,10 @@ class GridDisplay:
         # run id -> (time.monotonic(), time.time()) when it was first shown: what a run's files said
         # before is an earlier attempt's
         self._launched: dict[str, tuple[float, float]] = {}
+        # run id -> (step, updated_at) of the first progress seen, and the mean wall seconds per step
+        # since then, once it spans RUN_SPEED_MIN_STEPS steps (kept after the run ends)
+        self._first_seen: dict[str, tuple[int, float]] = {}
+        self.run_speeds: dict[str, float] = {}
         self._live = None
 
     def __enter__(self) -> GridDisplay:
@@ -298,6 +321,9 @@ class GridDisplay:
             p = read(layout.run_dir(self.grid_dir, rid), self.labels.get(rid, ""))
             if p is not None and self._fresh(rid, p.updated_at):
                 out.append(p)
+                step0, t0 = self._first_seen.setdefault(rid, (p.step, p.updated_at))
+                if p.step - step0 >= RUN_SPEED_MIN_STEPS and p.updated_at > t0:
+                    self.run_speeds[rid] = (p.updated_at - t0) / (p.step - step0)
         return out
 
     def before_first_step(self, run_ids: Iterable[str], stepped: Iterable[str] = ()) -> list[str]:
@@ -318,7 +344,7 @@ class GridDisplay:
     def _summary(self, in_flight: Sequence[RunProgress], active: int) -> str:
         waiting = [r for r in self.labels if r not in self.ended][active:]
         steps_left = sum(self.max_steps.get(r) or 0 for r in waiting)
-        eta = grid_eta(in_flight, steps_left, self.parallel)
+        eta = grid_eta(in_flight, steps_left, self.parallel, self.run_speeds)
         n = len(self.labels)
         return (
             f"runs: {len(self.ended)}/{n} ended, {active} in flight, {len(waiting)} waiting; "
