@@ -173,7 +173,7 @@ def test_without_a_terminal_every_run_gets_a_line_from_the_first_update(tmp_path
     assert lines[1].startswith("b seed=1: building model tiny: SFT step 3/30, ETA 0:00:09 (for 0:00:0")
     assert lines[2] == "c seed=2: starting its process (launched 0:00:00 ago)"
     assert lines[3] == "d seed=3: starting its process (launched 0:00:00 ago)"
-    assert lines[4].startswith("runs: 0/4 ended, 4 in flight")
+    assert lines[4].startswith("runs: 0/4 done, 4 in flight")
     display.update(["a", "b", "c", "d"])  # within every_s: nothing more
     assert len(out.getvalue().splitlines()) == 5
 
@@ -211,11 +211,11 @@ def test_the_display_keeps_a_runs_mean_speed_after_it_ends(tmp_path):
     )  # recent steps fast, the run 2 s/step
     display.in_flight(["a"])
     assert display.run_speeds == {"a": pytest.approx(2.0)}
-    display.ended.append("a")
+    display.ended_run("a", layout.DONE)
     _step_file(layout.run_dir(grid, "b"), 2, s_per_step=0.1, at=t0 + 90)
     summary = display._summary(display.in_flight(["b"]), 1)
     # b's 98 steps at its recent 0.1 s, c's 100 at a's 2 s (one slot): 210 s
-    assert summary == "runs: 1/3 ended, 1 in flight, 1 waiting; grid ETA 0:03:30"
+    assert summary == "runs: 1/3 done, 1 in flight, 1 waiting; grid ETA 0:03:30"
 
 
 def test_status_shows_a_run_that_builds_or_waits_for_its_model(tmp_path):
@@ -272,3 +272,15 @@ def test_the_trainer_phase_names_the_step_it_starts_at():
     assert _starting_words(config, ResumePoint(None, 0)) == "starting the trainer; then step 1 of 150"
     resumed = _starting_words(config, ResumePoint(Path("/r/checkpoint-41"), 41))
     assert resumed == "starting the trainer, resuming from checkpoint-41; then step 42 of 150"
+
+
+def test_the_grid_counts_a_stopped_run_apart_from_the_done_ones(tmp_path):
+    """After a stop, the summary line says how many runs are done and how many stopped, not that
+    every run 'ended' as if the grid had finished."""
+    labels = {"a": "", "b": "", "c": ""}
+    display = progress.GridDisplay(tmp_path / "g", labels, dict.fromkeys(labels, 10), 2, live=False)
+    display.ended_run("a", layout.DONE)
+    display.ended_run("b", layout.STOPPED)
+    display.ended_run("c", layout.STOPPED)
+    summary = display._summary([], 0)
+    assert summary.startswith("runs: 1/3 done, 2 stopped, 0 in flight, 0 waiting")

@@ -281,6 +281,8 @@ class GridDisplay:
         self.every_s = every_s
         self.stream = stream or sys.stderr
         self.ended: list[str] = []
+        # run id -> how its job ended (a state of harness.layout.RUN_STATES: done, stopped, ...)
+        self.outcomes: dict[str, str] = {}
         self._last_lines = -math.inf
         # run id -> (time.monotonic(), time.time()) when it was first shown: what a run's files said
         # before is an earlier attempt's
@@ -346,8 +348,16 @@ class GridDisplay:
         steps_left = sum(self.max_steps.get(r) or 0 for r in waiting)
         eta = grid_eta(in_flight, steps_left, self.parallel, self.run_speeds)
         n = len(self.labels)
+        outcomes = list(self.outcomes.values())
+        done = outcomes.count(layout.DONE)
+        # a run that ended otherwise (stopped, failed, diverged) is said so, not counted as done
+        others = "".join(
+            f", {outcomes.count(state)} {state}"
+            for state in layout.RUN_STATES
+            if state != layout.DONE and state in outcomes
+        )
         return (
-            f"runs: {len(self.ended)}/{n} ended, {active} in flight, {len(waiting)} waiting; "
+            f"runs: {done}/{n} done{others}, {active} in flight, {len(waiting)} waiting; "
             f"grid ETA {duration(eta)}"
         )
 
@@ -391,6 +401,7 @@ class GridDisplay:
         from harness.layout import final_reward
 
         self.ended.append(run_id)
+        self.outcomes[run_id] = state
         final = final_reward(layout.run_dir(self.grid_dir, run_id)) if state == layout.DONE else None
         reward = f", final reward {final[0]:.3f} (mean of its last {final[1]} logged)" if final else ""
         text = f"[{len(self.ended)}/{len(self.labels)}] {run_id} {state}{reward}" + (
