@@ -93,8 +93,10 @@ def test_the_stop_says_each_unfinished_run_and_the_command_that_resumes_them():
 
 # ------------------------------------------------------------------------------------- through the CLI
 
-#: Two runs on the tiny model with a 30-step warm start, 8 training steps each; no eval.
-MAX_STEPS = 8
+#: Two runs on the tiny model with a 30-step warm start, 24 training steps each; no eval. A stop
+#: reaches a run up to about a second after the driver's signal: at 0.1 s a step (a fast core), 8
+#: steps ended before it, so the run finished instead of stopping mid-run.
+MAX_STEPS = 24
 RUN = [
     "run",
     "ablations/smoke.yaml",
