@@ -9,6 +9,7 @@ import atexit
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,15 @@ def _session_socket() -> str | None:
     finally:
         os.environ.clear()
         os.environ.update(now)
+
+
+def as_a_terminal_starts_it() -> None:
+    """``preexec_fn`` of a command a test stops with SIGINT, as a terminal's Ctrl-C would: SIGINT at
+    its default in the new process. A process started with SIGINT ignored (a background job of a
+    non-interactive shell, as CI may start the suite) passes that on to every process it starts,
+    and the preloaded interpreter's client then keeps the command's SIGINT ignored, as it would be
+    had the command run there (harness.cluster.preload)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def module_command(module: str, *args: str) -> tuple[list[str], dict[str, str]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO, harness_command, make_spec, module_command
+from helpers import REPO, as_a_terminal_starts_it, harness_command, make_spec, module_command
 
 from harness import layout
 from harness.cluster import status
@@ -111,18 +111,21 @@ def _driver(results: Path, *extra: str, stderr=subprocess.PIPE, session: bool = 
         stderr=stderr,
         text=True,
         start_new_session=session,
+        preexec_fn=as_a_terminal_starts_it,
     )
 
 
 def _stop(proc: subprocess.Popen) -> None:
     """Stop a driver as a terminal's Ctrl-C would, so its runs end with it (a SIGKILL to the driver
-    alone leaves submitit's local jobs training to their last step); SIGKILL if that hangs."""
+    alone leaves submitit's local jobs training to their last step). A driver that outlasts 120 s
+    after it is killed and the test fails: its Ctrl-C was lost."""
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        raise AssertionError("the driver did not end within 120 s of its Ctrl-C") from None
 
 
 def _wait(predicate, timeout: float = 300, what: str = "") -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from helpers import REPO
+from helpers import REPO, as_a_terminal_starts_it
 
 from harness import layout
 from harness.cli import resume_command, stopped_lines
@@ -119,7 +119,13 @@ def _start(cmd: list[str], out: Path, env: dict) -> subprocess.Popen:
     """The driver in a session of its own (as a terminal's foreground job), its output to a file."""
     with open(out, "w") as f:
         return subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=as_a_terminal_starts_it,
         )
 
 
@@ -236,7 +242,12 @@ def test_a_stop_takes_its_course_when_the_pipe_the_output_went_to_has_closed(tmp
     runs = results / "smoke" / layout.RUNS_DIR
     cmd = [sys.executable, "-m", "harness", *RUN, "--results", str(results)]
     proc = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=as_a_terminal_starts_it,
     )
     _wait(proc, lambda: _step(runs) >= 2, "step 2")
     proc.stdout.close()  # the reader (tee) has gone
