@@ -20,6 +20,7 @@ import math
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,8 +281,8 @@ class GridDisplay:
         self.live = live
         self.every_s = every_s
         self.stream = stream or sys.stderr
-        self.ended: list[str] = []
-        # run id -> how its job ended (a state of harness.layout.RUN_STATES: done, stopped, ...)
+        # run id -> how its job ended (a state of harness.layout.RUN_STATES: done, stopped, ...), in
+        # the order the runs ended
         self.outcomes: dict[str, str] = {}
         self._last_lines = -math.inf
         # run id -> (time.monotonic(), time.time()) when it was first shown: what a run's files said
@@ -344,17 +345,17 @@ class GridDisplay:
         return lines
 
     def _summary(self, in_flight: Sequence[RunProgress], active: int) -> str:
-        waiting = [r for r in self.labels if r not in self.ended][active:]
+        waiting = [r for r in self.labels if r not in self.outcomes][active:]
         steps_left = sum(self.max_steps.get(r) or 0 for r in waiting)
         eta = grid_eta(in_flight, steps_left, self.parallel, self.run_speeds)
         n = len(self.labels)
-        outcomes = list(self.outcomes.values())
-        done = outcomes.count(layout.DONE)
+        counts = Counter(self.outcomes.values())
+        done = counts[layout.DONE]
         # a run that ended otherwise (stopped, failed, diverged) is said so, not counted as done
         others = "".join(
-            f", {outcomes.count(state)} {state}"
+            f", {counts[state]} {state}"
             for state in layout.RUN_STATES
-            if state != layout.DONE and state in outcomes
+            if state != layout.DONE and counts[state]
         )
         return (
             f"runs: {done}/{n} done{others}, {active} in flight, {len(waiting)} waiting; "
@@ -400,11 +401,10 @@ class GridDisplay:
         as the report scores it, :func:`harness.layout.final_reward`)."""
         from harness.layout import final_reward
 
-        self.ended.append(run_id)
         self.outcomes[run_id] = state
         final = final_reward(layout.run_dir(self.grid_dir, run_id)) if state == layout.DONE else None
         reward = f", final reward {final[0]:.3f} (mean of its last {final[1]} logged)" if final else ""
-        text = f"[{len(self.ended)}/{len(self.labels)}] {run_id} {state}{reward}" + (
+        text = f"[{len(self.outcomes)}/{len(self.labels)}] {run_id} {state}{reward}" + (
             f": {detail}" if detail else ""
         )
         if self._live is not None:
